@@ -1,0 +1,89 @@
+"""The `gpugrade` command. Thin: parse, call the core, render, exit with the results' code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__
+from .backends import BACKENDS, resolve
+from .course import Course
+from .errors import GpugradeError, UsageError
+from .grading import grade
+from .report import FORMATS, render
+from .results import EXIT_INTERNAL, EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpugrade", description="Grade numba-cuda exercises, with or without a GPU.")
+    p.add_argument("--version", action="version", version=f"gpugrade {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("--backend", choices=BACKENDS, default="auto",
+                         help="gpu, sim (the CPU simulator) or auto (gpu when one is visible)")
+        cmd.add_argument("--course", help="course folder (default: found from the current folder upwards)")
+        cmd.add_argument("--seed", default="", help="hex seed to reproduce inputs (default: secret, random)")
+        cmd.add_argument("--timeout", type=float, default=None, help="seconds allowed per call into student code")
+
+    check = sub.add_parser("check", help="student self-check of your exercises/ folder")
+    check.add_argument("exercise", nargs="?", help="one exercise (default: all)")
+    common(check)
+
+    g = sub.add_parser("grade", help="grade a submission folder")
+    g.add_argument("submission", help="folder holding the exercise modules, directly or under exercises/")
+    g.add_argument("exercises", nargs="*", help="restrict to these exercises")
+    g.add_argument("--format", choices=FORMATS, default="table")
+    g.add_argument("--output", help="write the formatted results here instead of stdout")
+    common(g)
+
+    sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
+    return p
+
+
+def _course(args) -> Course:
+    return Course(Path(args.course).resolve()) if args.course else Course.find()
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        Path(output).write_text(text + ("" if text.endswith("\n") else "\n"))
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        from .doctor import facts
+
+        for fact in facts():
+            print(f"{'ok ' if fact.ok else '-- '} {fact.name:<22} {fact.value}")
+        return 0
+    course = _course(args)
+    backend = resolve(args.backend)
+    if args.command == "check":
+        exercises = [args.exercise] if args.exercise else None
+        results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
+                        timeout=args.timeout, name="your exercises/")
+        _emit(render(results, "table"), None)
+        return results.exit_code
+    results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
+                    timeout=args.timeout)
+    _emit(render(results, args.format), args.output)
+    if args.output and args.format != "table":
+        print(f"{args.submission}: {results.score:g}/{results.max_score:g} -> {args.output}", file=sys.stderr)
+    return results.exit_code
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = run(argv)
+    except UsageError as exc:
+        print(f"gpugrade: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except GpugradeError as exc:
+        print(f"gpugrade: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = EXIT_INTERNAL
+    sys.exit(code)

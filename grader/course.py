@@ -1,0 +1,65 @@
+"""A course tree and a submission: which exercises exist, where the student's modules are.
+
+The course is the folder with `tests/exercises/test_<exercise>.py` (found from the current
+directory upwards). A submission is a folder holding the exercise modules directly or under
+`exercises/`. Only the student's own exercise modules are copied into a grading workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CourseError, UsageError
+
+GRADING_TESTS = Path("tests") / "exercises"
+
+
+@dataclass(frozen=True)
+class Course:
+    root: Path
+
+    @classmethod
+    def find(cls, start: str | os.PathLike | None = None) -> "Course":
+        here = Path(start or os.getcwd()).resolve()
+        for folder in (here, *here.parents):
+            if (folder / GRADING_TESTS).is_dir():
+                return cls(folder)
+        raise CourseError(f"no course found: no {GRADING_TESTS}/ in {here} or any folder above it")
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.root / GRADING_TESTS
+
+    def exercises(self) -> list[str]:
+        return sorted(p.stem[len("test_"):] for p in self.tests_dir.glob("test_*.py"))
+
+    def test_file(self, exercise: str) -> Path:
+        path = self.tests_dir / f"test_{exercise}.py"
+        if not path.is_file():
+            known = ", ".join(self.exercises()) or "none"
+            raise UsageError(f"unknown exercise {exercise!r} (this course has: {known})")
+        return path
+
+
+def submission_modules(submission: str | os.PathLike, exercises: list[str]) -> dict[str, Path]:
+    """The student's module for each exercise that the submission has (missing ones are absent)."""
+    root = Path(submission)
+    if not root.is_dir():
+        raise UsageError(f"submission {root} is not a folder")
+    found = {}
+    for name in exercises:
+        for candidate in (root / f"{name}.py", root / "exercises" / f"{name}.py"):
+            if candidate.is_file():
+                found[name] = candidate
+                break
+    return found
+
+
+def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
+    """Copy the student's exercise modules, and nothing else, into a fresh workspace."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name, path in modules.items():
+        shutil.copyfile(path, workspace / f"{name}.py")

@@ -1,0 +1,57 @@
+"""`gpugrade doctor`: what this machine offers for grading, as plain facts."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+
+
+@dataclass
+class Fact:
+    name: str
+    value: str
+    ok: bool = True
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _docker() -> Fact:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        version = client.version().get("Version", "?")
+        return Fact("docker engine", f"reachable (version {version})")
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return Fact("docker engine", f"not reachable ({type(exc).__name__}); --sandbox docker unavailable", ok=False)
+
+
+def _toolchain() -> list[Fact]:
+    try:
+        from .sim.compile_check import toolchain_status
+    except ImportError as exc:
+        return [Fact("compile check", f"unavailable ({exc})", ok=False)]
+    status = toolchain_status()
+    return [Fact(str(k), str(v)) for k, v in (status.items() if isinstance(status, dict) else vars(status).items())]
+
+
+def facts() -> list[Fact]:
+    from .backends import gpu_available, resolve
+
+    gpu = gpu_available()
+    numba_cuda = _version("numba-cuda")
+    found = [
+        Fact("python", f"{platform.python_version()} on {platform.system()} {platform.machine()}"),
+        Fact("numba", _version("numba") or "not installed", ok=_version("numba") is not None),
+        Fact("numba-cuda", numba_cuda or "not installed: numba's own numba.cuda is used (simulator only)",
+             ok=numba_cuda is not None),
+        Fact("GPU", "available" if gpu else "none visible to numba-cuda", ok=gpu),
+        Fact("backend auto picks", resolve("auto")),
+    ]
+    return found + _toolchain() + [_docker()]

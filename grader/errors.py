@@ -1,0 +1,46 @@
+"""Named errors a user of gpugrade can see. Each says what went wrong in the user's terms."""
+
+
+class GpugradeError(Exception):
+    """Base of the errors gpugrade raises on purpose (never a student's own exception)."""
+
+
+class UsageError(GpugradeError):
+    """The command line or a path given by the user is wrong (exit code 2)."""
+
+
+class CourseError(UsageError):
+    """The course tree (tests/exercises, solutions/, manifest) is missing or malformed."""
+
+
+class ProtocolError(GpugradeError):
+    """A message across the judge/runner boundary is malformed: never trusted, never unpickled."""
+
+
+class RunnerError(GpugradeError):
+    """The student's runner process failed: crashed, timed out or broke the protocol."""
+
+    def __init__(self, reason: str, output: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.output = output
+
+
+class StudentCodeError(GpugradeError):
+    """The student's code raised (or failed to import); `where` is file:line in their module."""
+
+    def __init__(self, kind: str, exc_type: str, message: str, where: str = "", traceback: str = ""):
+        self.kind = kind          # "import" | "not_implemented" | "simulator" | "exception"
+        self.exc_type = exc_type
+        self.message = message
+        self.where = where
+        self.traceback = traceback
+        super().__init__(self.summary())
+
+    def summary(self) -> str:
+        at = f" ({self.where})" if self.where else ""
+        if self.kind == "not_implemented":
+            return f"not implemented yet{at}" + (f": {self.message}" if self.message else "")
+        if self.kind == "import":
+            return f"could not import the submission{at}: {self.exc_type}: {self.message}"
+        return f"{self.exc_type}{at}: {self.message}"

@@ -1,0 +1,48 @@
+"""grade(): one submission, graded by the pytest judge in a child process. Pure core: no printing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .course import Course, make_workspace, submission_modules
+from .results import Results
+
+
+def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
+          course: Course | None = None, seed: str = "", timeout: float | None = None,
+          name: str | None = None) -> Results:
+    """Grade the exercise modules found in `submission` against the course's grading tests."""
+    course = course or Course.find()
+    chosen = list(exercises) if exercises else course.exercises()
+    test_files = [str(course.test_file(e)) for e in chosen]
+    modules = submission_modules(submission, chosen)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:
+        workspace = Path(tmp) / "workspace"
+        make_workspace(modules, workspace)
+        results_path = Path(tmp) / "results.json"
+        argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.plugin", "-p", "no:cacheprovider",
+                "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root),
+                "--gpugrade-workspace", str(workspace), "--gpugrade-backend", backend,
+                "--gpugrade-results", str(results_path), "--gpugrade-submission", name or str(submission)]
+        if seed:
+            argv += ["--gpugrade-seed", seed]
+        if timeout:
+            argv += ["--gpugrade-timeout", str(timeout)]
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+        done = subprocess.run(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        if results_path.is_file():
+            results = Results.load(str(results_path))
+        else:
+            results = Results(submission=name or str(submission), backend=backend)
+            results.errors.append(f"the judge wrote no results (pytest exit {done.returncode}):\n{done.stdout[-4000:]}")
+        if done.returncode not in (0, 1) and not results.errors:
+            results.errors.append(f"the judge exited with code {done.returncode}:\n{done.stdout[-4000:]}")
+    results.execution_time = round(time.monotonic() - started, 3)
+    return results

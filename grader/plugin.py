@@ -1,0 +1,145 @@
+"""The judge: a pytest plugin that turns grading tests into a grade.
+
+Grading tests (tests/exercises/test_<exercise>.py) declare `@pytest.mark.points(n)` and
+`@pytest.mark.stage(k)`, and use the fixtures `student` (calls into the student's module through
+a sandboxed runner), `rng` (inputs from a secret per-run seed) and `backend`. The plugin's
+`GradingSession` is registered only when a workspace is given; it records every outcome with its
+points and writes the results JSON that `grader.grading` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from .correctness import WrongAnswer
+from .errors import RunnerError, StudentCodeError
+from .judge import Student
+from .results import Results, TestResult
+from .sandbox import Limits, ProcessSandbox
+
+TEST_PREFIX = "test_"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpugrade", "grading with gpugrade")
+    group.addoption("--gpugrade-workspace", help="folder holding the student's exercise modules")
+    group.addoption("--gpugrade-backend", default="sim", choices=["sim", "gpu"])
+    group.addoption("--gpugrade-results", help="where to write the results JSON")
+    group.addoption("--gpugrade-submission", default="", help="submission name shown in results")
+    group.addoption("--gpugrade-seed", default="", help="hex seed for inputs (default: secret, random)")
+    group.addoption("--gpugrade-timeout", type=float, default=Limits.call_timeout_s,
+                    help="wall-clock seconds allowed for one call into student code")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "points(n): points this grading test is worth (each parametrized case)")
+    config.addinivalue_line("markers", "stage(k): the exercise stage this test grades")
+    config.addinivalue_line("markers", "visibility(v): Gradescope visibility (visible, hidden, after_due_date, ...)")
+    if config.getoption("gpugrade_workspace"):
+        config.pluginmanager.register(GradingSession(config), "gpugrade-session")
+
+
+def exercise_of(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    name = getattr(module, "EXERCISE", None)
+    if name:
+        return str(name)
+    stem = os.path.splitext(os.path.basename(str(item.path)))[0]
+    return stem[len(TEST_PREFIX):] if stem.startswith(TEST_PREFIX) else stem
+
+
+def _marker_arg(item: pytest.Item, name: str, default=None):
+    marker = item.get_closest_marker(name)
+    return marker.args[0] if marker and marker.args else default
+
+
+def failure_message(exc: BaseException | None) -> str:
+    """The one line a student reads first, then any detail worth having."""
+    if isinstance(exc, StudentCodeError):
+        detail = exc.traceback.strip()
+        return exc.summary() + (f"\n\n{detail}" if detail and exc.kind != "not_implemented" else "")
+    if isinstance(exc, WrongAnswer):
+        return str(exc)
+    if isinstance(exc, RunnerError):
+        tail = exc.output.strip()
+        return exc.reason + (f"\n\nlast output:\n{tail}" if tail else "")
+    if exc is None:
+        return ""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class GradingSession:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.workspace = os.path.abspath(config.getoption("gpugrade_workspace"))
+        self.backend = config.getoption("gpugrade_backend")
+        self.seed = config.getoption("gpugrade_seed") or secrets.token_hex(8)
+        self.sandbox = ProcessSandbox(Limits(call_timeout_s=config.getoption("gpugrade_timeout")))
+        self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
+                               backend=self.backend, seed=self.seed)
+        self.students: dict[str, Student] = {}
+        self.started = time.monotonic()
+
+    # -- fixtures -----------------------------------------------------------------------------
+    @pytest.fixture
+    def student(self, request: pytest.FixtureRequest) -> Student:
+        exercise = exercise_of(request.node)
+        if exercise not in self.students:
+            self.students[exercise] = Student(exercise, self.workspace, self.backend, self.sandbox)
+        return self.students[exercise]
+
+    @pytest.fixture
+    def rng(self, request: pytest.FixtureRequest) -> np.random.Generator:
+        return np.random.default_rng([int(self.seed, 16), zlib.crc32(request.node.nodeid.encode())])
+
+    @pytest.fixture
+    def backend(self) -> str:
+        return self.backend
+
+    # -- recording ----------------------------------------------------------------------------
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if _marker_arg(item, "points") is None:
+                self.results.errors.append(f"{item.nodeid}: grading test without @pytest.mark.points")
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.results.errors.append(f"could not collect {report.nodeid}: {report.longreprtext[-2000:]}")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        report = outcome.get_result()
+        if report.skipped or report.when == "teardown" or (report.when == "setup" and report.passed):
+            return
+        if report.when != "call" and call.excinfo is not None and not isinstance(
+                call.excinfo.value, (StudentCodeError, RunnerError, WrongAnswer)):
+            self.results.errors.append(f"{item.nodeid}: error in {report.when}: {report.longreprtext[-2000:]}")
+        exercise = exercise_of(item)
+        points = float(_marker_arg(item, "points", 0))
+        passed = report.passed
+        self.results.tests.append(TestResult(
+            name=f"{exercise}::{item.name[len(TEST_PREFIX):] if item.name.startswith(TEST_PREFIX) else item.name}",
+            exercise=exercise,
+            stage=int(_marker_arg(item, "stage", 1)),
+            max_score=points,
+            score=points if passed else 0.0,
+            status="passed" if passed else "failed",
+            output="" if passed else failure_message(call.excinfo.value if call.excinfo else None),
+            nodeid=item.nodeid,
+            visibility=str(_marker_arg(item, "visibility", "visible")),
+        ))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for student in self.students.values():
+            student.close()
+        self.results.execution_time = round(time.monotonic() - self.started, 3)
+        path = self.config.getoption("gpugrade_results")
+        if path:
+            self.results.dump(path)

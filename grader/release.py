@@ -1,0 +1,52 @@
+"""Student stubs from reference solutions, with nbgrader's region syntax.
+
+`### BEGIN SOLUTION` ... `### END SOLUTION` becomes `raise NotImplementedError()` at the marker's
+indentation; `### BEGIN HIDDEN TESTS` ... `### END HIDDEN TESTS` is dropped. Output is a pure
+function of the input text, so releasing twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import CourseError
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+STUB = "raise NotImplementedError()"
+
+
+def strip_solutions(text: str, filename: str = "<solution>") -> str:
+    out: list[str] = []
+    open_region: tuple[str, int] | None = None  # (kind, line number of its BEGIN)
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        marker = line.strip()
+        if marker in (BEGIN, BEGIN_HIDDEN):
+            if open_region:
+                raise CourseError(f"{filename}:{number}: {marker} inside the region opened at line {open_region[1]}")
+            open_region = (marker, number)
+            if marker == BEGIN:
+                out.append(line[: len(line) - len(line.lstrip())] + STUB + "\n")
+            continue
+        if marker in (END, END_HIDDEN):
+            expected = BEGIN if marker == END else BEGIN_HIDDEN
+            if not open_region or open_region[0] != expected:
+                raise CourseError(f"{filename}:{number}: {marker} without a matching {expected}")
+            open_region = None
+            continue
+        if open_region is None:
+            out.append(line)
+    if open_region:
+        raise CourseError(f"{filename}:{open_region[1]}: {open_region[0]} is never closed")
+    return "".join(out)
+
+
+def release(solutions: Path, exercises: Path) -> list[Path]:
+    """Regenerate every exercises/<name>.py from solutions/<name>.py; returns the files written."""
+    exercises.mkdir(parents=True, exist_ok=True)
+    written = []
+    for source in sorted(solutions.glob("*.py")):
+        target = exercises / source.name
+        target.write_text(strip_solutions(source.read_text(), str(source)))
+        written.append(target)
+    return written

@@ -1,0 +1,78 @@
+"""The results model: what a grade is, independent of how it is shown.
+
+`Results` owns the exit code (0 full marks, 1 points lost, 2 usage error, 3 internal error) and
+round-trips through JSON, which is how the pytest judge hands results to the CLI: the grade comes
+from test outcomes and points, never from parsing printed text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EXIT_FULL_MARKS, EXIT_POINTS_LOST, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+@dataclass
+class TestResult:
+    name: str                 # "<exercise>::<test>", what every format shows
+    exercise: str
+    stage: int
+    max_score: float
+    score: float
+    status: str               # "passed" | "failed"
+    output: str = ""          # one-line reason for a failure, then details
+    nodeid: str = ""
+    visibility: str = "visible"
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    submission: str
+    backend: str
+    tests: list[TestResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # grader-side failures: never the student's fault
+    execution_time: float = 0.0
+    seed: str = ""
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tests), 6)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(t.max_score for t in self.tests), 6)
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return EXIT_INTERNAL
+        return EXIT_FULL_MARKS if self.score >= self.max_score else EXIT_POINTS_LOST
+
+    def exercises(self) -> list[str]:
+        return list(dict.fromkeys(t.exercise for t in self.tests))
+
+    def subtotal(self, exercise: str, stage: int | None = None) -> tuple[float, float]:
+        chosen = [t for t in self.tests if t.exercise == exercise and (stage is None or t.stage == stage)]
+        return round(sum(t.score for t in chosen), 6), round(sum(t.max_score for t in chosen), 6)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "score": self.score, "max_score": self.max_score}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Results":
+        tests = [TestResult(**t) for t in data.get("tests", [])]
+        return cls(submission=data["submission"], backend=data["backend"], tests=tests,
+                   errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
+                   seed=str(data.get("seed", "")))
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> "Results":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))

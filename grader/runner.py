@@ -1,0 +1,161 @@
+"""The untrusted side: `python -m grader.runner`.
+
+A small process that imports only the student's module and executes the calls the judge asks for,
+answering with outputs and launch statistics over grader.protocol. It never sees tests/,
+solutions/, the seed or the results file: the judge gives it a workspace holding the student's
+files and nothing else. Student output goes to this process's stdout/stderr, which the sandbox
+captures; the protocol uses its own file descriptors so prints cannot forge an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+from . import protocol
+
+
+def _jsonable(value: Any) -> Any:
+    """Launch records and counters as plain data (numpy scalars to Python numbers)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+class Runner:
+    def __init__(self, workspace: str, backend: str, devices: int):
+        self.workspace = os.path.realpath(workspace)
+        self.backend = backend
+        self.modules: dict[str, Any] = {}
+        sys.path.insert(0, self.workspace)
+        self.trace = None
+        if backend == "sim":
+            from . import sim
+
+            sim.install(devices=devices)
+            self.trace = sim.trace
+
+    # -- errors as the student should see them ------------------------------------------------
+    def _student_frame(self, tb) -> str:
+        """file:line of the innermost frame in the student's own files."""
+        where = ""
+        for frame, lineno in traceback.walk_tb(tb):
+            path = os.path.realpath(frame.f_code.co_filename)
+            if path.startswith(self.workspace + os.sep):
+                where = f"{os.path.relpath(path, self.workspace)}:{lineno} in {frame.f_code.co_name}"
+        return where
+
+    def _error(self, exc: BaseException, importing: bool) -> dict:
+        kind = "exception"
+        where = self._student_frame(exc.__traceback__)
+        if isinstance(exc, SyntaxError) and exc.filename:
+            where = f"{os.path.basename(exc.filename)}:{exc.lineno}"
+        if importing:
+            kind = "import"
+        elif isinstance(exc, NotImplementedError) and type(exc).__module__ == "builtins":
+            kind = "not_implemented"
+        elif type(exc).__module__.startswith("grader.sim"):
+            kind = "simulator"
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return {
+            "kind": kind,
+            "type": type(exc).__name__,
+            "message": str(exc).strip().splitlines()[0][:2000] if str(exc).strip() else "",
+            "detail": str(exc)[:8000],
+            "where": where,
+            "traceback": "".join(lines)[-8000:],
+        }
+
+    # -- operations ---------------------------------------------------------------------------
+    def _module(self, name: str):
+        if name not in self.modules:
+            self.modules[name] = importlib.import_module(name)
+        return self.modules[name]
+
+    def call(self, request: dict) -> dict:
+        try:
+            module = self._module(str(request["module"]))
+        except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
+            return {"ok": False, "error": self._error(exc, importing=True)}
+        function = getattr(module, str(request["function"]), None)
+        if not callable(function):
+            message = f"{request['module']}.py has no function {request['function']}()"
+            return {"ok": False, "error": {"kind": "missing", "type": "AttributeError", "message": message,
+                                           "detail": message, "where": "", "traceback": ""}}
+        args = list(request.get("args", []))
+        launches: list = []
+        try:
+            if self.trace is not None:
+                with self.trace() as launches:
+                    returned = function(*args)
+            else:
+                returned = function(*args)
+            returned = self._to_host(returned)
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False),
+                    "launches": _jsonable(list(launches))}
+        return {"ok": True, "returned": returned, "args": [a if isinstance(a, np.ndarray) else None for a in args],
+                "launches": _jsonable(list(launches))}
+
+    def _to_host(self, value: Any) -> Any:
+        """Returned device arrays are copied back; anything else must be plain data."""
+        if hasattr(value, "copy_to_host") and not isinstance(value, np.ndarray):
+            return value.copy_to_host()
+        if isinstance(value, (tuple, list)):
+            return [self._to_host(v) for v in value]
+        if value is None or isinstance(value, (np.ndarray, np.generic, bool, int, float, str)):
+            return value
+        raise TypeError(f"returned a value of type {type(value).__name__}; return a NumPy array or a number")
+
+    def serve(self, inp, out) -> None:
+        while True:
+            try:
+                request = protocol.receive(inp)
+            except EOFError:
+                return
+            op = request.get("op") if isinstance(request, dict) else None
+            if op == "call":
+                reply = self.call(request)
+            elif op == "ping":
+                reply = {"ok": True, "backend": self.backend}
+            else:
+                reply = {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
+                                                "message": f"unknown op {op!r}", "where": ""}}
+            sys.stdout.flush()
+            sys.stderr.flush()
+            protocol.send(out, reply)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m grader.runner")
+    parser.add_argument("--workspace", required=True)
+    parser.add_argument("--backend", choices=["sim", "gpu"], required=True)
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    inp = os.fdopen(args.in_fd, "rb")
+    out = os.fdopen(args.out_fd, "wb")
+    os.chdir(args.workspace)
+    Runner(args.workspace, args.backend, args.devices).serve(inp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""How a runner process is confined.
+
+`process` (default): a child process in its own session (the whole group is killed on timeout),
+its working directory a fresh workspace holding only the student's files, CPU-time and file-size
+limits, output captured to a capped file. Stronger confinement (own uid, no network, memory
+limits, docker) builds on the same `RunnerProcess` interface.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import protocol
+from .errors import RunnerError
+
+
+@dataclass(frozen=True)
+class Limits:
+    call_timeout_s: float = 120.0   # wall time of one call, judged from the judge's side
+    cpu_time_s: int = 900           # CPU seconds for the whole runner process
+    file_size_bytes: int = 64 << 20  # anything the student writes, output included
+    output_tail_bytes: int = 4096   # how much of the student's output is kept for messages
+
+
+def _confine(limits: Limits) -> None:  # runs in the child between fork and exec
+    os.setsid()
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class RunnerProcess:
+    """One live runner: send a request, get the reply within a deadline, or a RunnerError."""
+
+    def __init__(self, workspace: str, backend: str, devices: int, limits: Limits):
+        self.limits = limits
+        req_r, self._req_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRADE_")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's
+        argv = [sys.executable, "-I", "-m", "grader.runner", "--workspace", workspace, "--backend", backend,
+                "--devices", str(devices), "--in-fd", str(req_r), "--out-fd", str(resp_w)]
+        self.proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w),
+                                     preexec_fn=lambda: _confine(limits))
+        os.close(req_r)
+        os.close(resp_w)
+        self._to = os.fdopen(self._req_w, "wb")
+        self._from = os.fdopen(self._resp_r, "rb")
+
+    def output_tail(self) -> str:
+        self._log.flush()
+        size = self._log.seek(0, os.SEEK_END)
+        self._log.seek(max(0, size - self.limits.output_tail_bytes))
+        return self._log.read().decode(errors="replace")
+
+    def request(self, message: Any, timeout: float | None = None) -> Any:
+        timeout = self.limits.call_timeout_s if timeout is None else timeout
+        reply: list[Any] = []
+
+        def exchange() -> None:
+            try:
+                protocol.send(self._to, message)
+                reply.append(protocol.receive(self._from))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                reply.append(exc)
+
+        worker = threading.Thread(target=exchange, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            self.kill()
+            worker.join(5)
+            raise RunnerError(f"timed out after {timeout:g} s", self.output_tail())
+        result = reply[0]
+        if isinstance(result, BaseException):
+            self.kill()
+            raise RunnerError(self._death_reason(result), self.output_tail())
+        return result
+
+    def _death_reason(self, exc: BaseException) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"the runner broke the protocol: {exc}"
+        if code < 0:
+            name = signal.Signals(-code).name
+            if -code == signal.SIGXCPU:
+                return f"killed: CPU time limit of {self.limits.cpu_time_s} s exceeded"
+            return f"crashed: killed by {name}"
+        return f"the student's process exited with code {code} before answering"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        for stream in (self._to, self._from):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._log.close()
+
+
+class ProcessSandbox:
+    name = "process"
+
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+
+    def start(self, workspace: str, backend: str, devices: int = 1) -> RunnerProcess:
+        return RunnerProcess(workspace, backend, devices, self.limits)

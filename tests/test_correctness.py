@@ -1,0 +1,47 @@
+"""The correctness protocol: the ways a wrong output slips through a tolerance check are closed."""
+
+import numpy as np
+import pytest
+
+from grader.correctness import WrongAnswer, expect_close, reduction_rtol
+
+EXPECTED = np.array([1.0, -2.0, 3.5, 4.0], dtype=np.float32)
+
+
+def test_match_passes():
+    expect_close(EXPECTED.copy(), EXPECTED)
+
+
+@pytest.mark.parametrize("got, message", [
+    (np.zeros(4, np.float32), "all zeros"),
+    (np.array([1.0, -2.0, np.nan, 4.0], np.float32), "index 2: expected 3.5, got nan"),
+    (np.array([1.0, -2.0, 3.5, 4.5], np.float32), "1 of 4 elements wrong; first at index 3"),
+    (np.ones(5, np.float32), "shape"),
+    (EXPECTED.astype(np.float64), "dtype"),
+    ([1.0, -2.0, 3.5, 4.0], "expected a NumPy array"),
+])
+def test_wrong_outputs_fail_with_a_message_naming_the_first_mismatch(got, message):
+    with pytest.raises(WrongAnswer, match=message.replace("(", r"\(")):
+        expect_close(got, EXPECTED, atol=0.1)
+
+
+def test_all_zero_output_fails_even_under_a_huge_absolute_tolerance():
+    with pytest.raises(WrongAnswer, match="all zeros"):
+        expect_close(np.zeros(4, np.float32), EXPECTED, atol=1e9)
+
+
+def test_infinity_must_match_infinity():
+    with pytest.raises(WrongAnswer):
+        expect_close(np.array([np.inf], np.float32), np.array([1.0], np.float32), atol=1e30)
+
+
+def test_integer_outputs_are_exact_and_2d_indices_are_reported_as_tuples():
+    expected = np.arange(6, dtype=np.int32).reshape(2, 3)
+    got = expected.copy()
+    got[1, 2] += 1
+    with pytest.raises(WrongAnswer, match=r"index \(1, 2\)"):
+        expect_close(got, expected, rtol=1.0)
+
+
+def test_reduction_tolerance_grows_with_n():
+    assert reduction_rtol(1 << 20) > reduction_rtol(1 << 10) >= 1e-5

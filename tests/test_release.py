@@ -1,0 +1,44 @@
+"""`gpugrade release`: stubs from solutions with nbgrader's region syntax."""
+
+from pathlib import Path
+
+import pytest
+
+from grader.errors import CourseError
+from grader.release import release, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_solution_region_becomes_a_stub_at_its_indentation():
+    src = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    assert strip_solutions(src) == "def f():\n    x = 1\n    raise NotImplementedError()\n"
+
+
+def test_hidden_tests_are_dropped():
+    src = "a = 1\n### BEGIN HIDDEN TESTS\nassert a\n### END HIDDEN TESTS\nb = 2\n"
+    assert strip_solutions(src) == "a = 1\nb = 2\n"
+
+
+@pytest.mark.parametrize("src, where", [
+    ("x\n### BEGIN SOLUTION\ny\n", "f.py:2"),
+    ("x\n### END SOLUTION\n", "f.py:2"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "f.py:2"),
+    ("### BEGIN SOLUTION\n### END HIDDEN TESTS\n", "f.py:2"),
+])
+def test_unbalanced_markers_name_file_and_line(src, where):
+    with pytest.raises(CourseError, match=where):
+        strip_solutions(src, "f.py")
+
+
+def test_committed_exercises_are_exactly_the_release_of_the_solutions(tmp_path):
+    written = release(ROOT / "solutions", tmp_path)
+    assert written, "no solutions found"
+    for path in written:
+        assert path.read_text() == (ROOT / "exercises" / path.name).read_text(), f"run `gpugrade release`: {path.name}"
+
+
+def test_release_is_deterministic(tmp_path):
+    first = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "a")}
+    second = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "b")}
+    assert first == second
