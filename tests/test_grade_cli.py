@@ -1,0 +1,113 @@
+"""`gpugrade grade` and `gpugrade check` driven as a user would: real processes, real files."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gradescope_schema import RESULTS
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUGRADE = [sys.executable, "-m", "grader"]
+KNOWN_WRONG = sorted(p.parent for p in (ROOT / "tests" / "submissions").glob("*/expected.json"))
+
+
+def gpugrade(*args, cwd=ROOT):
+    return subprocess.run([*GPUGRADE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def grade_json(submission, *extra, tmp_path):
+    out = tmp_path / f"{Path(submission).name}.json"
+    done = gpugrade("grade", str(submission), *extra, "--backend", "sim", "--format", "gradescope",
+                    "--output", str(out))
+    assert done.returncode in (0, 1), done.stderr + done.stdout
+    return done.returncode, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return grade_json(ROOT / "solutions", tmp_path=tmp_path_factory.mktemp("ref"))
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory):
+    return grade_json(ROOT / "exercises", tmp_path=tmp_path_factory.mktemp("stub"))
+
+
+def test_reference_solutions_score_full_marks_in_valid_gradescope_json(reference):
+    code, doc = reference
+    jsonschema.validate(doc, RESULTS)
+    assert code == 0
+    assert doc["tests"] and all(t["status"] == "passed" for t in doc["tests"]), doc
+    assert doc["score"] == sum(t["max_score"] for t in doc["tests"]) > 0
+
+
+def test_every_test_name_starts_with_its_exercise(reference):
+    assert all(t["name"].startswith(t["tags"][0] + "::") for t in reference[1]["tests"])
+
+
+def test_stubs_score_zero_and_say_in_one_line_what_is_not_implemented(stubs):
+    code, doc = stubs
+    jsonschema.validate(doc, RESULTS)
+    assert code == 1 and doc["score"] == 0
+    for t in doc["tests"]:
+        assert t["status"] == "failed"
+        assert t["output"].startswith("not implemented yet (vector_add.py:") and "\n" not in t["output"], t
+
+
+@pytest.mark.parametrize("submission", KNOWN_WRONG, ids=[p.name for p in KNOWN_WRONG])
+def test_known_wrong_submission_loses_exactly_the_expected_tests(submission, tmp_path):
+    expected = json.loads((submission / "expected.json").read_text())
+    code, doc = grade_json(submission, tmp_path=tmp_path)
+    failing = {t["name"] for t in doc["tests"] if t["status"] == "failed"}
+    assert code == 1
+    assert failing == set(expected["failing"]), json.dumps(doc["tests"], indent=1)
+
+
+def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
+    _, doc = grade_json(ROOT / "tests" / "submissions" / "vector_add_no_bounds_guard", tmp_path=tmp_path)
+    edge = next(t for t in doc["tests"] if t["name"] == "vector_add::edge_sizes[n=33]")
+    assert "out of bounds" in edge["output"].lower() and "vector_add.py:" in edge["output"], edge["output"]
+
+
+def test_table_and_junit_formats(tmp_path):
+    done = gpugrade("grade", "solutions", "vector_add", "--backend", "sim")
+    assert done.returncode == 0, done.stderr
+    assert "vector_add stage 1" in done.stdout and "Total:" in done.stdout
+    out = tmp_path / "junit.xml"
+    done = gpugrade("grade", "exercises", "--backend", "sim", "--format", "junit", "--output", str(out))
+    suite = ET.parse(out).getroot()
+    assert done.returncode == 1 and int(suite.get("failures")) == int(suite.get("tests")) > 0
+    assert all(case.get("name").startswith("vector_add::") for case in suite.iter("testcase"))
+
+
+def test_a_syntax_error_costs_points_with_a_clear_message(tmp_path):
+    (tmp_path / "vector_add.py").write_text("from numba import cuda\n\ndef vector_add(a, b:\n    pass\n")
+    code, doc = grade_json(tmp_path, tmp_path=tmp_path)
+    assert code == 1 and doc["score"] == 0
+    assert all("SyntaxError" in t["output"] and "vector_add.py:3" in t["output"] for t in doc["tests"])
+
+
+def test_usage_errors_exit_2():
+    assert gpugrade("grade", "solutions", "no_such_exercise").returncode == 2
+    assert gpugrade("grade", "/no/such/folder").returncode == 2
+
+
+def test_check_grades_the_students_own_exercises_folder(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copytree(ROOT / "solutions", course / "exercises")
+    done = gpugrade("check", "vector_add", "--backend", "sim", cwd=course / "exercises")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "your exercises/" in done.stdout and "Total: 10/10" in done.stdout
+
+
+def test_doctor_says_which_backend_auto_picks():
+    done = gpugrade("doctor")
+    assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout

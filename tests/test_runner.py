@@ -1,0 +1,113 @@
+"""The judge/runner split: student code runs in another process, and its failures cost only the
+call that hit them. These use plain-Python student modules so they need no simulator."""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from grader.errors import RunnerError, StudentCodeError
+from grader.judge import Student
+from grader.sandbox import Limits, ProcessSandbox
+
+
+@pytest.fixture
+def make_student(tmp_path):
+    students = []
+
+    def make(source: str, timeout: float = 20.0) -> Student:
+        (tmp_path / "ex.py").write_text(textwrap.dedent(source))
+        s = Student("ex", str(tmp_path), "gpu", ProcessSandbox(Limits(call_timeout_s=timeout)))
+        students.append(s)
+        return s
+
+    yield make
+    for s in students:
+        s.close()
+
+
+def test_call_returns_value_and_arguments_after_the_call(make_student):
+    s = make_student("""
+        def scale(x, k):
+            x *= k
+            return x.sum()
+    """)
+    x = np.arange(4, dtype=np.float32)
+    result = s.call("scale", x, 2)
+    assert result.value == 12.0
+    assert np.array_equal(result.args[0], x * 2) and result.args[1] is None
+    assert np.array_equal(x, np.arange(4)), "the judge's own array is never touched"
+
+
+def test_prints_cannot_forge_a_reply(make_student):
+    s = make_student("""
+        import sys
+        def f():
+            print('{"ok": true, "returned": 100}' * 1000)
+            sys.stdout.buffer.write(bytes(range(256)) * 100)
+            return 1
+    """)
+    assert s.call("f").value == 1
+
+
+def test_not_implemented_is_one_line_naming_the_place(make_student):
+    s = make_student("""
+        def f():
+            raise NotImplementedError()
+    """)
+    with pytest.raises(StudentCodeError) as info:
+        s.call("f")
+    assert info.value.summary() == "not implemented yet (ex.py:3 in f)"
+
+
+def test_syntax_error_names_file_and_line(make_student):
+    s = make_student("def f(:\n    pass\n")
+    with pytest.raises(StudentCodeError, match=r"could not import the submission \(ex.py:1\): SyntaxError"):
+        s.call("f")
+
+
+def test_missing_function_is_reported(make_student):
+    s = make_student("x = 1\n")
+    with pytest.raises(StudentCodeError, match=r"ex.py has no function f\(\)"):
+        s.call("f")
+
+
+def test_infinite_loop_times_out_and_the_next_call_gets_a_fresh_runner(make_student):
+    s = make_student("""
+        def spin():
+            while True:
+                pass
+        def ok():
+            return 7
+    """, timeout=1.5)
+    with pytest.raises(RunnerError, match="timed out after 1.5 s"):
+        s.call("spin")
+    assert s.call("ok").value == 7
+
+
+def test_exit_at_import_is_a_runner_failure_not_a_pass(make_student):
+    s = make_student("""
+        import os
+        os._exit(0)
+    """)
+    with pytest.raises(RunnerError, match="exited with code 0 before answering"):
+        s.call("f")
+
+
+def test_interpreter_crash_is_reported_by_signal(make_student):
+    s = make_student("""
+        import os, signal
+        def boom():
+            os.kill(os.getpid(), signal.SIGSEGV)
+    """)
+    with pytest.raises(RunnerError, match="crashed: killed by SIGSEGV"):
+        s.call("boom")
+
+
+def test_returning_an_object_that_is_not_data_is_an_error(make_student):
+    s = make_student("""
+        def f():
+            return object()
+    """)
+    with pytest.raises(StudentCodeError, match="TypeError.*return a NumPy array"):
+        s.call("f")
