@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write the formatted results here instead of stdout")
     common(g)
 
+    rel = sub.add_parser("release", help="regenerate exercises/ (stubs) from solutions/")
+    rel.add_argument("--course", help="course folder (default: found from the current folder upwards)")
+
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
     return p
 
@@ -62,6 +65,12 @@ def run(argv: list[str] | None = None) -> int:
             print(f"{'ok ' if fact.ok else '-- '} {fact.name:<22} {fact.value}")
         return 0
     course = _course(args)
+    if args.command == "release":
+        from .release import release
+
+        for path in release(course.root / "solutions", course.root / "exercises"):
+            print(f"wrote {path.relative_to(course.root)}")
+        return 0
     backend = resolve(args.backend)
     if args.command == "check":
         exercises = [args.exercise] if args.exercise else None
