@@ -1,0 +1,368 @@
+"""Simulated device memory and the host API (`cuda.to_device`, `device_array`, streams, events).
+
+Memory model: an `Allocation` is one flat, typed numpy store plus an `initialised` flag per
+element and a virtual byte address (for coalescing counters). A `SimDeviceArray` is a numpy view
+into it, so host-side slices of device arrays are views that share memory (and race shadows) with
+their base, as on a GPU. Work runs synchronously, so streams only order what already is ordered.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+
+from . import devices as _devices
+from .errors import WrongDeviceError
+
+_ids = itertools.count(1)
+_ADDRESS_ALIGN = 256
+_next_address = [1 << 32]
+_address_lock = threading.Lock()
+
+
+def _as_dtype(dtype) -> np.dtype:
+    """numpy dtype of a numpy dtype, a Python type, a string or a numba scalar type."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        from numba.np import numpy_support  # numba types (float32, int64, ...) as dtypes
+
+        return numpy_support.as_dtype(dtype)
+
+
+class Allocation:
+    """One device allocation: flat store, initialised flags, device, unique id, byte address."""
+
+    def __init__(self, size: int, dtype: np.dtype, device: int, initialised: bool):
+        self.dtype = np.dtype(dtype)
+        # 0xFF bytes: NaN for floats, -1 for ints; stale-looking garbage if the checker is off
+        self.store = np.full(size * self.dtype.itemsize, 0xFF, np.uint8).view(self.dtype)
+        self.initialised = np.full(size, initialised, bool)
+        self.device = device
+        self.id = next(_ids)
+        with _address_lock:
+            self.address = _next_address[0]
+            nbytes = max(self.store.nbytes, 1)
+            _next_address[0] += (nbytes + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
+
+
+def _layout(view: np.ndarray, alloc: Allocation) -> tuple[int, tuple[int, ...]]:
+    """(element offset, element strides) of a numpy view of an allocation's store."""
+    base_ptr = alloc.store.__array_interface__["data"][0]
+    ptr = view.__array_interface__["data"][0]
+    item = alloc.dtype.itemsize
+    return (ptr - base_ptr) // item, tuple(s // item for s in view.strides)
+
+
+class SimDeviceArray:
+    """The simulated `DeviceNDArray`: what `cuda.to_device` and `cuda.device_array` return."""
+
+    def __init__(self, alloc: Allocation, view: np.ndarray, sim=None):
+        self._alloc = alloc
+        self._view = view
+        self._sim = sim
+        self.offset, self.estrides = _layout(view, alloc)
+
+    # --- numpy-like metadata ---
+    shape = property(lambda self: self._view.shape)
+    dtype = property(lambda self: self._view.dtype)
+    size = property(lambda self: self._view.size)
+    ndim = property(lambda self: self._view.ndim)
+    strides = property(lambda self: self._view.strides)
+    nbytes = property(lambda self: self._view.nbytes)
+    device_id = property(lambda self: self._alloc.device)
+    alloc_size = property(lambda self: self._alloc.store.nbytes)
+
+    def __len__(self):
+        return len(self._view)
+
+    def __repr__(self):
+        return f"<SimDeviceArray shape={self.shape} dtype={self.dtype} device={self.device_id}>"
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+                "data": (self._alloc.address + self.offset * self.dtype.itemsize, False),
+                "version": 3}
+
+    def is_c_contiguous(self):
+        return self._view.flags.c_contiguous
+
+    def is_f_contiguous(self):
+        return self._view.flags.f_contiguous
+
+    def _wrap(self, view: np.ndarray) -> "SimDeviceArray":
+        return SimDeviceArray(self._alloc, view, self._sim)
+
+    # --- host-side views ---
+    def __getitem__(self, key):
+        view = self._view[key]
+        if isinstance(view, np.ndarray):
+            return self._wrap(view)
+        return view  # a scalar read back to the host, as numba does
+
+    def __setitem__(self, key, value):
+        if isinstance(value, SimDeviceArray):
+            value = value.copy_to_host()
+        self._view[key] = value
+        flags = self._flags_view()
+        flags[key] = True
+
+    def _flags_view(self) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(
+            self._alloc.initialised[self.offset:], self.shape,
+            tuple(s * self._alloc.initialised.itemsize for s in self.estrides))
+
+    def reshape(self, *newshape, order="C"):
+        if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
+            newshape = tuple(newshape[0])
+        view = self._view.reshape(newshape, order=order)
+        if not np.shares_memory(view, self._alloc.store):
+            raise NotImplementedError("reshape of a non-contiguous device array needs a copy")
+        return self._wrap(view)
+
+    def ravel(self, order="C"):
+        return self.reshape(-1, order=order)
+
+    @property
+    def T(self):
+        return self._wrap(self._view.T)
+
+    def transpose(self, axes=None):
+        return self._wrap(self._view.transpose(axes))
+
+    def view(self, dtype):
+        raise NotImplementedError("SimDeviceArray.view(dtype) is not simulated")
+
+    def split(self, section, stream=0):
+        return [self[i:i + section] for i in range(0, len(self), section)]
+
+    # --- copies ---
+    def copy_to_host(self, ary=None, stream=0):
+        self._advance(self.nbytes, _devices.HOST_LINK_BPS)
+        if ary is None:
+            return np.array(self._view, copy=True)
+        if ary.shape != self.shape or ary.dtype != self.dtype:
+            raise TypeError(f"copy_to_host: array {ary.shape} {ary.dtype} does not match "
+                            f"{self.shape} {self.dtype}")
+        ary[...] = self._view
+        return ary
+
+    def copy_to_device(self, ary, stream=0):
+        if isinstance(ary, SimDeviceArray):
+            if ary.size != self.size or ary.dtype != self.dtype:
+                raise ValueError("copy_to_device: shape or dtype mismatch")
+            if ary.device_id != self.device_id and self._sim is not None:
+                self._sim.devices.record_peer_copy(ary.device_id, self.device_id, ary.nbytes)
+            source = ary._view
+        else:
+            source = np.asarray(ary)
+            self._advance(source.nbytes, _devices.HOST_LINK_BPS)
+        if source.size != self.size:
+            raise ValueError(f"copy_to_device: {source.shape} does not fit {self.shape}")
+        self._view[...] = source.reshape(self.shape)
+        self._flags_view()[...] = True
+
+    def _advance(self, nbytes, bps):
+        if self._sim is not None:
+            self._sim.devices[self.device_id].advance(nbytes / bps * 1e3)
+
+
+class DeviceBuffer:
+    """An array argument as executors see it for one launch (see docs/SIMULATOR_DESIGN.md).
+
+    `flat` is the whole allocation's 1-D store and `initialised` its flags; `index` in
+    `memory.Instrument` maps kernel indices to positions in `flat`.
+    """
+
+    __slots__ = ("array", "name", "data", "flat", "initialised", "offset", "estrides", "shape",
+                 "dtype", "device", "buffer_id", "address", "host")
+
+    def __init__(self, array: SimDeviceArray, name: str, host: np.ndarray | None = None):
+        self.array = array
+        self.name = name
+        self.data = array._view
+        self.flat = array._alloc.store
+        self.initialised = array._alloc.initialised
+        self.offset = array.offset
+        self.estrides = array.estrides
+        self.shape = array.shape
+        self.dtype = array.dtype
+        self.device = array.device_id
+        self.buffer_id = array._alloc.id
+        self.address = array._alloc.address
+        self.host = host  # the numpy array to copy back into after the launch, if any
+
+
+class SimStream:
+    """A stream of a simulated device. Work runs at once, so ordering holds trivially."""
+
+    def __init__(self, device: int, sim=None):
+        self.device = device
+        self._sim = sim
+
+    def synchronize(self):
+        pass
+
+    def auto_synchronize(self):
+        import contextlib
+
+        return contextlib.nullcontext(self)
+
+    def add_callback(self, callback, arg=None):
+        callback(self, None, arg)
+
+    def __repr__(self):
+        return f"<SimStream on device {self.device}>"
+
+
+class SimEvent:
+    """An event; `elapsed_time` is the difference of the device's *modelled* clock (launch
+    overhead + bytes moved / bandwidth), not a measurement."""
+
+    def __init__(self, sim, timing=True):
+        self._sim = sim
+        self.time_ms: float | None = None
+        self.device: int | None = None
+
+    def record(self, stream=0):
+        dev = self._sim.devices.current if not isinstance(stream, SimStream) \
+            else self._sim.devices[stream.device]
+        self.device = dev.id
+        self.time_ms = dev.clock_ms
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=0):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end: "SimEvent") -> float:
+        if self.time_ms is None or end.time_ms is None:
+            raise RuntimeError("elapsed_time: both events must be recorded first")
+        return end.time_ms - self.time_ms
+
+
+class HostAPI:
+    """The functions that replace `numba.cuda.to_device` & co. while the simulator is installed."""
+
+    def __init__(self, sim):
+        self._sim = sim
+
+    def _current(self) -> int:
+        return self._sim.devices.current.id
+
+    def _new(self, shape, dtype, initialised: bool, order="C") -> SimDeviceArray:
+        shape = (shape,) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        dtype = _as_dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64))
+        alloc = Allocation(size, dtype, self._current(), initialised)
+        view = alloc.store.reshape(shape, order="F" if order == "F" else "C")
+        return SimDeviceArray(alloc, view, self._sim)
+
+    def to_device(self, obj, stream=0, copy=True, to=None):
+        if to is not None:
+            to.copy_to_device(obj, stream)
+            return to
+        if isinstance(obj, SimDeviceArray):
+            out = self._new(obj.shape, obj.dtype, True)
+            out.copy_to_device(obj)
+            return out
+        host = np.asarray(obj)
+        order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
+        out = self._new(host.shape, host.dtype, True, order)
+        if copy:
+            out.copy_to_device(host)
+        return out
+
+    def device_array(self, shape, dtype=np.float64, strides=None, order="C", stream=0):
+        return self._new(shape, dtype, False, order)
+
+    def device_array_like(self, ary, stream=0):
+        order = "F" if ary.ndim > 1 and getattr(ary, "is_f_contiguous", lambda: False)() \
+            and not getattr(ary, "is_c_contiguous", lambda: True)() else "C"
+        if isinstance(ary, np.ndarray):
+            order = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        return self._new(ary.shape, ary.dtype, False, order)
+
+    # host memory kinds are plain numpy arrays here
+    def pinned_array(self, shape, dtype=np.float64, strides=None, order="C"):
+        return np.empty(shape, _as_dtype(dtype), order=order)
+
+    def pinned_array_like(self, ary):
+        return np.empty_like(ary)
+
+    def mapped_array(self, shape, dtype=np.float64, strides=None, order="C", stream=0,
+                     portable=False, wc=False):
+        return np.empty(shape, _as_dtype(dtype), order=order)
+
+    def mapped_array_like(self, ary, stream=0, portable=False, wc=False):
+        return np.empty_like(ary)
+
+    def managed_array(self, shape, dtype=np.float64, strides=None, order="C", stream=0,
+                      attach_global=True):
+        return np.empty(shape, _as_dtype(dtype), order=order)
+
+    def synchronize(self):
+        pass
+
+    def is_available(self):
+        return True
+
+    def is_cuda_array(self, obj):
+        return isinstance(obj, SimDeviceArray)
+
+    def stream(self):
+        return SimStream(self._current(), self._sim)
+
+    def default_stream(self):
+        return SimStream(self._current(), self._sim)
+
+    legacy_default_stream = default_stream
+    per_thread_default_stream = default_stream
+
+    def event(self, timing=True):
+        return SimEvent(self._sim, timing)
+
+    def event_elapsed_time(self, evtstart, evtend):
+        return evtstart.elapsed_time(evtend)
+
+    def select_device(self, device_id):
+        return self._sim.devices.select(device_id)
+
+    def get_current_device(self):
+        return self._sim.devices.current
+
+    def list_devices(self):
+        return list(self._sim.devices)
+
+    def close(self):
+        pass
+
+    def detect(self):
+        for dev in self._sim.devices:
+            print(f"Found simulated device {dev.id}: {dev.name}, compute capability 9.0")
+        return True
+
+    def pinned(self, *arylist):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    mapped = pinned
+
+
+def check_device(array: SimDeviceArray, device: int, kernel: str, name: str) -> None:
+    """Raise WrongDeviceError when a launch on `device` is given an array of another device."""
+    if array.device_id != device:
+        raise WrongDeviceError(
+            f"kernel {kernel!r}: argument {name!r} lives on device {array.device_id} but the "
+            f"kernel is launched on device {device}; copy it with copy_to_device or select "
+            f"device {array.device_id} first", kernel=kernel, array=name)

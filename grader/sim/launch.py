@@ -1,0 +1,238 @@
+"""One kernel launch: configuration and its validation, arguments, executor choice with
+fallback, the `LaunchRecord`, and the `trace()` sink that collects records."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import devices as _devices
+from .errors import Checks, LaunchConfigError, NotSimulatedError
+from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
+from .kernel_source import KernelSource
+from .memory import Instrument, LaunchConfig
+
+__all__ = ["LaunchConfig", "LaunchRecord", "Launch", "SimLaunchConfiguration", "trace",
+           "normalise_config"]
+
+
+@dataclass
+class LaunchRecord:
+    """What one launch did (see docs/SIMULATOR_DESIGN.md for the counter keys)."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    device: int
+    executor: str
+    fallback_reason: str | None
+    counters: dict
+    threads: dict = field(repr=False, default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    arrays_written: list[str] = field(default_factory=list)
+
+    def thread_table(self, key: str = "global_loads") -> np.ndarray:
+        """GPU-Puzzles-style table of one per-thread counter: shape grid (z, y, x) + block
+        (z, y, x)."""
+        return self.threads[key].reshape(self.grid[::-1] + self.block[::-1])
+
+
+@dataclass
+class Launch:
+    """Everything an executor needs for one launch."""
+
+    kernel: KernelSource
+    config: LaunchConfig
+    args: list  # DeviceBuffer for arrays, numpy scalars, tuples of those
+    instrument: Instrument
+    checks: Checks
+    device_limits: _devices.Limits
+    seed: int | None = None
+
+
+# ---------------------------------------------------------------- validation
+def _dim3(value, what: str, kernel: str) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)):
+        dims = (int(value),)
+    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and all(
+            isinstance(v, (int, np.integer)) for v in value):
+        dims = tuple(int(v) for v in value)
+    elif hasattr(value, "x") and hasattr(value, "y") and hasattr(value, "z"):
+        dims = (int(value.x), int(value.y), int(value.z))
+    else:
+        raise LaunchConfigError(f"kernel {kernel!r}: {what} must be an int or a tuple of 1 to 3 "
+                                f"ints, got {value!r}", kernel=kernel)
+    if any(d < 1 for d in dims):
+        raise LaunchConfigError(f"kernel {kernel!r}: every {what} dimension must be >= 1, got "
+                                f"{dims}", kernel=kernel)
+    return dims + (1,) * (3 - len(dims))
+
+
+def normalise_config(kernel: str, griddim, blockdim, stream, sharedmem, device: int,
+                     limits: _devices.Limits) -> LaunchConfig:
+    grid = _dim3(griddim, "grid", kernel)
+    block = _dim3(blockdim, "block", kernel)
+    n = block[0] * block[1] * block[2]
+    if n > limits.max_threads_per_block:
+        raise LaunchConfigError(f"kernel {kernel!r}: {n} threads per block {block}; the limit is "
+                                f"{limits.max_threads_per_block}", kernel=kernel)
+    for axis, d, lim in zip("xyz", block, limits.max_block_dim):
+        if d > lim:
+            raise LaunchConfigError(f"kernel {kernel!r}: block dimension {axis} = {d} exceeds "
+                                    f"{lim}", kernel=kernel)
+    for axis, d, lim in zip("xyz", grid, limits.max_grid_dim):
+        if d > lim:
+            raise LaunchConfigError(f"kernel {kernel!r}: grid dimension {axis} = {d} exceeds "
+                                    f"{lim}", kernel=kernel)
+    if not isinstance(sharedmem, (int, np.integer)) or sharedmem < 0:
+        raise LaunchConfigError(f"kernel {kernel!r}: dynamic shared memory must be a number of "
+                                f"bytes >= 0, got {sharedmem!r}", kernel=kernel)
+    if sharedmem > limits.max_shared_bytes_optin:
+        raise LaunchConfigError(f"kernel {kernel!r}: {sharedmem} bytes of dynamic shared memory "
+                                f"exceed the {limits.max_shared_bytes_optin}-byte limit",
+                                kernel=kernel)
+    if isinstance(stream, SimStream) and stream.device != device:
+        raise LaunchConfigError(f"kernel {kernel!r}: launched on device {device} with a stream "
+                                f"of device {stream.device}", kernel=kernel)
+    return LaunchConfig(grid, block, int(sharedmem), stream, device)
+
+
+# ---------------------------------------------------------------- arguments
+def _scalar(value):
+    """A host scalar as numba would type it."""
+    if isinstance(value, (bool, np.bool_)):
+        return np.bool_(value)
+    if isinstance(value, (np.integer, np.floating, np.complexfloating)):
+        return value
+    if isinstance(value, int):
+        return np.int64(value)
+    if isinstance(value, float):
+        return np.float64(value)
+    if isinstance(value, complex):
+        return np.complex128(value)
+    if isinstance(value, tuple):
+        return tuple(_scalar(v) for v in value)
+    return value
+
+
+def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
+    out = []
+    names = kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
+    for name, value in zip(names, args):
+        if isinstance(value, SimDeviceArray):
+            check_device(value, device, kernel.name, name)
+            out.append(DeviceBuffer(value, name))
+        elif isinstance(value, np.ndarray):
+            # numba copies a host array to the device and back after the launch
+            dev = sim.host.to_device(value)
+            out.append(DeviceBuffer(dev, name, host=value if value.flags.writeable else None))
+        elif hasattr(value, "__cuda_array_interface__"):
+            raise NotSimulatedError(f"kernel {kernel.name!r}: argument {name!r} is a "
+                                    f"{type(value).__name__}; the simulator takes numpy arrays "
+                                    f"and arrays from cuda.to_device / device_array")
+        else:
+            out.append(_scalar(value))
+    return out
+
+
+# ---------------------------------------------------------------- launching
+class SimLaunchConfiguration:
+    """What `kernel[grid, block, stream, shared]` returns while the simulator is installed."""
+
+    def __init__(self, sim, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
+        self.sim, self.dispatcher = sim, dispatcher
+        self.griddim, self.blockdim, self.stream, self.sharedmem = (griddim, blockdim, stream,
+                                                                   sharedmem)
+
+    def __call__(self, *args):
+        return run(self.sim, self.dispatcher, self.griddim, self.blockdim, self.stream,
+                   self.sharedmem, args)
+
+
+def _executor_order(sim) -> list[str]:
+    return {"auto": ["simt", "thread"], "simt": ["simt"], "thread": ["thread"]}[sim.executor]
+
+
+def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
+    kernel = KernelSource(dispatcher)
+    device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
+    config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
+                              device.limits)
+    bound = bind_args(sim, kernel, args, device.id)
+    reason = None
+    for name in _executor_order(sim):
+        inst = Instrument(kernel.name, kernel.filename, config, sim.checks)
+        launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed)
+        if name == "simt":
+            simt_run, unsupported = _simt()
+            if simt_run is None:
+                reason = "the lockstep SIMT executor is not available"
+                continue
+            try:
+                simt_run(launch)
+            except unsupported as exc:
+                reason = str(exc)
+                if sim.executor == "simt":
+                    raise NotSimulatedError(f"kernel {kernel.name!r}: the SIMT executor does "
+                                            f"not handle it: {reason}") from None
+                continue
+        else:
+            from .thread_executor import ThreadExecutor
+
+            ThreadExecutor(launch).run()
+        break
+    else:
+        raise NotSimulatedError(f"kernel {kernel.name!r}: no executor available ({reason})")
+    for buf in bound:
+        if isinstance(buf, DeviceBuffer) and buf.host is not None:
+            buf.array.copy_to_host(buf.host)
+    counters = inst.finish()
+    threads = counters.pop("threads")
+    device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
+        counters["global_load_sectors"] + counters["global_store_sectors"]) /
+        _devices.DEVICE_BANDWIDTH_BPS)
+    record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
+                          name, reason if name != "simt" else None, counters, threads,
+                          list(inst.warnings), sorted(inst.written))
+    _publish(record)
+
+
+def _simt():
+    """(run, Unsupported) of the SIMT executor, or (None, None) while it does not exist."""
+    try:
+        from . import simt
+    except ImportError:
+        return None, None
+    run_fn = getattr(simt, "run", None)
+    unsupported = getattr(simt, "Unsupported", None)
+    if run_fn is None or unsupported is None:
+        return None, None
+    return run_fn, unsupported
+
+
+# ---------------------------------------------------------------- trace sinks
+_sinks: list[list] = []
+_sinks_lock = threading.Lock()
+
+
+def _publish(record: LaunchRecord) -> None:
+    with _sinks_lock:
+        for sink in _sinks:
+            sink.append(record)
+
+
+@contextlib.contextmanager
+def trace():
+    """`with trace() as launches:` collects one LaunchRecord per simulated launch."""
+    records: list[LaunchRecord] = []
+    with _sinks_lock:
+        _sinks.append(records)
+    try:
+        yield records
+    finally:
+        with _sinks_lock:
+            _sinks.remove(records)

@@ -1,0 +1,525 @@
+"""`Instrument`: the per-launch memory checkers and counters that both executors call.
+
+Lanes arrive as int64 vectors (`block`: linear block id, `thread`: linear thread id in the
+block); the per-thread executor uses the scalar twins `index1` / `access1`, which apply the same
+rules to one lane without numpy overhead.
+
+Race model (one shadow record per element of each allocation, reset every launch): the last
+writer (global thread id, its block's barrier epoch, its warp's syncwarp epoch, atomic or not,
+its threadfence count) and the last reader (or "several readers" of one block epoch). Two
+accesses conflict when they come from different threads, at least one writes, they are not both
+atomic, and nothing orders them: the same block with a barrier in between, the same warp with a
+syncwarp in between, or (a write read by another block) a threadfence by the writer after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import (Checks, OutOfBoundsError, RaceError, UninitialisedReadError, SimError,
+                     where)
+
+SECTOR_BYTES = 32
+BANKS = 32
+BANK_BYTES = 4
+WARP = 32
+_SPACES = ("global", "shared", "local", "const")
+_KIND_CODE = {"load": 0, "store": 1, "atomic": 2}
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """A validated launch configuration (3-tuples, x first)."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+    stream: object = 0
+    device: int = 0
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def n_blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def warps_per_block(self) -> int:
+        return (self.threads_per_block + WARP - 1) // WARP
+
+    def block_xyz(self, b: int) -> tuple[int, int, int]:
+        gx, gy, _ = self.grid
+        return (b % gx, b // gx % gy, b // (gx * gy))
+
+    def thread_xyz(self, t: int) -> tuple[int, int, int]:
+        bx, by, _ = self.block
+        return (t % bx, t // bx % by, t // (bx * by))
+
+
+class SharedArray:
+    """A `cuda.shared.array` of a batch of blocks: `flat` holds `n_blocks` consecutive copies.
+
+    It has the attributes of `host.DeviceBuffer` the instrument reads (flat, initialised, offset,
+    estrides, shape, dtype, buffer_id, address, name) plus the block batch it covers.
+    """
+
+    _ids = iter(range(-1, -(1 << 62), -1))  # negative: never collides with allocation ids
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype, first_block: int = 0,
+                 n_blocks: int = 1, address: int = 0, flat: np.ndarray | None = None):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.first_block, self.n_blocks = first_block, n_blocks
+        self.block_stride = self.size
+        self.flat = flat if flat is not None else \
+            np.full(self.size * n_blocks * self.dtype.itemsize, 0xFF, np.uint8).view(self.dtype)
+        self.initialised = np.zeros(self.size * n_blocks, bool)
+        self.offset = 0
+        self.estrides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
+        self.address = address  # byte offset of element 0 in the block's shared memory
+        self.buffer_id = next(SharedArray._ids)
+        self.device = None
+
+    def block_view(self, block: int) -> np.ndarray:
+        """The ndarray of one block (for executors that index it directly)."""
+        start = (block - self.first_block) * self.size
+        return self.flat[start:start + self.size].reshape(self.shape)
+
+
+class LocalArray:
+    """A `cuda.local.array` of one thread (bounds-checked, not counted)."""
+
+    def __init__(self, name: str, shape, dtype):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+        self.flat = np.zeros(int(np.prod(self.shape, dtype=np.int64)), self.dtype)
+        self.offset = 0
+        self.estrides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
+        self.buffer_id = 0
+
+
+class _Shadow:
+    """Race shadow of one allocation for one launch."""
+
+    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "r_thr", "r_ep", "r_wep")
+
+    def __init__(self, n: int):
+        self.w_thr = np.full(n, -1, np.int64)
+        self.w_ep = np.zeros(n, np.int64)
+        self.w_wep = np.zeros(n, np.int64)
+        self.w_atomic = np.zeros(n, bool)
+        self.w_fence = np.zeros(n, np.int64)
+        self.r_thr = np.full(n, -1, np.int64)  # -1 none, >= 0 thread, <= -2: several of block -r-2
+        self.r_ep = np.zeros(n, np.int64)
+        self.r_wep = np.zeros(n, np.int64)
+
+
+class Instrument:
+    """Checkers and counters of one launch. See docs/SIMULATOR_DESIGN.md for the contract."""
+
+    def __init__(self, kernel_name: str, filename: str, config: LaunchConfig,
+                 checks: Checks | None = None):
+        self.kernel, self.filename, self.config = kernel_name, filename, config
+        self.checks = checks or Checks()
+        self.warnings: list[str] = []
+        self.tpb = config.threads_per_block
+        self.wpb = config.warps_per_block
+        nb = config.n_blocks
+        self.races = self.checks.enabled("races")
+        self.uninit = self.checks.enabled("uninitialised")
+        self.epoch = np.zeros(nb, np.int64)
+        self.wepoch = np.zeros(nb * self.wpb, np.int64)
+        self.fences = np.zeros(nb * self.tpb, np.int64)
+        self._shadows: dict[int, _Shadow] = {}
+        # counters
+        self.per_thread = {k: np.zeros(nb * self.tpb, np.int64) for k in
+                           ("global_loads", "global_stores", "shared_loads", "shared_stores")}
+        self.counts = dict.fromkeys(
+            ("global_loads", "global_stores", "global_load_requests", "global_store_requests",
+             "global_load_sectors", "global_store_sectors", "shared_loads", "shared_stores",
+             "shared_requests", "bank_conflict_wavefronts", "atomics", "barriers", "warp_ops"), 0)
+        self.written: set[str] = set()
+        # scalar-path request log: (space, kind, line, nth, warp) -> byte addresses
+        self._requests: dict[tuple, list[int]] = {}
+        self._nth: dict[tuple, int] = {}
+
+    # ------------------------------------------------------------------ diagnostics
+    def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
+              array=None, index=None) -> None:
+        b, t = self.config.block_xyz(int(block)), self.config.thread_xyz(int(thread))
+        fn = filename or self.filename
+        err = cls(f"{where(self.kernel, fn, line, b, t)}: {what}", kernel=self.kernel,
+                  filename=fn, line=line, block=b, thread=t, array=array, index=index)
+        self.checks.report(err, self.warnings)
+
+    # ------------------------------------------------------------------ indexing
+    def index(self, space, handle, idx, block, thread, line, filename=None) -> np.ndarray:
+        """Flat positions in `handle.flat` of the lanes' indices; raises OutOfBoundsError."""
+        block = np.asarray(block, np.int64)
+        n = block.shape[0]
+        shape = handle.shape
+        if len(idx) != len(shape):
+            raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
+                           f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
+        flat = np.full(n, handle.offset, np.int64)
+        bad = np.zeros(n, bool)
+        for k, (i, dim, st) in enumerate(zip(idx, shape, handle.estrides)):
+            i = np.broadcast_to(np.asarray(i).astype(np.int64, copy=False), (n,))
+            bad |= (i < 0) | (i >= dim)
+            flat += i * st
+        if bad.any():
+            lane = int(np.argmax(bad))
+            index = tuple(int(np.broadcast_to(np.asarray(i), (n,))[lane]) for i in idx)
+            self._oob(handle, space, index, int(block[lane]), int(np.asarray(thread)[lane]),
+                      line, filename)
+            flat = np.where(bad, handle.offset, flat)  # downgraded: keep memory safe
+        if space == "shared":
+            flat += (block - handle.first_block) * handle.block_stride
+        return flat
+
+    def index1(self, space, handle, idx, block: int, thread: int, line: int,
+               filename=None) -> int:
+        """Scalar twin of `index` for one lane; `idx` a tuple of ints."""
+        shape = handle.shape
+        if len(idx) != len(shape):
+            raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
+                           f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
+        flat = handle.offset
+        for i, dim, st in zip(idx, shape, handle.estrides):
+            if not 0 <= i < dim:
+                self._oob(handle, space, tuple(int(v) for v in idx), block, thread, line,
+                          filename)
+                return handle.offset
+            flat += i * st
+        if space == "shared":
+            flat += (block - handle.first_block) * handle.block_stride
+        return int(flat)
+
+    def _oob(self, handle, space, index, block, thread, line, filename):
+        shape = tuple(handle.shape)
+        idx = index[0] if len(index) == 1 else index
+        self._fail(OutOfBoundsError,
+                   f"out-of-bounds access to {space} array {handle.name!r} of shape "
+                   f"{shape if len(shape) > 1 else shape[0]} at index {idx}",
+                   block, thread, line, filename, handle.name, index)
+
+    # ------------------------------------------------------------------ accesses
+    def _shadow(self, handle) -> _Shadow:
+        sh = self._shadows.get(handle.buffer_id)
+        if sh is None:
+            sh = self._shadows[handle.buffer_id] = _Shadow(handle.flat.shape[0])
+        return sh
+
+    def _index_of(self, handle, flat: int):
+        f = flat - handle.offset
+        if getattr(handle, "block_stride", 0):
+            f %= handle.block_stride
+        out = []
+        for st in handle.estrides:
+            q, f = divmod(f, st) if st else (0, f)
+            out.append(int(q))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def access(self, space, handle, kind, flat, block, thread, line, filename=None) -> None:
+        """One instruction's accesses by many lanes: checks, then counters."""
+        if space in ("local", "const"):
+            return
+        flat = np.asarray(flat, np.int64)
+        block = np.asarray(block, np.int64)
+        thread = np.asarray(thread, np.int64)
+        if self.uninit and kind != "store":
+            init = handle.initialised[flat]
+            if not init.all():
+                lane = int(np.argmin(init))
+                self._uninit(space, handle, int(flat[lane]), int(block[lane]),
+                             int(thread[lane]), line, filename)
+        if self.races:
+            self._race_vec(space, handle, kind, flat, block, thread, line, filename)
+        if kind != "load":
+            handle.initialised[flat] = True
+            if space == "global":
+                self.written.add(handle.name)
+        self._count_vec(space, handle, kind, flat, block, thread)
+
+    def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,
+                filename=None) -> None:
+        """Scalar twin of `access` for one lane."""
+        if space in ("local", "const"):
+            return
+        if self.uninit and kind != "store" and not handle.initialised[flat]:
+            self._uninit(space, handle, flat, block, thread, line, filename)
+        if self.races:
+            self._race1(space, handle, kind, flat, block, thread, line, filename)
+        if kind != "load":
+            handle.initialised[flat] = True
+            if space == "global":
+                self.written.add(handle.name)
+        self._count1(space, handle, kind, flat, block, thread, line)
+
+    def _uninit(self, space, handle, flat, block, thread, line, filename):
+        what = "shared array" if space == "shared" else "device array"
+        self._fail(UninitialisedReadError,
+                   f"read of uninitialised {what} {handle.name!r} at index "
+                   f"{self._index_of(handle, flat)} (never written since allocation)",
+                   block, thread, line, filename, handle.name, self._index_of(handle, flat))
+
+    # ------------------------------------------------------------------ races
+    def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
+                  filename):
+        if other <= -2:
+            who = f"other threads of block {self.config.block_xyz(-other - 2)}"
+        else:
+            ob, ot = divmod(int(other), self.tpb)
+            who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
+        hint = ("with no syncthreads() in between" if space == "shared" or
+                (other > -2 and int(other) // self.tpb == block) or other <= -2
+                else "from another block (use an atomic, or a separate launch)")
+        self._fail(RaceError,
+                   f"data race on {space} array {handle.name!r} at index "
+                   f"{self._index_of(handle, flat)}: {kind} conflicts with a {other_kind} by "
+                   f"{who} {hint}", block, thread, line, filename, handle.name,
+                   self._index_of(handle, flat))
+
+    def _ordered1(self, other: int, ep: int, wep: int, g: int, block: int) -> bool:
+        """Is an earlier access by global thread `other` ordered before thread `g`'s access?"""
+        if other == g:
+            return True
+        ob = other // self.tpb
+        if ob != block:
+            return False
+        if ep != self.epoch[block]:
+            return True
+        ow = other // WARP if self.tpb % WARP == 0 else ob * self.wpb + (other % self.tpb) // WARP
+        w = block * self.wpb + (g % self.tpb) // WARP
+        return ow == w and wep != self.wepoch[w]
+
+    def _race1(self, space, handle, kind, flat, block, thread, line, filename):
+        sh = self._shadow(handle)
+        g = block * self.tpb + thread
+        w = block * self.wpb + thread // WARP
+        ep, wep = int(self.epoch[block]), int(self.wepoch[w])
+        wt = int(sh.w_thr[flat])
+        if wt >= 0 and wt != g and not (kind == "atomic" and sh.w_atomic[flat]):
+            if not self._ordered1(wt, int(sh.w_ep[flat]), int(sh.w_wep[flat]), g, block):
+                cross_fenced = (kind == "load" and wt // self.tpb != block
+                                and self.fences[wt] > sh.w_fence[flat])
+                if not cross_fenced:
+                    self._race_msg(space, handle, kind, flat, wt,
+                                   "atomic" if sh.w_atomic[flat] else "store", block, thread,
+                                   line, filename)
+        rt = int(sh.r_thr[flat])
+        if kind != "load" and rt != -1 and rt != g:
+            if rt <= -2:
+                conflict = (-rt - 2) != block or int(sh.r_ep[flat]) == ep
+            else:
+                conflict = not self._ordered1(rt, int(sh.r_ep[flat]), int(sh.r_wep[flat]), g,
+                                              block)
+            if conflict:
+                self._race_msg(space, handle, kind, flat, rt, "load", block, thread, line,
+                               filename)
+        if kind == "load":
+            if rt == -1 or rt == g or (rt >= 0 and self._ordered1(
+                    rt, int(sh.r_ep[flat]), int(sh.r_wep[flat]), g, block)) or \
+                    (rt <= -2 and ((-rt - 2) != block or int(sh.r_ep[flat]) != ep)):
+                sh.r_thr[flat] = g
+            elif rt >= 0 and rt // self.tpb != block:
+                sh.r_thr[flat] = g
+            else:
+                sh.r_thr[flat] = -block - 2
+            sh.r_ep[flat], sh.r_wep[flat] = ep, wep
+        else:
+            sh.w_thr[flat] = g
+            sh.w_ep[flat], sh.w_wep[flat] = ep, wep
+            sh.w_atomic[flat] = kind == "atomic"
+            sh.w_fence[flat] = self.fences[g]
+            sh.r_thr[flat] = -1
+
+    def _ordered_vec(self, other, o_ep, o_wep, g, block, w):
+        ob = other // self.tpb
+        ow = ob * self.wpb + (other % self.tpb) // WARP
+        same_block = ob == block
+        return (other == g) | (same_block & ((o_ep != self.epoch[block]) |
+                                             ((ow == w) & (o_wep != self.wepoch[w]))))
+
+    def _race_vec(self, space, handle, kind, flat, block, thread, line, filename):
+        sh = self._shadow(handle)
+        g = block * self.tpb + thread
+        w = block * self.wpb + thread // WARP
+        ep, wep = self.epoch[block], self.wepoch[w]
+        wt = sh.w_thr[flat]
+        # against the previous writer
+        bad = (wt >= 0) & (wt != g)
+        if kind == "atomic":
+            bad &= ~sh.w_atomic[flat]
+        if bad.any():
+            bad &= ~self._ordered_vec(wt, sh.w_ep[flat], sh.w_wep[flat], g, block, w)
+            if kind == "load":
+                wt_safe = np.maximum(wt, 0)
+                bad &= ~((wt_safe // self.tpb != block) & (self.fences[wt_safe] > sh.w_fence[flat]))
+            if bad.any():
+                i = int(np.argmax(bad))
+                self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
+                               "atomic" if sh.w_atomic[flat[i]] else "store", int(block[i]),
+                               int(thread[i]), line, filename)
+        rt = sh.r_thr[flat]
+        if kind != "load":
+            # against earlier readers
+            bad = (rt != -1) & (rt != g)
+            multi = rt <= -2
+            ordered = self._ordered_vec(np.maximum(rt, 0), sh.r_ep[flat], sh.r_wep[flat], g,
+                                        block, w)
+            multi_ok = multi & ((-rt - 2) == block) & (sh.r_ep[flat] != ep)
+            bad &= np.where(multi, ~multi_ok, ~ordered)
+            if bad.any():
+                i = int(np.argmax(bad))
+                self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
+                               int(block[i]), int(thread[i]), line, filename)
+            if kind == "store" and flat.shape[0] > 1:
+                # two lanes of one instruction storing to one element
+                order = np.argsort(flat, kind="stable")
+                fs, gs = flat[order], g[order]
+                dup = (fs[1:] == fs[:-1]) & (gs[1:] != gs[:-1])
+                if dup.any():
+                    i = int(order[1:][np.argmax(dup)])
+                    j = int(order[:-1][np.argmax(dup)])
+                    self._race_msg(space, handle, kind, int(flat[i]), int(g[j]), "store",
+                                   int(block[i]), int(thread[i]), line, filename)
+            sh.w_thr[flat] = g
+            sh.w_ep[flat], sh.w_wep[flat] = ep, wep
+            sh.w_atomic[flat] = kind == "atomic"
+            sh.w_fence[flat] = self.fences[g]
+            sh.r_thr[flat] = -1
+        else:
+            # readers: one thread, or "several of this block epoch"
+            keep_single = (rt == -1) | (rt == g)
+            ordered = self._ordered_vec(np.maximum(rt, 0), sh.r_ep[flat], sh.r_wep[flat], g,
+                                        block, w)
+            keep_single |= (rt >= 0) & (ordered | (np.maximum(rt, 0) // self.tpb != block))
+            keep_single |= (rt <= -2) & (((-rt - 2) != block) | (sh.r_ep[flat] != ep))
+            new = np.where(keep_single, g, -block - 2)
+            if flat.shape[0] > 1:
+                order = np.argsort(flat, kind="stable")
+                fs, gs = flat[order], g[order]
+                dup = (fs[1:] == fs[:-1]) & (gs[1:] != gs[:-1])
+                if dup.any():
+                    shared_elem = np.zeros(flat.shape[0], bool)
+                    shared_elem[order[1:][dup]] = True
+                    shared_elem[order[:-1][dup]] = True
+                    new = np.where(shared_elem, -block - 2, new)
+            sh.r_thr[flat] = new
+            sh.r_ep[flat], sh.r_wep[flat] = ep, wep
+
+    # ------------------------------------------------------------------ sync events
+    def barrier(self, block_ids, line=None) -> None:
+        """A syncthreads completed for these blocks."""
+        block_ids = np.atleast_1d(np.asarray(block_ids, np.int64))
+        self.epoch[block_ids] += 1
+        for b in block_ids.tolist():
+            self.wepoch[b * self.wpb:(b + 1) * self.wpb] += 1
+        self.counts["barriers"] += int(block_ids.shape[0])
+
+    def syncwarp(self, block: int, warp: int) -> None:
+        """A syncwarp (or completed warp rendezvous that orders memory) in one warp."""
+        self.wepoch[block * self.wpb + warp] += 1
+
+    def fence(self, block, thread) -> None:
+        """threadfence by these lanes: their earlier writes become visible to other blocks."""
+        g = np.asarray(block, np.int64) * self.tpb + np.asarray(thread, np.int64)
+        self.fences[g] += 1
+
+    def warp_op(self, name: str, n_lanes: int, line=None) -> None:
+        self.counts["warp_ops"] += 1
+
+    # ------------------------------------------------------------------ counters
+    def _byte_addr(self, space, handle, flat):
+        if space == "shared":
+            within = flat % handle.block_stride if handle.block_stride else flat
+            return handle.address + within * handle.dtype.itemsize
+        return handle.address + flat * handle.dtype.itemsize
+
+    def _count_vec(self, space, handle, kind, flat, block, thread):
+        g = block * self.tpb + thread
+        n = flat.shape[0]
+        if kind == "atomic":
+            self.counts["atomics"] += n
+            return
+        key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
+        self.counts[key] += n
+        np.add.at(self.per_thread[key], g, 1)
+        warp = block * self.wpb + thread // WARP
+        addr = self._byte_addr(space, handle, flat)
+        if space == "global":
+            sectors = np.unique(np.stack([warp, addr // SECTOR_BYTES]), axis=1).shape[1]
+            self.counts[f"global_{kind}_requests"] += np.unique(warp).shape[0]
+            self.counts[f"global_{kind}_sectors"] += sectors
+        else:
+            self.counts["shared_requests"] += np.unique(warp).shape[0]
+            self.counts["bank_conflict_wavefronts"] += _wavefronts(
+                warp, addr, handle.dtype.itemsize)
+
+    def _count1(self, space, handle, kind, flat, block, thread, line):
+        if kind == "atomic":
+            self.counts["atomics"] += 1
+            return
+        key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
+        self.counts[key] += 1
+        g = block * self.tpb + thread
+        self.per_thread[key][g] += 1
+        warp = block * self.wpb + thread // WARP
+        nkey = (g, space, kind, line)
+        nth = self._nth.get(nkey, 0)
+        self._nth[nkey] = nth + 1
+        rkey = (space, kind, line, nth, warp, handle.dtype.itemsize)
+        addr = int(self._byte_addr(space, handle, flat))
+        lst = self._requests.get(rkey)
+        if lst is None:
+            self._requests[rkey] = [addr]
+        else:
+            lst.append(addr)
+
+    def _flush_requests(self):
+        """Turn the scalar path's request log into request / sector / wavefront counts."""
+        for (space, kind, _line, _nth, _warp, item), addrs in self._requests.items():
+            if space == "global":
+                self.counts[f"global_{kind}_requests"] += 1
+                self.counts[f"global_{kind}_sectors"] += len({a // SECTOR_BYTES for a in addrs})
+            else:
+                self.counts["shared_requests"] += 1
+                a = np.asarray(addrs, np.int64)
+                self.counts["bank_conflict_wavefronts"] += _wavefronts(
+                    np.zeros_like(a), a, item)
+        self._requests.clear()
+        self._nth.clear()
+
+    def finish(self) -> dict:
+        """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
+        self._flush_requests()
+        c = dict(self.counts)
+        c["sectors_per_request"] = (
+            (c["global_load_sectors"] + c["global_store_sectors"]) /
+            max(1, c["global_load_requests"] + c["global_store_requests"]))
+        c["wavefronts_per_shared_request"] = c["bank_conflict_wavefronts"] / max(
+            1, c["shared_requests"])
+        c["max_global_loads_per_thread"] = int(self.per_thread["global_loads"].max(initial=0))
+        c["max_global_stores_per_thread"] = int(self.per_thread["global_stores"].max(initial=0))
+        c["threads_launched"] = self.config.n_blocks * self.tpb
+        shape = (self.config.n_blocks, self.tpb)
+        c["threads"] = {k: v.reshape(shape) for k, v in self.per_thread.items()}
+        return c
+
+
+def _wavefronts(warp: np.ndarray, addr: np.ndarray, itemsize: int) -> int:
+    """Sum over requests (one per warp id) of the most distinct 4-byte words in one bank."""
+    words = [addr // BANK_BYTES + k for k in range(max(1, itemsize // BANK_BYTES))]
+    w = np.concatenate([warp] * len(words))
+    word = np.concatenate(words)
+    uniq = np.unique(np.stack([w, word]), axis=1)
+    bank_key = np.stack([uniq[0], uniq[1] % BANKS])
+    banks, per_bank = np.unique(bank_key, axis=1, return_counts=True)
+    # max distinct words per bank, per request
+    order = np.lexsort((per_bank, banks[0]))
+    reqs, first = np.unique(banks[0][order][::-1], return_index=True)
+    return int(per_bank[order][::-1][first].sum())

@@ -1,0 +1,691 @@
+"""Per-thread executor: one greenlet per CUDA thread, a deterministic scheduler per block.
+
+Blocks run one after another. Inside a block every thread runs until it blocks (syncthreads,
+a warp collective) or yields (atomics, fences, long runs of loads, so that spin loops make
+progress), then the next runnable thread runs, in thread order (or a seeded shuffle of it).
+When nothing is runnable the scheduler completes warp rendezvous, then the barrier, else
+reports a deadlock: the simulator never hangs on a kernel that waits forever.
+
+The fake `cuda` a kernel sees reads the running thread from the executor, which is set by the
+scheduler before each switch (explicit context, no thread-local lookups).
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+from greenlet import greenlet
+
+from . import kernel_source, patching
+from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
+                     NotSimulatedError, SimError, WarpOpError, where)
+from .host import _as_dtype
+from .memory import WARP, LocalArray, SharedArray
+
+SPIN_LIMIT = 200_000  # scheduler turns without a barrier or an exit before "no progress"
+LOADS_PER_YIELD = 4096  # a thread that only loads is preempted after this many
+FULL_MASK = 0xFFFFFFFF
+
+
+class Dim3(NamedTuple):
+    x: int
+    y: int
+    z: int
+
+
+class ThreadState:
+    __slots__ = ("lin", "idx", "lane", "warp", "glet", "status", "wait", "value", "loads",
+                 "explicit_exit")
+
+    def __init__(self, lin: int, idx: Dim3):
+        self.lin, self.idx = lin, idx
+        self.lane, self.warp = lin % WARP, lin // WARP
+        self.glet = None
+        self.status = "ready"  # ready | barrier | warp | exited
+        self.wait = None  # the request a blocked thread waits on
+        self.value = None  # what its blocking call returns when resumed
+        self.loads = 0
+        self.explicit_exit = False
+
+
+class _View:
+    """A sub-array of a handle (partial indexing or a slice): same storage, new layout."""
+
+    def __init__(self, base, offset, shape, estrides):
+        self.name, self.flat, self.initialised = base.name, base.flat, base.initialised
+        self.dtype, self.buffer_id, self.address = base.dtype, base.buffer_id, base.address
+        self.first_block = getattr(base, "first_block", 0)
+        self.block_stride = getattr(base, "block_stride", 0)
+        self.offset, self.shape, self.estrides = offset, tuple(shape), tuple(estrides)
+
+
+class ThreadArray:
+    """An array as one simulated thread indexes it: every element access is instrumented."""
+
+    __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype")
+
+    def __init__(self, handle, space: str, ex: "ThreadExecutor"):
+        self._h, self._space, self._ex = handle, space, ex
+        self.shape = tuple(handle.shape)
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = handle.dtype
+
+    def __len__(self):
+        return self.shape[0]
+
+    def _flat(self, key, kind, frame):
+        ex = self._ex
+        if type(key) is not tuple:
+            key = (key,)
+        st = ex.cur
+        inst = ex.inst
+        flat = inst.index1(self._space, self._h, key, ex.bid, st.lin, frame.f_lineno,
+                           frame.f_code.co_filename)
+        inst.access1(self._space, self._h, kind, flat, ex.bid, st.lin, frame.f_lineno,
+                     frame.f_code.co_filename)
+        return flat
+
+    def _is_view(self, key):
+        if type(key) is not tuple:
+            key = (key,)
+        return len(key) < self.ndim or any(isinstance(k, slice) for k in key)
+
+    def __getitem__(self, key):
+        if self._is_view(key):
+            return self._view(key, sys._getframe(1))
+        flat = self._flat(key, "load", sys._getframe(1))
+        st = self._ex.cur
+        st.loads += 1
+        if st.loads >= LOADS_PER_YIELD:
+            st.loads = 0
+            self._ex.yield_()
+        return self._h.flat[flat]
+
+    def __setitem__(self, key, value):
+        if self._space == "const":
+            f = sys._getframe(1)
+            raise SimError(f"{where(self._ex.name, f.f_code.co_filename, f.f_lineno)}: "
+                           f"store to constant array {self._h.name!r}")
+        if self._is_view(key):
+            raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
+                                    "simulated; store element by element")
+        flat = self._flat(key, "store", sys._getframe(1))
+        self._h.flat[flat] = value
+
+    def _view(self, key, frame):
+        if type(key) is not tuple:
+            key = (key,)
+        h = self._h
+        offset, shape, strides = h.offset, [], []
+        for k, (dim, st) in enumerate(zip(h.shape, h.estrides)):
+            if k >= len(key):
+                shape.append(dim)
+                strides.append(st)
+                continue
+            i = key[k]
+            if isinstance(i, slice):
+                start, stop, step = i.indices(dim)
+                shape.append(len(range(start, stop, step)))
+                strides.append(st * step)
+                offset += start * st
+            else:
+                if not 0 <= i < dim:
+                    self._ex.inst._oob(h, self._space, tuple(key), self._ex.bid, self._ex.cur.lin,
+                                       frame.f_lineno, frame.f_code.co_filename)
+                offset += i * st
+        return ThreadArray(_View(h, offset, shape, strides), self._space, self._ex)
+
+
+# ---------------------------------------------------------------- the kernel-side API
+class _Shared:
+    def __init__(self, ex):
+        self._ex = ex
+
+    def array(self, shape, dtype):
+        return self._ex.shared_array(shape, dtype, sys._getframe(1))
+
+
+class _Local:
+    def __init__(self, ex):
+        self._ex = ex
+
+    def array(self, shape, dtype):
+        shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+        return ThreadArray(LocalArray("local array", shape, _as_dtype(dtype)), "local", self._ex)
+
+
+class _Const:
+    def __init__(self, ex):
+        self._ex = ex
+
+    def array_like(self, ary):
+        return self._ex.const_array(ary)
+
+
+class _Atomic:
+    """cuda.atomic: read-modify-write returning the old value, then a yield (spin loops)."""
+
+    def __init__(self, ex):
+        self._ex = ex
+
+    def _rmw(self, ary, idx, fn, frame):
+        ex = self._ex
+        if not isinstance(ary, ThreadArray):
+            raise SimError(f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                           f"atomic on something that is not an array ({type(ary).__name__})")
+        key = idx if type(idx) is tuple else (idx,)
+        flat = ary._flat(key, "atomic", frame)
+        store = ary._h.flat
+        old = store[flat]
+        store[flat] = fn(old)
+        ex.yield_()
+        return old
+
+    def add(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: o + val, sys._getframe(1))
+
+    def sub(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: o - val, sys._getframe(1))
+
+    def max(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: max(o, val), sys._getframe(1))
+
+    def min(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: min(o, val), sys._getframe(1))
+
+    def nanmax(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: np.fmax(o, val), sys._getframe(1))
+
+    def nanmin(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: np.fmin(o, val), sys._getframe(1))
+
+    def inc(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: 0 if o >= val else o + 1, sys._getframe(1))
+
+    def dec(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: val if (o == 0 or o > val) else o - 1,
+                         sys._getframe(1))
+
+    def exch(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: val, sys._getframe(1))
+
+    def and_(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: o & val, sys._getframe(1))
+
+    def or_(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: o | val, sys._getframe(1))
+
+    def xor(self, ary, idx, val):
+        return self._rmw(ary, idx, lambda o: o ^ val, sys._getframe(1))
+
+    def cas(self, ary, idx, old, val):
+        return self._rmw(ary, idx, lambda o: val if o == old else o, sys._getframe(1))
+
+    def compare_and_swap(self, ary, old, val):
+        return self._rmw(ary, 0, lambda o: val if o == old else o, sys._getframe(1))
+
+
+setattr(_Atomic, "and", _Atomic.and_)
+setattr(_Atomic, "or", _Atomic.or_)
+
+
+class ThreadCuda:
+    """The `cuda` a kernel sees under the per-thread executor."""
+
+    API_NAMES = (
+        "threadIdx", "blockIdx", "blockDim", "gridDim", "laneid", "warpsize", "grid",
+        "gridsize", "shared", "local", "const", "atomic", "syncthreads", "syncthreads_count",
+        "syncthreads_and", "syncthreads_or", "threadfence", "threadfence_block",
+        "threadfence_system", "syncwarp", "shfl_sync", "shfl_up_sync", "shfl_down_sync",
+        "shfl_xor_sync", "ballot_sync", "all_sync", "any_sync", "eq_sync", "match_any_sync",
+        "match_all_sync", "activemask", "lanemask_lt", "popc", "brev", "clz", "ffs", "fma",
+        "cbrt", "selp", "nanosleep",
+    )
+
+    def __init__(self, ex: "ThreadExecutor"):
+        self._ex = ex
+        self.shared = _Shared(ex)
+        self.local = _Local(ex)
+        self.const = _Const(ex)
+        self.atomic = _Atomic(ex)
+        self.warpsize = WARP
+        self.blockDim = Dim3(*ex.config.block)
+        self.gridDim = Dim3(*ex.config.grid)
+
+    threadIdx = property(lambda self: self._ex.cur.idx)
+    blockIdx = property(lambda self: self._ex.bidx)
+    laneid = property(lambda self: self._ex.cur.lane)
+
+    def __getattr__(self, name):
+        real = getattr(patching.cuda_module(), name)
+        if isinstance(real, type) or type(real).__module__.startswith(("numba.core.types",
+                                                                       "numba.cuda.types")) \
+                or name in ("float16", "bfloat16"):
+            return real
+        raise NotSimulatedError(f"cuda.{name} is not simulated")
+
+    # --- indexing helpers
+    def grid(self, ndim):
+        ex, t = self._ex, self._ex.cur.idx
+        b, d = ex.bidx, self.blockDim
+        x = b.x * d.x + t.x
+        if ndim == 1:
+            return x
+        y = b.y * d.y + t.y
+        if ndim == 2:
+            return x, y
+        return x, y, b.z * d.z + t.z
+
+    def gridsize(self, ndim):
+        g, d = self.gridDim, self.blockDim
+        if ndim == 1:
+            return g.x * d.x
+        if ndim == 2:
+            return g.x * d.x, g.y * d.y
+        return g.x * d.x, g.y * d.y, g.z * d.z
+
+    # --- barriers and fences
+    def syncthreads(self):
+        self._ex.block_on("barrier", ("sync", None), sys._getframe(1))
+
+    def syncthreads_count(self, pred):
+        return self._ex.block_on("barrier", ("count", bool(pred)), sys._getframe(1))
+
+    def syncthreads_and(self, pred):
+        return self._ex.block_on("barrier", ("and", bool(pred)), sys._getframe(1))
+
+    def syncthreads_or(self, pred):
+        return self._ex.block_on("barrier", ("or", bool(pred)), sys._getframe(1))
+
+    def threadfence(self):
+        self._ex.fence()
+
+    threadfence_block = threadfence_system = threadfence
+
+    def nanosleep(self, ns):
+        self._ex.yield_()
+
+    # --- warp collectives (Volta+: a rendezvous of the lanes named in the mask)
+    def _warp(self, op, mask, value=None, arg=None):
+        return self._ex.block_on("warp", (op, int(mask), value, arg), sys._getframe(2))
+
+    def syncwarp(self, mask=FULL_MASK):
+        self._warp("syncwarp", mask)
+
+    def shfl_sync(self, mask, value, src_lane):
+        return self._warp("shfl_sync", mask, value, int(src_lane))
+
+    def shfl_up_sync(self, mask, value, delta):
+        return self._warp("shfl_up_sync", mask, value, int(delta))
+
+    def shfl_down_sync(self, mask, value, delta):
+        return self._warp("shfl_down_sync", mask, value, int(delta))
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        return self._warp("shfl_xor_sync", mask, value, int(lane_mask))
+
+    def ballot_sync(self, mask, predicate):
+        return self._warp("ballot_sync", mask, bool(predicate))
+
+    def all_sync(self, mask, predicate):
+        return self._warp("all_sync", mask, bool(predicate))
+
+    def any_sync(self, mask, predicate):
+        return self._warp("any_sync", mask, bool(predicate))
+
+    def eq_sync(self, mask, value):
+        return self._warp("eq_sync", mask, value)
+
+    def match_any_sync(self, mask, value):
+        return self._warp("match_any_sync", mask, value)
+
+    def match_all_sync(self, mask, value):
+        return self._warp("match_all_sync", mask, value)
+
+    def activemask(self):
+        return self._ex.live_mask(self._ex.cur.warp)
+
+    def lanemask_lt(self):
+        return (1 << self._ex.cur.lane) - 1
+
+    # --- integer and float intrinsics
+    @staticmethod
+    def popc(x):
+        return bin(int(x) & 0xFFFFFFFFFFFFFFFF).count("1")
+
+    @staticmethod
+    def brev(x):
+        bits = 64 if isinstance(x, (np.int64, np.uint64)) else 32
+        return int(f"{int(x) & ((1 << bits) - 1):0{bits}b}"[::-1], 2)
+
+    @staticmethod
+    def clz(x):
+        bits = 64 if isinstance(x, (np.int64, np.uint64)) else 32
+        v = int(x) & ((1 << bits) - 1)
+        return bits - v.bit_length()
+
+    @staticmethod
+    def ffs(x):
+        v = int(x) & 0xFFFFFFFFFFFFFFFF
+        return (v & -v).bit_length()
+
+    @staticmethod
+    def fma(a, b, c):
+        return a * b + c
+
+    @staticmethod
+    def cbrt(x):
+        return np.cbrt(x)
+
+    @staticmethod
+    def selp(pred, a, b):
+        return a if pred else b
+
+
+# ---------------------------------------------------------------- the executor
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+
+
+class ThreadExecutor:
+    """Runs one launch (a `launch.Launch`) thread by thread."""
+
+    def __init__(self, launch):
+        self.launch = launch
+        self.config = launch.config
+        self.inst = launch.instrument
+        self.name = launch.kernel.name
+        self.tpb = self.config.threads_per_block
+        self.rng = np.random.default_rng(launch.seed) if launch.seed is not None else None
+        self.cur: ThreadState | None = None
+        self.bid = 0
+        self.bidx = Dim3(0, 0, 0)
+        self.cuda = ThreadCuda(self)
+        self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda)
+        self.args = [ThreadArray(a, "global", self) if hasattr(a, "flat") else a
+                     for a in launch.args]
+        self._const: dict[int, ThreadArray] = {}
+        self.hub = None
+        self.static_shared = 0
+
+    # --- entry point
+    def run(self) -> None:
+        blocks = np.arange(self.config.n_blocks)
+        if self.rng is not None:
+            self.rng.shuffle(blocks)
+        for b in blocks.tolist():
+            self._run_block(b)
+
+    def _run_block(self, b: int) -> None:
+        cfg = self.config
+        self.bid, self.bidx = b, Dim3(*cfg.block_xyz(b))
+        self.shared: dict = {}
+        self.dynamic: dict = {}
+        self.shared_offset = 0
+        self.threads = [ThreadState(t, Dim3(*cfg.thread_xyz(t))) for t in range(self.tpb)]
+        order = list(range(self.tpb))
+        if self.rng is not None:
+            self.rng.shuffle(order)
+        self.order = order
+        self.hub = greenlet.getcurrent()
+        fn, args = self.fn, self.args
+        for st in self.threads:
+            st.glet = greenlet(lambda *_: fn(*args), parent=self.hub)
+        runnable = deque(self.threads[t] for t in order)
+        self.spins = 0
+        try:
+            while True:
+                while runnable:
+                    st = runnable.popleft()
+                    self.cur = st
+                    event = st.glet.switch(st.value)
+                    if st.glet.dead:
+                        st.status = "exited"
+                        self.spins = 0
+                    elif event == "yield":
+                        self.spins += 1
+                        if self.spins > SPIN_LIMIT:
+                            self._no_progress()
+                        runnable.append(st)
+                    # else: it blocked; its status and wait are set
+                if all(st.status == "exited" for st in self.threads):
+                    return
+                if self._complete_warps(runnable) or self._complete_barrier(runnable):
+                    self.spins = 0
+                    continue
+                self._deadlock()
+        finally:
+            self.cur = None
+            for st in self.threads:  # drop suspended greenlets of an aborted block quietly
+                if st.glet is not None and not st.glet.dead:
+                    st.glet.parent = greenlet.getcurrent()
+                    st.glet = None
+
+    # --- blocking calls made from inside a thread
+    def block_on(self, status: str, request, frame):
+        st = self.cur
+        st.status = status
+        st.wait = (request, frame.f_lineno, frame.f_code.co_filename)
+        if status == "warp":
+            op, mask = request[0], request[1]
+            if not mask >> st.lane & 1:
+                self._warp_error(st, frame, f"{op} called with mask {mask:#010x}, which does "
+                                 f"not include the calling lane {st.lane}")
+        st.value = None
+        self.hub.switch("blocked")
+        return st.value
+
+    def yield_(self) -> None:
+        self.hub.switch("yield")
+
+    def fence(self) -> None:
+        self.inst.fence(self.bid, self.cur.lin)
+        self.yield_()
+
+    def live_mask(self, warp: int) -> int:
+        mask = 0
+        for st in self.threads[warp * WARP:(warp + 1) * WARP]:
+            if st.status != "exited":
+                mask |= 1 << st.lane
+        return mask
+
+    # --- memory spaces
+    def shared_array(self, shape, dtype, frame):
+        key = (frame.f_code, frame.f_lasti)
+        arr = self.shared.get(key)
+        if arr is not None:
+            return arr
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        dtype = _as_dtype(dtype)
+        name = self._name_at(frame, "shared array")
+        if shape in ((0,), ()) or int(np.prod(shape)) == 0:
+            handle = self._dynamic_shared(dtype, name, frame)
+        else:
+            size = int(np.prod(shape)) * dtype.itemsize
+            start = -(-self.shared_offset // dtype.itemsize) * dtype.itemsize
+            self.shared_offset = start + size
+            self._check_shared(frame)
+            handle = SharedArray(name, shape, dtype, first_block=self.bid, address=start)
+        arr = self.shared[key] = ThreadArray(handle, "shared", self)
+        return arr
+
+    def _dynamic_shared(self, dtype, name, frame):
+        handle = self.dynamic.get(dtype)
+        if handle is not None:
+            return handle
+        n = self.config.shared_bytes // dtype.itemsize
+        if "bytes" not in self.dynamic:
+            self.dynamic["bytes"] = np.full(self.config.shared_bytes, 0xFF, np.uint8)
+        store = self.dynamic["bytes"][:n * dtype.itemsize].view(dtype)
+        handle = SharedArray(name, (n,), dtype, first_block=self.bid, flat=store)
+        self.dynamic[dtype] = handle
+        return handle
+
+    def _check_shared(self, frame):
+        lim = self.launch.device_limits
+        static, dyn = self.shared_offset, self.config.shared_bytes
+        if static > lim.default_shared_bytes or static + dyn > lim.max_shared_bytes_optin:
+            raise LaunchConfigError(
+                f"{where(self.name, frame.f_code.co_filename, frame.f_lineno)}: the block needs "
+                f"{static} bytes of static + {dyn} bytes of dynamic shared memory; the limit is "
+                f"{lim.default_shared_bytes} bytes static and {lim.max_shared_bytes_optin} in "
+                f"total", kernel=self.name, filename=frame.f_code.co_filename,
+                line=frame.f_lineno)
+
+    def const_array(self, ary):
+        arr = self._const.get(id(ary))
+        if arr is None:
+            data = np.ascontiguousarray(ary.copy_to_host() if hasattr(ary, "copy_to_host")
+                                        else ary)
+            handle = LocalArray("constant array", data.shape, data.dtype)
+            handle.flat[:] = data.reshape(-1)
+            arr = self._const[id(ary)] = ThreadArray(handle, "const", self)
+        return arr
+
+    @staticmethod
+    def _name_at(frame, default):
+        m = _ASSIGN.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+        return m.group(1) if m else f"{default} at line {frame.f_lineno}"
+
+    # --- completing rendezvous (called by the scheduler when nothing is runnable)
+    def _complete_barrier(self, runnable) -> bool:
+        live = [st for st in self.threads if st.status != "exited"]
+        if not live or any(st.status != "barrier" for st in live):
+            return False
+        lines = {(st.wait[2], st.wait[1]) for st in live}
+        if len(lines) > 1:
+            (f1, l1), (f2, l2) = sorted(lines)[:2]
+            st = next(s for s in live if (s.wait[2], s.wait[1]) == (f2, l2))
+            self._barrier_error(st, f"threads of the block wait at different syncthreads() "
+                                f"calls ({f1}:{l1} and {f2}:{l2})")
+        kinds = {st.wait[0][0] for st in live}
+        preds = [st.wait[0][1] for st in live]
+        kind = next(iter(kinds))
+        result = {"sync": None, "count": sum(bool(p) for p in preds),
+                  "and": int(all(preds)), "or": int(any(preds))}[kind]
+        self.inst.barrier([self.bid], live[0].wait[1])
+        for t in self.order:
+            st = self.threads[t]
+            if st.status == "barrier":
+                st.status, st.value, st.wait = "ready", result, None
+                runnable.append(st)
+        return True
+
+    def _complete_warps(self, runnable) -> bool:
+        done = False
+        n_warps = (self.tpb + WARP - 1) // WARP
+        for w in range(n_warps):
+            lanes = self.threads[w * WARP:(w + 1) * WARP]
+            waiting = [st for st in lanes if st.status == "warp"]
+            while waiting:
+                first = waiting[0]
+                op, mask = first.wait[0][0], first.wait[0][1]
+                group = [st for st in lanes if mask >> st.lane & 1 and st.status != "exited"]
+                if any(st.status != "warp" for st in group):
+                    break
+                for st in group:
+                    if st.wait[0][0] != op or st.wait[0][1] != mask:
+                        self._warp_error(st, None, f"lanes of warp {w} meet at different warp "
+                                         f"operations: {op} with mask {mask:#010x} and "
+                                         f"{st.wait[0][0]} with mask {st.wait[0][1]:#010x}")
+                self._warp_results(w, op, group)
+                self.inst.warp_op(op, len(group), first.wait[1])
+                if op == "syncwarp":
+                    self.inst.syncwarp(self.bid, w)
+                for st in group:
+                    st.status, st.wait = "ready", None
+                    runnable.append(st)
+                done = True
+                waiting = [st for st in lanes if st.status == "warp"]
+        return done
+
+    def _warp_results(self, w, op, group):
+        by_lane = {st.lane: st for st in group}
+        member_mask = sum(1 << lane for lane in by_lane)
+
+        def read(st, src):
+            if src not in by_lane:
+                self._warp_error(st, None, f"{op} in lane {st.lane} reads lane {src}, which "
+                                 f"does not take part (not in the mask, exited, or beyond the "
+                                 f"block's last thread): the value would be undefined")
+            return by_lane[src].wait[0][2]
+
+        for st in group:
+            _, mask, value, arg = st.wait[0]
+            if op == "shfl_sync":
+                st.value = read(st, arg % WARP)
+            elif op == "shfl_up_sync":
+                st.value = value if st.lane - arg < 0 else read(st, st.lane - arg)
+            elif op == "shfl_down_sync":
+                st.value = value if st.lane + arg >= WARP else read(st, st.lane + arg)
+            elif op == "shfl_xor_sync":
+                src = st.lane ^ arg
+                st.value = value if src >= WARP else read(st, src)
+            elif op == "ballot_sync":
+                st.value = sum(1 << s.lane for s in group if s.wait[0][2])
+            elif op == "all_sync":
+                st.value = int(all(s.wait[0][2] for s in group))
+            elif op == "any_sync":
+                st.value = int(any(s.wait[0][2] for s in group))
+            elif op == "eq_sync":
+                st.value = int(all(s.wait[0][2] == value for s in group))
+            elif op == "match_any_sync":
+                st.value = sum(1 << s.lane for s in group if s.wait[0][2] == value)
+            elif op == "match_all_sync":
+                same = all(s.wait[0][2] == value for s in group)
+                st.value = (member_mask if same else 0, int(same))
+            else:  # syncwarp
+                st.value = None
+
+    # --- diagnostics
+    def _report(self, cls, st, frame, what):
+        if frame is not None:
+            fn, line = frame.f_code.co_filename, frame.f_lineno
+        elif st.wait is not None:
+            fn, line = st.wait[2], st.wait[1]
+        else:
+            fn, line = self.launch.kernel.filename, self.launch.kernel.firstlineno
+        err = cls(f"{where(self.name, fn, line, self.bidx, st.idx)}: {what}", kernel=self.name,
+                  filename=fn, line=line, block=tuple(self.bidx), thread=tuple(st.idx))
+        self.inst.checks.report(err, self.inst.warnings)
+
+    def _warp_error(self, st, frame, what):
+        self._report(WarpOpError, st, frame, what)
+
+    def _barrier_error(self, st, what):
+        self._report(BarrierDivergenceError, st, None, what)
+
+    def _deadlock(self):
+        blocked = [st for st in self.threads if st.status in ("barrier", "warp")]
+        at_warp = [st for st in blocked if st.status == "warp"]
+        at_bar = [st for st in blocked if st.status == "barrier"]
+        st = at_warp[0] if at_warp else blocked[0]
+        if at_warp and at_bar:
+            other = at_bar[0]
+            what = (f"deadlock: {st.wait[0][0]} waits for lanes of its mask, but thread "
+                    f"{tuple(other.idx)} waits at syncthreads() at line {other.wait[1]}")
+            cls = WarpOpError
+        else:
+            what = "deadlock: every remaining thread of the block is blocked"
+            cls = DeadlockError
+        err = cls(f"{where(self.name, st.wait[2], st.wait[1], self.bidx, st.idx)}: {what}",
+                  kernel=self.name, filename=st.wait[2], line=st.wait[1],
+                  block=tuple(self.bidx), thread=tuple(st.idx))
+        raise err  # a deadlock cannot be downgraded: the block cannot continue
+
+    def _no_progress(self):
+        st = self.cur
+        frame = st.glet.gr_frame
+        line = frame.f_lineno if frame is not None else self.launch.kernel.firstlineno
+        fn = frame.f_code.co_filename if frame is not None else self.launch.kernel.filename
+        raise DeadlockError(
+            f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress after "
+            f"{SPIN_LIMIT} scheduler turns: threads spin waiting for something that never "
+            f"happens (blocks run one after another, so a block cannot wait for a later one)",
+            kernel=self.name, filename=fn, line=line, block=tuple(self.bidx),
+            thread=tuple(st.idx))

@@ -1,0 +1,141 @@
+"""install()/uninstall() route real numba-cuda launches and host API calls to the simulator."""
+
+import numba
+import numpy as np
+import pytest
+from numba import cuda, float32
+
+import grader.sim as sim
+from grader.sim import patching
+
+
+@cuda.jit(device=True)
+def twice(x):
+    return x * 2
+
+
+@cuda.jit(device=True)
+def twice_plus_one(x):
+    return twice(x) + 1
+
+
+@cuda.jit
+def vadd(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def vadd_noguard(a, b, out):
+    i = cuda.grid(1)
+    out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def via_numba_module(out):
+    i = numba.cuda.grid(1)
+    if i < out.size:
+        out[i] = twice_plus_one(float32(i))
+
+
+@cuda.jit
+def negative_index(out):
+    i = cuda.threadIdx.x
+    out[i - 1] = 1.0
+
+
+def host_add(a, b, kernel=vadd):
+    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    d_out = cuda.device_array_like(a)
+    kernel[(a.size + 127) // 128, 128](d_a, d_b, d_out)
+    cuda.synchronize()
+    return d_out.copy_to_host()
+
+
+def test_vector_add_gives_the_right_answer(simulator):
+    a = np.arange(1000, dtype=np.float32)
+    b = np.full(1000, 0.5, np.float32)
+    np.testing.assert_array_equal(host_add(a, b), a + b)
+
+
+def test_missing_guard_raises_out_of_bounds_with_full_diagnostic(simulator):
+    a = np.zeros(1000, np.float32)
+    with pytest.raises(sim.OutOfBoundsError) as err:
+        host_add(a, a, vadd_noguard)
+    msg = str(err.value)
+    assert "vadd_noguard" in msg
+    assert f"{__file__}:{vadd_noguard.py_func.__code__.co_firstlineno + 3}" in msg
+    assert "block (7, 0, 0)" in msg and "thread (104, 0, 0)" in msg
+    assert "'a'" in msg and "index 1000" in msg
+
+
+def test_negative_index_is_out_of_bounds(simulator):
+    out = cuda.device_array(4, np.float32)
+    with pytest.raises(sim.OutOfBoundsError, match="index -1"):
+        negative_index[1, 4](out)
+
+
+def test_numba_module_prefix_and_nested_device_functions(simulator):
+    out = cuda.device_array(40, np.float32)
+    via_numba_module[2, 32, 0, 0](out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(40) * 2 + 1)
+
+
+def test_host_numpy_arguments_are_copied_back(simulator):
+    a = np.arange(10, dtype=np.float64)
+    out = np.zeros(10)
+    vadd[1, 16](a, a, out)
+    np.testing.assert_array_equal(out, 2 * a)
+
+
+def test_stream_and_shared_bytes_in_launch_config(simulator):
+    s = cuda.stream()
+    a = cuda.to_device(np.ones(64, np.float32))
+    out = cuda.device_array(64, np.float32)
+    vadd[2, 32, s, 128](a, a, out)
+    s.synchronize()
+    assert (out.copy_to_host() == 2).all()
+
+
+def test_is_available_while_installed():
+    with sim.installed():
+        assert cuda.is_available()
+
+
+def test_module_globals_are_never_rebound(simulator):
+    out = cuda.device_array(4, np.float32)
+    vadd[1, 4](out, out, out) if False else None
+    assert vadd.py_func.__globals__["cuda"] is cuda
+
+
+def _snapshot():
+    snap = {}
+    for cls in patching.dispatcher_classes():
+        snap[cls] = dict(cls.__dict__)
+    snap["cuda"] = dict(vars(patching.cuda_module()))
+    return snap
+
+
+def test_uninstall_restores_numba_exactly():
+    before = _snapshot()
+    sim.install(devices=2)
+    assert patching.cuda_module().to_device is not before["cuda"]["to_device"]
+    sim.uninstall()
+    after = _snapshot()
+    assert after.keys() == before.keys()
+    for key in before:
+        assert after[key] == before[key], key
+
+
+def test_install_twice_then_uninstall_restores():
+    before = _snapshot()
+    sim.install()
+    sim.install(devices=3)
+    sim.uninstall()
+    assert _snapshot() == before
+
+
+def test_unconfigured_launch_still_errors(simulator):
+    with pytest.raises(ValueError):
+        vadd[1](np.zeros(1))
