@@ -493,7 +493,7 @@ def _const_repr(v) -> str | None:
 
             if isinstance(v, np.generic):
                 return f"{type(v).__name__}({v!r})"
-            if isinstance(v, np.ndarray) and v.size <= 4096:
+            if isinstance(v, np.ndarray) and v.nbytes <= (64 << 20):
                 return f"ndarray({v.dtype},{v.shape},{hashlib.sha256(v.tobytes()).hexdigest()})"
             if isinstance(v, np.dtype):
                 return f"dtype({v})"
