@@ -208,7 +208,7 @@ def _simt():
     except ImportError:
         return None, None
     run_fn = getattr(simt, "run", None)
-    unsupported = getattr(simt, "Unsupported", None)
+    unsupported = getattr(simt, "Unsupported", None) or getattr(simt, "SimtUnsupported", None)
     if run_fn is None or unsupported is None:
         return None, None
     return run_fn, unsupported

@@ -349,7 +349,8 @@ class ThreadCuda:
         return self._warp("match_all_sync", mask, value)
 
     def activemask(self):
-        return self._ex.live_mask(self._ex.cur.warp)
+        # the lanes that reach this call together: a rendezvous closed when nothing else runs
+        return self._warp("activemask", 1 << self._ex.cur.lane)
 
     def lanemask_lt(self):
         return (1 << self._ex.cur.lane) - 1
@@ -581,6 +582,14 @@ class ThreadExecutor:
         n_warps = (self.tpb + WARP - 1) // WARP
         for w in range(n_warps):
             lanes = self.threads[w * WARP:(w + 1) * WARP]
+            converged = [st for st in lanes if st.status == "warp"
+                         and st.wait[0][0] == "activemask"]
+            if converged:
+                mask = sum(1 << st.lane for st in converged)
+                for st in converged:
+                    st.status, st.wait, st.value = "ready", None, mask
+                    runnable.append(st)
+                done = True
             waiting = [st for st in lanes if st.status == "warp"]
             while waiting:
                 first = waiting[0]
