@@ -1,6 +1,9 @@
-"""Exercise: vector add, your first CUDA kernel.
+"""Exercise: vector add, your first CUDA kernels.
 
-Stage 1: one thread per element.
+Each stage is a kernel and the host function that launches it. `gpugrade check vector_add`
+grades them; `gpugrade check vector_add --hints` shows a hint for the first stage not yet done.
+
+Stage 1: one thread per element (`add_kernel`, `vector_add`).
     Write `add_kernel` so that thread i computes out[i] = a[i] + b[i], and `vector_add`, the host
     code that copies the inputs to the GPU, chooses a launch configuration that covers every
     element, launches the kernel and returns the result as a NumPy array.
@@ -12,14 +15,42 @@ Stage 1: one thread per element.
     How it is graded: float32 inputs of many sizes, including 1, 31, 32, 33, 1000 and 1025 (sizes
     that are not a multiple of your block size), compared elementwise with NumPy; the inputs must
     be left unchanged. On the simulator every out-of-bounds access is an error that names the line.
+
+Stage 2: a grid-stride loop on a fixed-size grid (`add_grid_stride_kernel`, `vector_add_grid_stride`).
+    Launch exactly GRID_BLOCKS blocks of THREADS_PER_BLOCK threads whatever the size of the input,
+    and let each thread loop over the elements i, i + stride, i + 2*stride, ... where stride is the
+    number of threads in the whole grid (`cuda.gridsize(1)`).
+
+    The idea: a grid sized for the machine (not for the data) handles any n, and because in every
+    iteration the 32 threads of a warp touch 32 consecutive elements, each warp-wide load is
+    "coalesced" into the fewest 32-byte memory sectors (4 for float32). Giving each thread its own
+    contiguous chunk instead looks natural but makes every warp touch 32 different sectors.
+
+    How it is graded: sizes from 1 to many times the grid; the launch must use the same grid for
+    every size; on the simulator, global sectors per request must match the reference (coalescing).
+
+Stage 3: in-place SAXPY with minimal memory traffic (`saxpy_kernel`, `saxpy_inplace`).
+    Compute y <- alpha * x + y in place: `saxpy_inplace(alpha, x, y)` must leave the result in the
+    caller's array y (copy the device result back into it) and return it.
+
+    The idea: SAXPY does 2 floating-point operations per element but moves 12 bytes (load x, load
+    y, store y): its speed is set by memory bandwidth, not arithmetic. The fastest kernel is the
+    one that moves the fewest bytes: read each input once, write each output once, no temporary
+    arrays, no second pass, and every access coalesced.
+
+    How it is graded: float32 inputs of many sizes compared with NumPy (the result must be in y);
+    on the simulator the kernel's total global loads and stores must not exceed the reference's
+    (2 loads and 1 store per element) and its accesses must be coalesced.
 """
 
 import numpy as np
 from numba import cuda
 
 THREADS_PER_BLOCK = 256
+GRID_BLOCKS = 32  # stage 2: the fixed grid size, whatever n is
 
 
+# -- stage 1 ----------------------------------------------------------------------------------
 @cuda.jit
 def add_kernel(a, b, out):
     """out[i] = a[i] + b[i] for every i, one thread per element."""
@@ -28,4 +59,28 @@ def add_kernel(a, b, out):
 
 def vector_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Return a + b computed by `add_kernel` on the GPU (a and b: 1-D float32 arrays of equal size)."""
+    raise NotImplementedError()
+
+
+# -- stage 2 ----------------------------------------------------------------------------------
+@cuda.jit
+def add_grid_stride_kernel(a, b, out):
+    """out[i] = a[i] + b[i] for every i, each thread looping with the grid's stride."""
+    raise NotImplementedError()
+
+
+def vector_add_grid_stride(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return a + b computed by `add_grid_stride_kernel` launched on GRID_BLOCKS x THREADS_PER_BLOCK."""
+    raise NotImplementedError()
+
+
+# -- stage 3 ----------------------------------------------------------------------------------
+@cuda.jit
+def saxpy_kernel(alpha, x, y):
+    """y[i] = alpha * x[i] + y[i] for every i, in place."""
+    raise NotImplementedError()
+
+
+def saxpy_inplace(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y <- alpha * x + y on the GPU (x, y: 1-D float32 arrays of equal size); returns y."""
     raise NotImplementedError()

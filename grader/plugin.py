@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,12 +37,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpugrade-seed", default="", help="hex seed for inputs (default: secret, random)")
     group.addoption("--gpugrade-timeout", type=float, default=Limits.call_timeout_s,
                     help="wall-clock seconds allowed for one call into student code")
+    group.addoption("--gpugrade-reference", default="",
+                    help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "points(n): points this grading test is worth (each parametrized case)")
     config.addinivalue_line("markers", "stage(k): the exercise stage this test grades")
     config.addinivalue_line("markers", "visibility(v): Gradescope visibility (visible, hidden, after_due_date, ...)")
+    config.addinivalue_line("markers", "perf: a performance test; fails unless the stage's other tests passed")
     if config.getoption("gpugrade_workspace"):
         config.pluginmanager.register(GradingSession(config), "gpugrade-session")
 
@@ -84,6 +89,11 @@ class GradingSession:
         self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
                                backend=self.backend, seed=self.seed)
         self.students: dict[str, Student] = {}
+        self.references: dict[str, Student] = {}
+        self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
+        self.failed_stages: set[tuple[str, int]] = set()
+        self._manifest = None
+        self._tmp = None
         self.started = time.monotonic()
 
     # -- fixtures -----------------------------------------------------------------------------
@@ -102,11 +112,46 @@ class GradingSession:
     def backend(self) -> str:
         return self.backend
 
+    @pytest.fixture
+    def stage_spec(self, request: pytest.FixtureRequest):
+        """The test's stage from the course manifest (course.toml): function, criteria, thresholds."""
+        from .manifest import find
+
+        if self._manifest is None:
+            self._manifest = find(self.config.rootpath)
+        return self._manifest.stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
+
+    @pytest.fixture
+    def reference(self, request: pytest.FixtureRequest) -> Student:
+        """The reference solution (trusted course code) in its own runner, for performance tests."""
+        exercise = exercise_of(request.node)
+        source = os.path.join(self.reference_dir, f"{exercise}.py")
+        if exercise not in self.references:
+            if not os.path.isfile(source):
+                pytest.skip(f"no reference solution {source}: performance is graded where the course has it")
+            from .course import make_workspace
+
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="gpugrade-reference-")
+            workspace = os.path.join(self._tmp.name, "reference")
+            make_workspace({exercise: Path(source)}, Path(workspace))
+            self.references[exercise] = Student(exercise, workspace, self.results.backend, self.sandbox)
+        return self.references[exercise]
+
     # -- recording ----------------------------------------------------------------------------
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if _marker_arg(item, "points") is None:
                 self.results.errors.append(f"{item.nodeid}: grading test without @pytest.mark.points")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Correctness gates performance: a perf test of a stage with a failed test fails at once."""
+        key = (exercise_of(item), int(_marker_arg(item, "stage", 1)))
+        if item.get_closest_marker("perf") is not None and key in self.failed_stages:
+            from .perf import NeedsCorrectness
+
+            raise NeedsCorrectness(f"needs correctness first: {key[0]} stage {key[1]} has failing tests")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -124,6 +169,8 @@ class GradingSession:
         exercise = exercise_of(item)
         points = float(_marker_arg(item, "points", 0))
         passed = report.passed
+        if not passed and item.get_closest_marker("perf") is None:
+            self.failed_stages.add((exercise, int(_marker_arg(item, "stage", 1))))
         self.results.tests.append(TestResult(
             name=f"{exercise}::{item.name[len(TEST_PREFIX):] if item.name.startswith(TEST_PREFIX) else item.name}",
             exercise=exercise,
@@ -137,8 +184,10 @@ class GradingSession:
         ))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for student in self.students.values():
+        for student in [*self.students.values(), *self.references.values()]:
             student.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
         self.results.execution_time = round(time.monotonic() - self.started, 3)
         path = self.config.getoption("gpugrade_results")
         if path:

@@ -8,6 +8,7 @@ import pytest
 
 from grader.correctness import WrongAnswer, expect_close
 from grader.judge import require_kernel_launch
+from grader.perf import expect_performance
 
 # Sizes that are not a multiple of any block size: a missing bounds guard shows here.
 EDGE_SIZES = [1, 31, 32, 33, 1000, 1025]
@@ -58,3 +59,86 @@ def test_special_values(student, backend, rng):
         raise WrongAnswer("vector_add: NaN where there should be none, or a missing NaN")
     finite = ~np.isnan(expected)
     expect_close(got[finite], expected[finite], rtol=1e-6, what="vector_add(a, b) with inf and nan inputs")
+
+
+# -- stage 2: grid-stride loop on a fixed grid ------------------------------------------------
+GRID_THREADS = 32 * 256                  # the stub's GRID_BLOCKS x THREADS_PER_BLOCK
+STRIDE_SIZES = [1, 33, 1025, GRID_THREADS, 5 * GRID_THREADS + 7]
+
+
+def _check_grid_stride(student, backend, rng, n):
+    a, b = _inputs(rng, n)
+    result = student.call("vector_add_grid_stride", a, b)
+    require_kernel_launch(result, backend)
+    expect_close(result.value, a + b, rtol=1e-6, what=f"vector_add_grid_stride(a, b) with n={n}")
+    return result
+
+
+@pytest.mark.stage(2)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", STRIDE_SIZES, ids=[f"n={n}" for n in STRIDE_SIZES])
+def test_grid_stride_sizes(student, backend, rng, n):
+    """Every element is computed, for sizes below, at and many times above the grid size."""
+    _check_grid_stride(student, backend, rng, n)
+
+
+@pytest.mark.stage(2)
+@pytest.mark.points(1)
+def test_grid_stride_uses_a_fixed_grid(student, backend, rng):
+    """The launch configuration does not depend on n: the loop, not the grid, covers the data."""
+    small = _check_grid_stride(student, backend, rng, 100)
+    large = _check_grid_stride(student, backend, rng, 5 * GRID_THREADS + 7)
+    if backend != "sim":
+        return
+    shapes = {(tuple(r["grid"]), tuple(r["block"])) for r in small.launches + large.launches}
+    if len(shapes) != 1:
+        raise WrongAnswer(f"the grid must be the same for every n; launches used {sorted(shapes)}")
+
+
+@pytest.mark.stage(2)
+@pytest.mark.points(2)
+@pytest.mark.perf
+def test_grid_stride_is_coalesced(student, reference, stage_spec, backend, rng):
+    """On the simulator: neighbouring threads touch neighbouring elements (sectors per request)."""
+    if backend != "sim":
+        pytest.skip("GPU timing thresholds are measured by a later issue")
+    a, b = _inputs(rng, 5 * GRID_THREADS + 7)
+    got = student.call("vector_add_grid_stride", a, b)
+    expect_close(got.value, a + b, rtol=1e-6, what="vector_add_grid_stride(a, b)")
+    expect_performance(stage_spec, got.launches, reference.call("vector_add_grid_stride", a, b).launches)
+
+
+# -- stage 3: in-place SAXPY -----------------------------------------------------------------
+SAXPY_SIZES = [1, 33, 1025, 40000]
+
+
+def _check_saxpy(student, backend, rng, n):
+    x, y = _inputs(rng, n)
+    alpha = np.float32(rng.uniform(0.5, 2.0))
+    expected = (alpha * x + y).astype(np.float32)
+    result = student.call("saxpy_inplace", float(alpha), x, y)
+    require_kernel_launch(result, backend)
+    expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
+    expect_close(result.value, expected, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
+    if not np.array_equal(result.args[1], x):
+        raise WrongAnswer(f"saxpy_inplace(alpha, x, y) with n={n} changed x")
+    return result, (float(alpha), x, y)
+
+
+@pytest.mark.stage(3)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", SAXPY_SIZES, ids=[f"n={n}" for n in SAXPY_SIZES])
+def test_saxpy_sizes(student, backend, rng, n):
+    """y <- alpha * x + y, left in the caller's y, for sizes that are not a multiple of the block."""
+    _check_saxpy(student, backend, rng, n)
+
+
+@pytest.mark.stage(3)
+@pytest.mark.points(2)
+@pytest.mark.perf
+def test_saxpy_moves_the_fewest_bytes(student, reference, stage_spec, backend, rng):
+    """On the simulator: no more global loads and stores than the reference, all coalesced."""
+    if backend != "sim":
+        pytest.skip("GPU timing thresholds are measured by a later issue")
+    result, args = _check_saxpy(student, backend, rng, 40000)
+    expect_performance(stage_spec, result.launches, reference.call("saxpy_inplace", *args).launches)

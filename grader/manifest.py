@@ -1,0 +1,234 @@
+"""The course manifest (`course.toml` at the course root): exercise content as data.
+
+Per exercise an ordered list of stages; each stage has a title, the student's host function the
+grading tests call, three progressive hints, the simulator criteria of its performance test
+(ratios to the reference solution's launch counters) and the real-GPU time threshold. Points stay
+in the tests (`@pytest.mark.points`). Everything is validated on load: a mistake in the manifest
+is a `CourseError` that names the file and the entry, never a KeyError in the middle of a grade.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .errors import CourseError
+
+MANIFEST = "course.toml"
+HINTS_PER_STAGE = 3
+
+# Launch-record counters a criterion may name (docs/SIMULATOR_DESIGN.md, "LaunchRecord").
+COUNTERS = frozenset({
+    "global_loads", "global_stores", "global_load_requests", "global_store_requests",
+    "global_load_sectors", "global_store_sectors", "sectors_per_request", "max_global_loads_per_thread",
+    "max_global_stores_per_thread", "shared_loads", "shared_stores", "shared_requests",
+    "bank_conflict_wavefronts", "wavefronts_per_shared_request", "atomics", "barriers", "warp_ops",
+    "threads_launched",
+})
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One simulator counter compared with the reference's on the same input."""
+    counter: str
+    label: str
+    max_ratio: float | None = None   # student <= max_ratio * reference + slack
+    min_ratio: float | None = None   # student >= min_ratio * reference
+    slack: float = 0.0
+
+    def describe(self) -> str:
+        if self.max_ratio is not None:
+            return f"{self.label}: at most {self.max_ratio:g}x the reference"
+        return f"{self.label}: at least {self.min_ratio:g}x the reference"
+
+
+@dataclass(frozen=True)
+class GpuThreshold:
+    """Real-GPU criterion: student time <= max_time_ratio * baseline time, same GPU, same run."""
+    baseline: str
+    max_time_ratio: float
+
+
+@dataclass(frozen=True)
+class Stage:
+    exercise: str
+    number: int
+    title: str
+    function: str
+    hints: tuple[str, ...]
+    criteria: tuple[Criterion, ...]
+    gpu: GpuThreshold
+
+    @property
+    def key(self) -> str:
+        return f"{self.exercise}:{self.number}"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    title: str
+    stages: tuple[Stage, ...]
+
+    def stage(self, number: int) -> Stage:
+        if not 1 <= number <= len(self.stages):
+            raise CourseError(f"exercise {self.name!r} has stages 1..{len(self.stages)}, not {number}")
+        return self.stages[number - 1]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    title: str
+    exercises: dict[str, Exercise]
+    path: str = MANIFEST
+
+    def exercise(self, name: str) -> Exercise:
+        try:
+            return self.exercises[name]
+        except KeyError:
+            known = ", ".join(self.exercises) or "none"
+            raise CourseError(f"{self.path}: no exercise {name!r} (it has: {known})") from None
+
+    def stage(self, exercise: str, number: int) -> Stage:
+        return self.exercise(exercise).stage(number)
+
+
+# -- loading ------------------------------------------------------------------------------------
+def load(path: str | os.PathLike) -> Manifest:
+    """Read and validate a manifest file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise CourseError(f"no course manifest: {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CourseError(f"{path}: not valid TOML: {exc}") from None
+    return parse(data, str(path))
+
+
+def find(course_root: str | os.PathLike) -> Manifest:
+    """The manifest of the course rooted at `course_root`."""
+    return load(Path(course_root) / MANIFEST)
+
+
+class _Reader:
+    """Typed access to one TOML table; every error names the file and the entry."""
+
+    def __init__(self, table: Any, where: str, source: str):
+        if not isinstance(table, dict):
+            raise CourseError(f"{source}: {where} must be a table")
+        self.table, self.where, self.source = table, where, source
+        self.used: set[str] = set()
+
+    def fail(self, message: str) -> CourseError:
+        return CourseError(f"{self.source}: {self.where}: {message}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        self.used.add(key)
+        if key not in self.table:
+            if default is ...:
+                raise self.fail(f"missing {key!r}")
+            return default
+        value = self.table[key]
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.fail(f"{key!r} must be {names}, not {type(value).__name__}")
+        return value
+
+    def text(self, key: str) -> str:
+        value = self.get(key, str).strip()
+        if not value:
+            raise self.fail(f"{key!r} is empty")
+        return value
+
+    def number(self, key: str, default: Any = ...) -> float | None:
+        value = self.get(key, (int, float), default)
+        if value is None:
+            return None
+        value = float(value)
+        if not math.isfinite(value) or value < 0:
+            raise self.fail(f"{key!r} must be a finite number >= 0, not {value}")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise self.fail(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}")
+
+
+def parse(data: dict, source: str = MANIFEST) -> Manifest:
+    """Build the manifest model from parsed TOML, validating everything."""
+    top = _Reader(data, "top level", source)
+    course = _Reader(top.get("course", dict, {}), "[course]", source)
+    title = course.get("title", str, "")
+    course.done()
+    exercises_table = top.get("exercises", dict)
+    top.done()
+    exercises = {}
+    for name, table in exercises_table.items():
+        if not name.isidentifier():
+            raise CourseError(f"{source}: exercise name {name!r} must be a Python module name")
+        exercises[name] = _exercise(name, _Reader(table, f"exercises.{name}", source))
+    if not exercises:
+        raise CourseError(f"{source}: no exercises")
+    return Manifest(title=title, exercises=exercises, path=source)
+
+
+def _exercise(name: str, r: _Reader) -> Exercise:
+    title = r.text("title")
+    stage_tables = r.get("stages", list)
+    r.done()
+    if not stage_tables:
+        raise r.fail("no stages")
+    stages = tuple(_stage(name, number, _Reader(t, f"{r.where}.stages[{number}]", r.source))
+                   for number, t in enumerate(stage_tables, start=1))
+    functions = [s.function for s in stages]
+    if len(set(functions)) != len(functions):
+        raise r.fail(f"two stages name the same function: {functions}")
+    return Exercise(name=name, title=title, stages=stages)
+
+
+def _stage(exercise: str, number: int, r: _Reader) -> Stage:
+    title = r.text("title")
+    function = r.text("function")
+    if not function.isidentifier():
+        raise r.fail(f"function {function!r} is not a Python name")
+    hints = r.get("hints", list)
+    if len(hints) != HINTS_PER_STAGE or not all(isinstance(h, str) and h.strip() for h in hints):
+        raise r.fail(f"'hints' must be {HINTS_PER_STAGE} non-empty strings, from gentle to explicit")
+    criteria = tuple(_criterion(_Reader(t, f"{r.where}.criteria[{i}]", r.source))
+                     for i, t in enumerate(r.get("criteria", list, []), start=1))
+    counters = [c.counter for c in criteria]
+    if len(set(counters)) != len(counters):
+        raise r.fail(f"a counter appears in two criteria: {counters}")
+    gpu = _Reader(r.get("gpu", dict), f"{r.where}.gpu", r.source)
+    threshold = GpuThreshold(baseline=gpu.text("baseline"), max_time_ratio=gpu.number("max_time_ratio"))
+    gpu.done()
+    if threshold.max_time_ratio <= 0:
+        raise gpu.fail("'max_time_ratio' must be > 0")
+    r.done()
+    return Stage(exercise=exercise, number=number, title=title, function=function,
+                 hints=tuple(h.strip() for h in hints), criteria=criteria, gpu=threshold)
+
+
+def _criterion(r: _Reader) -> Criterion:
+    counter = r.text("counter")
+    if counter not in COUNTERS:
+        raise r.fail(f"unknown counter {counter!r} (known: {', '.join(sorted(COUNTERS))})")
+    label = r.get("label", str, counter)
+    max_ratio, min_ratio = r.number("max_ratio", None), r.number("min_ratio", None)
+    slack = r.number("slack", 0.0)
+    r.done()
+    if (max_ratio is None) == (min_ratio is None):
+        raise r.fail("give exactly one of 'max_ratio' and 'min_ratio'")
+    if (max_ratio if max_ratio is not None else min_ratio) <= 0:
+        raise r.fail("the ratio must be > 0")
+    return Criterion(counter=counter, label=label, max_ratio=max_ratio, min_ratio=min_ratio, slack=slack)

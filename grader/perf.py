@@ -1,0 +1,85 @@
+"""Simulator performance criteria: a student's launch counters against the reference solution's.
+
+A performance test calls the student's function and the reference's on the same input; the
+counters of every launch of each call are added up (ratios such as sectors per request are
+recomputed from the sums) and each criterion of the stage (from course.toml) is applied. Failing
+criteria raise `PerformanceShortfall`, a `WrongAnswer` whose first line says what to improve.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .correctness import WrongAnswer
+from .manifest import Criterion, Stage
+
+# Counters that are ratios: recomputed from the sums of their parts over all launches.
+RATIOS = {
+    "sectors_per_request": (("global_load_sectors", "global_store_sectors"),
+                            ("global_load_requests", "global_store_requests")),
+    "wavefronts_per_shared_request": (("bank_conflict_wavefronts",), ("shared_requests",)),
+}
+MAXIMA = {"max_global_loads_per_thread", "max_global_stores_per_thread"}
+
+
+class PerformanceShortfall(WrongAnswer):
+    """The output is right but a simulator counter is worse than the stage allows."""
+
+
+class NeedsCorrectness(WrongAnswer):
+    """A performance test of a stage whose correctness tests did not all pass."""
+
+
+def totals(launches: Iterable[dict]) -> dict[str, float]:
+    """The counters of one call: summed over its launches, maxima kept, ratios recomputed."""
+    summed: dict[str, float] = {}
+    for launch in launches:
+        counters = launch.get("counters") if isinstance(launch, dict) else None
+        if not isinstance(counters, dict):
+            continue
+        for key, value in counters.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if key in MAXIMA:
+                summed[key] = max(summed.get(key, 0), value)
+            elif key not in RATIOS:
+                summed[key] = summed.get(key, 0) + value
+    for key, (num, den) in RATIOS.items():
+        denominator = sum(summed.get(k, 0) for k in den)
+        summed[key] = sum(summed.get(k, 0) for k in num) / denominator if denominator else 0.0
+    return summed
+
+
+def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
+    """Why `student` misses the criterion, or None when it meets it."""
+    if criterion.max_ratio is not None:
+        allowed = criterion.max_ratio * reference + criterion.slack
+        if student > allowed + 1e-9:
+            return (f"{criterion.label}: {student:g}, the reference needs {reference:g} "
+                    f"(allowed: {allowed:g})")
+    else:
+        needed = criterion.min_ratio * reference
+        if student < needed - 1e-9:
+            return (f"{criterion.label}: {student:g}, the reference has {reference:g} "
+                    f"(needed: at least {needed:g})")
+    return None
+
+
+def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
+                       what: str = "") -> dict[str, float]:
+    """Apply the stage's criteria; raise PerformanceShortfall listing every one that fails."""
+    if not student_launches:
+        raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
+    got, ref = totals(student_launches), totals(reference_launches)
+    problems = []
+    for criterion in stage.criteria:
+        if criterion.counter not in ref:
+            raise RuntimeError(f"the reference's launches have no counter {criterion.counter!r}")
+        problem = shortfall(criterion, float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter]))
+        if problem:
+            problems.append(problem)
+    if problems:
+        head = f"too slow{f' ({what})' if what else ''}: " + problems[0]
+        rest = "\n".join(f"  - {p}" for p in problems)
+        raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}")
+    return got

@@ -1,0 +1,130 @@
+"""Grading tests for the reduction exercise (run by `gpugrade`, never by a bare `pytest`).
+
+Inputs are drawn from a secret per-run seed; the reference sum is computed here, in the judge, in
+float64 (int64 for integers). float32 sums are compared with a tolerance that grows with sqrt(n)
+times the sum of magnitudes (so cancellation cannot make it vanish); int32 sums must be exact.
+"""
+
+import numpy as np
+import pytest
+
+from grader.correctness import WrongAnswer, reduction_rtol
+from grader.judge import require_kernel_launch
+from grader.perf import expect_performance
+
+SIZES = [1, 31, 33, 1000, 1025, 40000]       # below a warp, around it, not a multiple of a block
+GRID_THREADS = 16 * 256                      # stage 3: the stub's GRID_BLOCKS x THREADS_PER_BLOCK
+STRIDE_SIZES = [1, 31, 33, 1025, 5 * GRID_THREADS + 7]
+INT_SIZES = [1, 1000, 5 * GRID_THREADS + 7]
+PERF_N = 40000
+
+
+def _ids(sizes):
+    return [f"n={n}" for n in sizes]
+
+
+def _expect_sum(got, x: np.ndarray, what: str) -> None:
+    value = np.asarray(got)
+    if value.size != 1 or value.dtype.kind not in "iuf":
+        raise WrongAnswer(f"{what}: expected one number, got {type(got).__name__} {np.shape(got)}")
+    value = value.reshape(())
+    if x.dtype.kind in "iu":
+        expected = int(x.astype(np.int64).sum())
+        if value.dtype.kind not in "iu" or int(value) != expected:
+            raise WrongAnswer(f"{what}: expected exactly {expected} ({x.dtype}), got {value!r}")
+        return
+    expected = float(x.astype(np.float64).sum())
+    allowed = reduction_rtol(x.size) * float(np.abs(x).astype(np.float64).sum()) + 1e-6
+    if not np.isfinite(float(value)) or abs(float(value) - expected) > allowed:
+        raise WrongAnswer(f"{what}: expected {expected:.7g}, got {float(value):.7g} "
+                          f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g})")
+
+
+def _check(student, backend, rng, function, n, dtype=np.float32):
+    if dtype == np.int32:
+        x = rng.integers(-1000, 1000, n, dtype=np.int32)
+    else:
+        x = rng.standard_normal(n).astype(np.float32)
+    result = student.call(function, x)
+    require_kernel_launch(result, backend)
+    _expect_sum(result.value, x, f"{function}(x) with n={n} {np.dtype(dtype).name}")
+    return result, x
+
+
+def _perf(student, reference, stage_spec, backend, rng, function, n=PERF_N):
+    if backend != "sim":
+        pytest.skip("GPU timing thresholds are measured by a later issue")
+    result, x = _check(student, backend, rng, function, n)
+    expect_performance(stage_spec, result.launches, reference.call(function, x).launches)
+
+
+# -- stage 1: shared-memory tree --------------------------------------------------------------
+@pytest.mark.stage(1)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", SIZES, ids=_ids(SIZES))
+def test_tree(student, backend, rng, n):
+    """Tree reduction per block in shared memory, relaunched on the partial sums."""
+    _check(student, backend, rng, "reduce_tree", n)
+
+
+@pytest.mark.stage(1)
+@pytest.mark.points(2)
+@pytest.mark.perf
+def test_tree_is_conflict_free(student, reference, stage_spec, backend, rng):
+    """On the simulator: each input loaded once, contiguous active threads (no bank conflicts)."""
+    _perf(student, reference, stage_spec, backend, rng, "reduce_tree")
+
+
+# -- stage 2: warp shuffles -------------------------------------------------------------------
+@pytest.mark.stage(2)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", SIZES, ids=_ids(SIZES))
+def test_shuffle(student, backend, rng, n):
+    """Shuffle tree within each warp, then one atomic per warp."""
+    _check(student, backend, rng, "reduce_shuffle", n)
+
+
+@pytest.mark.stage(2)
+@pytest.mark.points(2)
+@pytest.mark.perf
+def test_shuffle_one_atomic_per_warp(student, reference, stage_spec, backend, rng):
+    """On the simulator: warp shuffles used, no more atomics than one per warp."""
+    _perf(student, reference, stage_spec, backend, rng, "reduce_shuffle")
+
+
+# -- stage 3: grid stride + shuffle, any dtype ------------------------------------------------
+@pytest.mark.stage(3)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", STRIDE_SIZES, ids=_ids(STRIDE_SIZES))
+def test_grid_stride_float32(student, backend, rng, n):
+    """float32, sizes below a warp up to many times the grid."""
+    _check(student, backend, rng, "reduce_grid_stride", n)
+
+
+@pytest.mark.stage(3)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", INT_SIZES, ids=_ids(INT_SIZES))
+def test_grid_stride_int32_exact(student, backend, rng, n):
+    """int32 input: the exact integer sum, as an integer."""
+    _check(student, backend, rng, "reduce_grid_stride", n, np.int32)
+
+
+@pytest.mark.stage(3)
+@pytest.mark.points(1)
+def test_grid_stride_uses_a_fixed_grid(student, backend, rng):
+    """The launch configuration does not depend on n."""
+    small, _ = _check(student, backend, rng, "reduce_grid_stride", 100)
+    large, _ = _check(student, backend, rng, "reduce_grid_stride", 5 * GRID_THREADS + 7)
+    if backend != "sim":
+        return
+    shapes = {(tuple(r["grid"]), tuple(r["block"])) for r in small.launches + large.launches}
+    if len(shapes) != 1:
+        raise WrongAnswer(f"the grid must be the same for every n; launches used {sorted(shapes)}")
+
+
+@pytest.mark.stage(3)
+@pytest.mark.points(2)
+@pytest.mark.perf
+def test_grid_stride_atomics_and_coalescing(student, reference, stage_spec, backend, rng):
+    """On the simulator: atomics independent of n (one per warp of the fixed grid), coalesced loads."""
+    _perf(student, reference, stage_spec, backend, rng, "reduce_grid_stride", 5 * GRID_THREADS + 7)
