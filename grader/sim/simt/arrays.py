@@ -1,0 +1,194 @@
+"""Arrays as lockstep code sees them, and vector loads and stores through the instrument.
+
+Every access gathers or scatters the active lanes' elements through flat positions that
+`Instrument.index` computes (and bounds-checks); `Instrument.access` then checks races and
+uninitialised reads and counts. Storage per space:
+- global: the argument's `DeviceBuffer.flat` (the whole allocation);
+- shared: a `memory.SharedArray` holding one fresh copy per block of the batch;
+- local: one copy per lane, `(lanes, size)`, handed to the instrument as a `_LocalHandle`;
+- const: a read-only host array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import SharedArray
+from . import typing as simt_typing
+from .unsupported import SimtUnsupported
+
+
+def _estrides(shape) -> tuple[int, ...]:
+    return tuple(int(s) for s in np.cumprod((1,) + tuple(shape)[:0:-1])[::-1])
+
+
+class SimtArray:
+    """An array value in generated code: `space`, the instrument `handle`, its numba type."""
+
+    __slots__ = ("space", "handle", "flat", "shape", "ndim", "size", "dtype", "numba_type")
+
+    def __init__(self, space: str, handle, flat: np.ndarray, shape, dtype, contiguous=True):
+        self.space, self.handle, self.flat = space, handle, flat
+        self.shape = tuple(np.int64(s) for s in shape)
+        self.ndim = len(self.shape)
+        self.size = np.int64(int(np.prod(shape, dtype=np.int64)))
+        self.dtype = np.dtype(dtype)
+        self.numba_type = simt_typing.array_type(self.dtype, self.ndim, contiguous,
+                                                 readonly=space == "const")
+
+
+class _LocalHandle:
+    """What the instrument reads of a local array: one thread's logical shape."""
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+        self.offset, self.estrides = 0, _estrides(shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.buffer_id = 0
+
+
+class _ConstHandle(_LocalHandle):
+    pass
+
+
+def global_array(buffer) -> SimtArray:
+    contiguous = buffer.data.flags.c_contiguous
+    return SimtArray("global", buffer, buffer.flat, buffer.shape, buffer.dtype, contiguous)
+
+
+def _shape_tuple(shape, line) -> tuple[int, ...]:
+    if isinstance(shape, np.ndarray):
+        raise SimtUnsupported("array shape that differs between lanes", line)
+    shape = shape if isinstance(shape, tuple) else (shape,)
+    return tuple(int(s) for s in shape)
+
+
+def _as_dtype(dtype) -> np.dtype:
+    from .intrinsics import scalar_dtype
+
+    if isinstance(dtype, np.dtype):
+        return dtype
+    found = scalar_dtype(dtype)
+    if found is None:
+        raise SimtUnsupported(f"array dtype {dtype!r}")
+    return found
+
+
+class ArrayOps:
+    """Mixin of `Ctx`: array creation, loads and stores."""
+
+    def _lanes(self):
+        """(lane indices or None, block ids, thread ids) of the active lanes."""
+        m = self.levels[-1]
+        if m is None:
+            return None, self.block, self.thread
+        if self._act_mask is not m:
+            self._act_mask = m
+            act = np.flatnonzero(m)
+            self._act = (act, self.block[act], self.thread[act])
+        return self._act
+
+    def _position(self, array: SimtArray, idx, act, block, thread):
+        if act is not None:
+            idx = tuple(i[act] if isinstance(i, np.ndarray) else i for i in idx)
+        space = array.space
+        flat = self.inst.index(space, array.handle, idx, block, thread, self.line,
+                               self.filename)
+        if space == "local":  # the instrument gave the position within one lane's copy
+            lanes = self.lane if act is None else act
+            flat = lanes * array.handle.size + flat
+        return flat
+
+    def load(self, array: SimtArray, idx):
+        act, block, thread = self._lanes()
+        if act is not None and act.shape[0] == 0:
+            return np.zeros(self.n, array.dtype)
+        flat = self._position(array, idx, act, block, thread)
+        self.inst.access(array.space, array.handle, "load", flat, block, thread, self.line,
+                         self.filename)
+        values = array.flat[flat]
+        if act is None:
+            return values
+        out = np.zeros(self.n, array.dtype)
+        out[act] = values
+        return out
+
+    def store(self, array: SimtArray, idx, value):
+        if array.space == "const":
+            raise SimtUnsupported("store to a constant array", self.line)
+        act, block, thread = self._lanes()
+        if act is not None and act.shape[0] == 0:
+            return
+        flat = self._position(array, idx, act, block, thread)
+        self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
+                         self.filename)
+        if isinstance(value, np.ndarray) and act is not None:
+            value = value[act]
+        # duplicate positions: the last lane wins (the instrument reports it as a race)
+        array.flat[flat] = value
+
+    # --- creation -------------------------------------------------------------------------------
+
+    def shared_array(self, shape, dtype):
+        """`cuda.shared.array`: fresh per block. One SharedArray per call site and batch, so a
+        loop re-running the declaration gets the same memory, as on the GPU."""
+        key = ("shared", self.filename, self.line)
+        found = self._arrays.get(key)
+        if found is not None:
+            return found
+        shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
+        if shape == (0,) or shape == ():  # dynamic: the launch's shared bytes, from offset 0
+            n = self.config.shared_bytes // dtype.itemsize
+            handle = self._dynamic_shared(dtype, n)
+        else:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            address = self._shared_top
+            self._shared_top += (nbytes + 15) // 16 * 16
+            handle = SharedArray(self._array_name("shared"), shape, dtype, self.first_block,
+                                 self.n_blocks, address=address)
+        array = SimtArray("shared", handle, handle.flat, handle.shape, dtype)
+        self._arrays[key] = array
+        return array
+
+    def _dynamic_shared(self, dtype, n):
+        """All dynamic shared arrays of a launch alias one byte store (as `extern __shared__`)."""
+        if self._dynamic is None:
+            size = self.config.shared_bytes * self.n_blocks
+            self._dynamic = np.full(size, 0xFF, np.uint8)
+        per_block = self.config.shared_bytes - self.config.shared_bytes % dtype.itemsize
+        store = self._dynamic.reshape(self.n_blocks, -1)[:, :per_block]
+        flat = np.ascontiguousarray(store).view(dtype).reshape(-1) if per_block else \
+            np.zeros(0, dtype)
+        if per_block and not np.shares_memory(flat, self._dynamic):
+            raise SimtUnsupported("dynamic shared memory not a multiple of the element size",
+                                  self.line)
+        handle = SharedArray(self._array_name("dynamic shared"), (n,), dtype,
+                             self.first_block, self.n_blocks, address=self._static_bytes,
+                             flat=flat)
+        return handle
+
+    def local_array(self, shape, dtype):
+        key = ("local", self.filename, self.line)
+        found = self._arrays.get(key)
+        if found is not None:
+            return found
+        shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
+        handle = _LocalHandle(self._array_name("local"), shape, dtype)
+        flat = np.zeros(handle.size * self.n, dtype)
+        array = SimtArray("local", handle, flat, shape, dtype)
+        self._arrays[key] = array
+        return array
+
+    def const_array_like(self, host):
+        found = self._const_arrays.get(id(host))
+        if found is not None and found[0] is host:
+            return found[1]
+        host_array = np.ascontiguousarray(host)
+        handle = _ConstHandle(self._array_name("const"), host_array.shape, host_array.dtype)
+        array = SimtArray("const", handle, host_array.reshape(-1), host_array.shape,
+                          host_array.dtype)
+        self._const_arrays[id(host)] = (host, array)
+        return array
+
+    def _array_name(self, space):
+        return f"{space} array at line {self.line}"

@@ -1,0 +1,271 @@
+"""Barriers and warp-level operations over the lanes of a batch.
+
+Lanes are laid out block after block, thread id within the block (x fastest): a warp is a run
+of up to 32 consecutive lanes of one block (the last warp of a block may be partial). Shuffles
+are index permutations within warps; votes reduce each warp with `ufunc.reduceat`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BarrierDivergenceError, WarpOpError, where
+
+WARP = 32
+_FULL = np.uint32(0xFFFFFFFF)
+
+
+class CollectiveOps:
+    """Mixin of `Ctx`: syncthreads and friends, fences, warp shuffles, votes and matches."""
+
+    # --- barriers ------------------------------------------------------------------------------
+
+    def _barrier(self, kind):
+        """Check that every block with an active lane has all its live lanes here."""
+        top, live = self.levels[-1], self.live
+        if top is None:
+            blocks = self.block_ids
+        else:
+            active = top.reshape(self.n_blocks, self.tpb)
+            here = active.any(axis=1)
+            alive = np.ones_like(active) if live is None else live.reshape(active.shape)
+            missing = here & (active != alive).any(axis=1)
+            if missing.any():
+                b = int(np.argmax(missing))
+                t = int(np.argmax(alive[b] & ~active[b]))
+                self._report(BarrierDivergenceError,
+                             f"{kind} reached by only some threads of the block (thread "
+                             f"{self.config.thread_xyz(t)} is elsewhere, e.g. in another branch "
+                             "or loop iteration): the block deadlocks", b, t)
+            blocks = self.block_ids[here]
+        self.inst.barrier(blocks, self.line)
+        return blocks
+
+    def _report(self, cls, what, block_in_batch, thread):
+        block = self.first_block + block_in_batch
+        b, t = self.config.block_xyz(block), self.config.thread_xyz(thread)
+        err = cls(f"{where(self.inst.kernel, self.filename, self.line, b, t)}: {what}",
+                  kernel=self.inst.kernel, filename=self.filename, line=self.line, block=b,
+                  thread=t)
+        self.inst.checks.report(err, self.inst.warnings)
+
+    def syncthreads(self):
+        self._barrier("syncthreads()")
+
+    def _block_reduce(self, kind, pred, reduce):
+        self._barrier(kind)
+        top = self.levels[-1]
+        p = np.broadcast_to(np.asarray(pred) != 0, (self.n,))
+        if top is not None:
+            p = p & top
+        per_block = reduce(p.reshape(self.n_blocks, self.tpb), axis=1)
+        return np.repeat(per_block, self.tpb)
+
+    def syncthreads_count(self, pred):
+        return self._block_reduce("syncthreads_count()", pred, np.sum).astype(np.int32)
+
+    def syncthreads_and(self, pred):
+        top = self.levels[-1]
+        p = np.asarray(pred) != 0
+        if top is not None:  # lanes not here do not veto
+            p = p | ~top
+        return self._block_reduce("syncthreads_and()", p, np.all).astype(np.int32)
+
+    def syncthreads_or(self, pred):
+        return self._block_reduce("syncthreads_or()", pred, np.any).astype(np.int32)
+
+    def threadfence(self):
+        act, block, thread = self._lanes()
+        self.inst.fence(block, thread)
+
+    threadfence_system = threadfence
+
+    def threadfence_block(self):
+        pass
+
+    def syncwarp(self, mask=_FULL):
+        act, block, thread = self._lanes()
+        warps = np.unique(block * self.config.warps_per_block + thread // WARP)
+        wpb = self.config.warps_per_block
+        for w in warps.tolist():
+            self.inst.syncwarp(w // wpb, w % wpb)
+        self.inst.warp_op("syncwarp", int(block.shape[0]), self.line)
+
+    # --- warp geometry -------------------------------------------------------------------------
+
+    def _active(self):
+        top = self.levels[-1]
+        return np.ones(self.n, bool) if top is None else top
+
+    def laneid(self):
+        return self.lane_in_warp
+
+    def warpsize(self):
+        return np.int32(WARP)
+
+    def lanemask_lt(self):
+        return ((np.uint32(1) << self.lane_in_warp.astype(np.uint32)) - np.uint32(1)).astype(np.uint32)
+
+    def _live_bits(self):
+        """Per lane: the bits of its warp's lanes that have not exited."""
+        live = np.ones(self.n, bool) if self.live is None else self.live
+        bits = np.where(live, np.uint32(1) << self.lane_in_warp.astype(np.uint32), np.uint32(0))
+        return np.bitwise_or.reduceat(bits.astype(np.uint32), self.warp_starts)[self.warp_of]
+
+    def _warp_bits(self, pred):
+        """Per lane: the ballot (uint32) of `pred` over the active lanes of its warp."""
+        bits = np.where(self._active() & (np.broadcast_to(pred, (self.n,)) != 0),
+                        np.uint32(1) << self.lane_in_warp.astype(np.uint32), np.uint32(0))
+        per_warp = np.bitwise_or.reduceat(bits.astype(np.uint32), self.warp_starts)
+        return per_warp[self.warp_of]
+
+    def activemask(self):
+        self.inst.warp_op("activemask", int(self._active().sum()), self.line)
+        return self._warp_bits(True)
+
+    def ballot_sync(self, mask, pred):
+        self._warp_op("ballot_sync", mask)
+        return self._warp_bits(pred) & np.uint32(mask)
+
+    def any_sync(self, mask, pred):
+        self._warp_op("any_sync", mask)
+        return ((self._warp_bits(pred) & np.uint32(mask)) != 0).astype(np.int32)
+
+    def all_sync(self, mask, pred):
+        self._warp_op("all_sync", mask)
+        here = self._warp_bits(True) & np.uint32(mask)
+        return ((self._warp_bits(pred) & here) == here).astype(np.int32)
+
+    def eq_sync(self, mask, pred):
+        self._warp_op("eq_sync", mask)
+        here = self._warp_bits(True) & np.uint32(mask)
+        ones = self._warp_bits(pred) & here
+        return ((ones == here) | (ones == 0)).astype(np.int32)
+
+    def match_any_sync(self, mask, value):
+        """Per lane: the lanes of its warp (active, in mask) holding the same value."""
+        self._warp_op("match_any_sync", mask)
+        value = np.broadcast_to(value, (self.n,))
+        key = np.where(self._active(), self.warp_of, -1)
+        order = np.lexsort((value, key))
+        ks, vs = key[order], value[order]
+        new_group = np.ones(self.n, bool)
+        new_group[1:] = (ks[1:] != ks[:-1]) | (vs[1:] != vs[:-1])
+        group = np.cumsum(new_group) - 1
+        bits = (np.uint32(1) << self.lane_in_warp[order].astype(np.uint32))
+        group_bits = np.bitwise_or.reduceat(bits, np.flatnonzero(new_group))
+        out = np.empty(self.n, np.uint32)
+        out[order] = group_bits[group]
+        return out & np.uint32(mask)
+
+    def match_all_sync(self, mask, value):
+        matches = self.match_any_sync(mask, value)
+        here = self._warp_bits(True) & np.uint32(mask)
+        same = matches == here
+        return np.where(same, here, np.uint32(0)), same.astype(np.int32)
+
+    def _warp_op(self, name, mask):
+        if isinstance(mask, np.ndarray):
+            mask = np.bitwise_or.reduce(mask[self._active()]) if mask.ndim else mask
+        self.inst.warp_op(name, int(self._active().sum()), self.line)
+        # the live lanes named in `mask` must all be here (the caller among them); a live lane
+        # that is elsewhere (another branch, another loop iteration) would deadlock the warp
+        mask = np.uint32(int(mask) & 0xFFFFFFFF)
+        active = self._active()
+        here = self._warp_bits(True)
+        live = here if self.live is None and self.levels[-1] is None else self._live_bits()
+        own = np.uint32(1) << self.lane_in_warp.astype(np.uint32)
+        bad = active & (((mask & live & ~here) != 0) | ((own & mask) == 0))
+        if bad.any():
+            lane = int(np.argmax(bad))
+            if int(own[lane]) & int(mask) == 0:
+                what = f"its own lane {int(self.lane_in_warp[lane])} is not in the mask"
+            else:
+                absent = int(mask) & int(live[lane]) & ~int(here[lane])
+                what = (f"lane {(absent & -absent).bit_length() - 1} named in the mask is live "
+                        "but not executing this op (diverged)")
+            self._report(WarpOpError, f"{name} with mask {int(mask):#010x}: {what}",
+                         lane // self.tpb, int(self.thread[lane]))
+
+    # --- shuffles ------------------------------------------------------------------------------
+
+    def _shuffle(self, name, mask, value, src, keep_own=None):
+        """Each active lane reads `value` at lane `src` (of its warp); `keep_own` lanes keep
+        their own value (shfl_up/down past the warp's edge)."""
+        self._warp_op(name, mask)
+        src = np.broadcast_to(np.asarray(src, np.int64), (self.n,)) & (WARP - 1)
+        if keep_own is not None:
+            src = np.where(keep_own, self.lane_in_warp, src)
+        source = self.warp_base + src
+        active = self._active()
+        valid = src < self.warp_size  # a lane past a partial warp does not exist
+        safe = np.where(valid, source, 0)
+        readable = valid & active[safe]
+        bad = active & ~readable
+        if bad.any():
+            lane = int(np.argmax(bad))
+            self._report(WarpOpError,
+                         f"{name} reads lane {int(src[lane])} of the warp, which is not "
+                         "executing it (diverged, exited, or past the end of a partial warp): "
+                         "the value is undefined", lane // self.tpb, int(self.thread[lane]))
+        if not isinstance(value, np.ndarray) or value.ndim == 0:
+            return value  # uniform: every lane holds it
+        return value[safe]
+
+    def shfl_sync(self, mask, value, src_lane):
+        return self._shuffle("shfl_sync", mask, value, src_lane)
+
+    def shfl_up_sync(self, mask, value, delta):
+        src = self.lane_in_warp - np.asarray(delta, np.int64)
+        return self._shuffle("shfl_up_sync", mask, value, src, keep_own=src < 0)
+
+    def shfl_down_sync(self, mask, value, delta):
+        src = self.lane_in_warp + np.asarray(delta, np.int64)
+        return self._shuffle("shfl_down_sync", mask, value, src, keep_own=src >= WARP)
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        src = self.lane_in_warp ^ np.asarray(lane_mask, np.int64)
+        return self._shuffle("shfl_xor_sync", mask, value, src)
+
+    # --- bit tricks ------------------------------------------------------------------------------
+
+    def popc(self, x):
+        x = np.asarray(x)
+        bits = np.unpackbits(x.astype(x.dtype.newbyteorder("<")).view(np.uint8).reshape(
+            x.shape + (x.dtype.itemsize,)), axis=-1)
+        return bits.sum(axis=-1).astype(np.int32)[()]
+
+    def clz(self, x):
+        x = np.asarray(x)
+        width = x.dtype.itemsize * 8
+        u = x.astype(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+        n = np.zeros(u.shape, np.int32)
+        for shift in range(width - 1, -1, -1):
+            n = np.where((n == width - 1 - shift) & ((u >> np.uint64(shift)) & np.uint64(1) == 0),
+                         n + 1, n)
+        return n[()]
+
+    def ffs(self, x):
+        x = np.asarray(x).astype(np.int64)
+        low = x & -x
+        return np.where(x == 0, 0, np.log2(np.where(low == 0, 1, low)).astype(np.int32) + 1
+                        ).astype(np.int32)[()]
+
+    def brev(self, x):
+        x = np.asarray(x)
+        unsigned = x.astype(np.dtype(f"u{x.dtype.itemsize}"))
+        bits = np.unpackbits(unsigned.astype(unsigned.dtype.newbyteorder(">")).view(np.uint8),
+                             bitorder="big").reshape(x.shape + (-1,))[..., ::-1]
+        packed = np.packbits(bits, axis=-1, bitorder="big")
+        return packed.view(unsigned.dtype.newbyteorder(">")).astype(unsigned.dtype).reshape(
+            x.shape)[()]
+
+    def fma(self, a, b, c):
+        return self.binop("Add", self.binop("Mult", a, b), c)
+
+    def cbrt(self, x):
+        return np.cbrt(x)
+
+    def selp(self, c, a, b):
+        return np.where(c, a, b)[()]
+

@@ -1,0 +1,191 @@
+"""Entry point of the lockstep executor: `run_simt(kernel, config, args, instrument)`.
+
+The grid runs in batches of whole blocks (blocks are independent, so any grouping is valid);
+each batch is one call of the transformed kernel over all its lanes. A `Ctx` is the state of one
+batch: lane geometry, the mask stack, the shared arrays of its blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import WARP
+from . import typing as simt_typing
+from .arrays import ArrayOps, global_array
+from .atomics import AtomicOps
+from .collective import CollectiveOps
+from .mask import Frame, MaskStack
+from .ops import Ops
+from .transform import Transformer
+from .unsupported import SimtUnsupported
+
+BATCH_LANES = 1 << 15  # lanes per batch: big enough that numpy dominates Python overhead
+
+_compiled: dict = {}
+
+
+def compile_function(py_func, argtypes: tuple, kind: str):
+    """(generated function, return dtype) of `py_func` for `argtypes`; cached."""
+    key = (py_func, argtypes, kind)
+    hit = _compiled.get(key)
+    if hit is None:
+        types = simt_typing.infer(py_func, argtypes)
+        fn = Transformer(py_func, types, kind).build()
+        hit = _compiled[key] = (fn, simt_typing.as_dtype(types.return_type))
+    return hit
+
+
+def _py_func(kernel):
+    """The original Python function of a dispatcher, a `KernelSource` or a function."""
+    kernel = getattr(kernel, "dispatcher", kernel)
+    return getattr(kernel, "py_func", kernel)
+
+
+def _argument(value):
+    if hasattr(value, "flat") and hasattr(value, "estrides"):  # a DeviceBuffer
+        return global_array(value)
+    if isinstance(value, np.ndarray) and value.ndim:
+        raise SimtUnsupported("a host array argument the launcher did not turn into a buffer")
+    if isinstance(value, (bool, int, float, complex)):
+        return np.asarray(value)[()]
+    return value
+
+
+def prepare(kernel, args) -> tuple:
+    """Transform (or fetch) the kernel for these arguments; raises SimtUnsupported. Lets the
+    launcher decide on a fallback before any memory is touched."""
+    py_func = _py_func(kernel)
+    sim_args = tuple(_argument(a) for a in args)
+    argtypes = tuple(simt_typing.type_of(a) for a in sim_args)
+    fn, _ = compile_function(py_func, argtypes, "kernel")
+    return fn, sim_args
+
+
+def run(launch) -> None:
+    """The launcher's entry point (`launch.Launch`): run it, or raise SimtUnsupported with no
+    side effect (argument memory is restored if lockstep gives up midway)."""
+    fn, sim_args = prepare(launch.kernel, launch.args)
+    buffers = {a.handle.buffer_id: a.handle for a in sim_args
+               if getattr(a, "space", None) == "global"}
+    saved = {k: (b.flat.copy(), b.initialised.copy()) for k, b in buffers.items()}
+    try:
+        _execute(fn, sim_args, launch.config, launch.instrument)
+    except SimtUnsupported:
+        for k, (flat, init) in saved.items():
+            buffers[k].flat[...] = flat
+            buffers[k].initialised[...] = init
+        raise
+
+
+def run_simt(kernel, config, args, instrument) -> None:
+    """Run one launch in lockstep. `kernel`: a CUDA dispatcher, `KernelSource` or function;
+    `config`: `memory.LaunchConfig`; `args`: `DeviceBuffer`s and numpy scalars in parameter
+    order; `instrument`: the launch's `memory.Instrument`. Raises `SimtUnsupported` (before
+    running anything) for what lockstep cannot model, and `SimError`s for findings."""
+    fn, sim_args = prepare(kernel, args)
+    _execute(fn, sim_args, config, instrument)
+
+
+def _execute(fn, sim_args, config, instrument) -> None:
+    filename = fn.__code__.co_filename
+    tpb, n_blocks = config.threads_per_block, config.n_blocks
+    per_batch = max(1, min(n_blocks, BATCH_LANES // tpb))
+    with np.errstate(all="ignore"):
+        for first in range(0, n_blocks, per_batch):
+            ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename)
+            fn(ctx, *sim_args)
+
+
+class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
+    """One batch of blocks: what generated code calls as `__c`."""
+
+    def __init__(self, config, instrument, first_block: int, n_blocks: int, filename: str):
+        self.config, self.inst = config, instrument
+        self.first_block, self.n_blocks = first_block, n_blocks
+        self.tpb = tpb = config.threads_per_block
+        self.n = n = n_blocks * tpb
+        self.filename, self.line = filename, 0
+        self.lane = np.arange(n, dtype=np.int64)
+        self.block_ids = np.arange(first_block, first_block + n_blocks, dtype=np.int64)
+        self.block = np.repeat(self.block_ids, tpb)
+        self.thread = np.tile(np.arange(tpb, dtype=np.int64), n_blocks)
+        # warps: runs of up to 32 lanes of one block
+        self.lane_in_warp = (self.thread % WARP).astype(np.int32)
+        self.warp_base = self.lane - self.lane_in_warp
+        self.warp_size = np.minimum(WARP, tpb - (self.thread - self.lane_in_warp))
+        wpb = config.warps_per_block
+        self.warp_of = (self.block - first_block) * wpb + self.thread // WARP
+        self.warp_starts = (np.arange(n_blocks, dtype=np.int64)[:, None] * tpb +
+                            np.arange(wpb, dtype=np.int64)[None, :] * WARP).reshape(-1)
+        self._dims: dict = {}
+        self._arrays: dict = {}
+        self._const_arrays: dict = {}
+        self._dynamic = None
+        self._static_bytes = 0
+        self._shared_top = 0
+        self._act_mask = None
+        self._act = None
+        self._calls: list = []
+        self.init_masks()
+
+    # --- special registers ----------------------------------------------------------------------
+
+    def dim(self, name: str, axis: str):
+        key = (name, axis)
+        value = self._dims.get(key)
+        if value is None:
+            k = "xyz".index(axis)
+            cfg = self.config
+            if name == "blockDim":
+                value = np.int32(cfg.block[k])
+            elif name == "gridDim":
+                value = np.int32(cfg.grid[k])
+            elif name == "threadIdx":
+                bx, by, _ = cfg.block
+                value = (self.thread % bx, self.thread // bx % by, self.thread // (bx * by))[k]
+            else:
+                gx, gy, _ = cfg.grid
+                value = (self.block % gx, self.block // gx % gy, self.block // (gx * gy))[k]
+            if isinstance(value, np.ndarray):
+                value = value.astype(np.int32)
+                if name == "blockIdx" and self.n_blocks == 1 or name == "threadIdx" and \
+                        cfg.block[k] == 1:
+                    value = np.int32(value[0])  # uniform over the batch
+            self._dims[key] = value
+        return value
+
+    def grid(self, ndim):
+        # numba: blockIdx * blockDim + threadIdx, int32 operands computed in int64
+        out = tuple(self.binop("Add", self.binop("Mult", self.dim("blockIdx", a),
+                                                 self.dim("blockDim", a)), self.dim("threadIdx", a))
+                    for a in "xyz"[:int(ndim)])
+        return out[0] if int(ndim) == 1 else out
+
+    def gridsize(self, ndim):
+        out = tuple(np.int64(self.config.block[k]) * np.int64(self.config.grid[k])
+                    for k in range(int(ndim)))
+        return out[0] if int(ndim) == 1 else out
+
+    # --- device functions -----------------------------------------------------------------------
+
+    def call(self, dispatcher, *args):
+        if dispatcher in self._calls:
+            raise SimtUnsupported(f"recursion in device function {dispatcher.py_func.__name__!r}",
+                                  self.line)
+        argtypes = tuple(simt_typing.type_of(a) for a in args)
+        fn, result_dtype = compile_function(dispatcher.py_func, argtypes, "device")
+        frame = Frame(base=len(self.levels), result_dtype=result_dtype)
+        self.levels.append(self.levels[-1])
+        self.conds.append(None)
+        self.frames.append(frame)
+        self._calls.append(dispatcher)
+        line, filename = self.line, self.filename
+        self.filename = fn.__code__.co_filename
+        try:
+            fn(self, *args)
+        finally:
+            self.line, self.filename = line, filename
+            self._calls.pop()
+            self.frames.pop()
+            del self.levels[frame.base:], self.conds[frame.base:]
+        return frame.result

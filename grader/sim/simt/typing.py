@@ -1,0 +1,225 @@
+"""numba-cuda's own type inference, run on the CPU, and numba's typing of single operations.
+
+Lockstep values are numpy vectors; numpy's promotion rules are not numba's (numba computes
+`int32 + int32` in int64 and keeps `acc = 0.0` in float64 even when every addend is float32).
+So every local is cast to the type numba infers for it, and every arithmetic operation converts
+its operands the way numba's typing context says before numpy computes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .unsupported import SimtUnsupported
+
+# compute capability the typing pretends to target (device functions are compiled while typing)
+COMPUTE_CAPABILITY = (9, 0)
+
+
+def _numba():
+    """numba-cuda's modules, imported lazily (the grader imports this package without numba)."""
+    from numba.cuda import types
+    from numba.cuda.descriptor import cuda_target
+    from numba.cuda.np import numpy_support
+
+    return types, cuda_target, numpy_support
+
+
+# --- numba types of runtime values -----------------------------------------------------------
+
+
+def scalar_type(dtype: np.dtype):
+    return _numba()[2].from_dtype(np.dtype(dtype))
+
+
+def as_dtype(nbtype) -> np.dtype | None:
+    """numpy dtype of a numba scalar type; None for arrays, tuples and other non-scalars."""
+    types, _, numpy_support = _numba()
+    nbtype = types.unliteral(nbtype)
+    if isinstance(nbtype, (types.Boolean, types.Integer, types.Float, types.Complex)):
+        return numpy_support.as_dtype(nbtype)
+    return None
+
+
+def array_type(dtype: np.dtype, ndim: int, contiguous: bool = True, readonly: bool = False):
+    types = _numba()[0]
+    return types.Array(scalar_type(dtype), ndim, "C" if contiguous else "A", readonly=readonly)
+
+
+def type_of(value):
+    """numba type of a lockstep value: numpy scalar, lane vector, tuple, or a SIMT array."""
+    types = _numba()[0]
+    if hasattr(value, "numba_type"):
+        return value.numba_type
+    if isinstance(value, tuple):
+        return types.BaseTuple.from_types([type_of(v) for v in value])
+    if isinstance(value, (bool, int, float)):
+        value = np.asarray(value)[()]
+    return scalar_type(value.dtype)
+
+
+# --- the inference pass ------------------------------------------------------------------------
+
+
+@dataclass
+class FunctionTypes:
+    """Types numba infers for one function and one argument-type signature."""
+
+    by_line: dict = field(default_factory=dict)  # (name, line) -> numba type of that assignment
+    by_name: dict = field(default_factory=dict)  # name -> all its SSA versions unified
+    return_type: object = None
+
+    def local(self, name: str, line: int):
+        return self.by_line.get((name, line), self.by_name.get(name))
+
+
+_inferred: dict = {}
+
+
+@contextlib.contextmanager
+def _compute_capability():
+    """Typing a call to a device function compiles it, which asks the current device for its
+    compute capability: report COMPUTE_CAPABILITY when there is no GPU (restored after)."""
+    from numba.cuda import dispatcher
+
+    from ..patching import PatchScope
+
+    original = dispatcher.get_current_device
+
+    class _Device:
+        compute_capability = COMPUTE_CAPABILITY
+
+    def current():
+        try:
+            return original()
+        except Exception:  # no driver: no GPU here, which is why we simulate
+            return _Device()
+
+    scope = PatchScope()
+    scope.setattr(dispatcher, "get_current_device", current)
+    try:
+        yield
+    finally:
+        scope.restore()
+
+
+def _typing_pipeline():
+    from numba.cuda import compiler
+    from numba.cuda.core.compiler import _EarlyPipelineCompletion
+    from numba.cuda.core.compiler_machinery import AnalysisPass, PassManager, register_pass
+    from numba.cuda.core.typed_passes import NopythonTypeInference
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class SimtStopAfterTyping(AnalysisPass):
+        _name = "simt_stop_after_typing"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            raise _EarlyPipelineCompletion(state)
+
+    class TypingOnly(compiler.CUDACompiler):
+        """numba-cuda's pipeline cut right after nopython type inference."""
+
+        def define_pipelines(self):
+            full = super().define_pipelines()[0]
+            pm = PassManager("simt_typing")
+            for implementation, description in full.passes:
+                pm.add_pass(implementation, description)
+                if implementation is NopythonTypeInference:
+                    break
+            pm.add_pass(SimtStopAfterTyping, "stop after typing")
+            pm.finalize()
+            return [pm]
+
+    return compiler, TypingOnly
+
+
+_pipeline = None
+
+
+def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
+    """Run numba-cuda's type inference on `py_func` for `argtypes`; cached per signature."""
+    global _pipeline
+    key = (py_func, argtypes)
+    if key in _inferred:
+        return _inferred[key]
+    if _pipeline is None:
+        _pipeline = _typing_pipeline()
+    compiler, TypingOnly = _pipeline
+    types, cuda_target, _ = _numba()
+    from numba.cuda import utils
+
+    flags = compiler.CUDAFlags()
+    flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
+    flags.error_model = "numpy"
+    flags.compute_capability = COMPUTE_CAPABILITY
+    try:
+        with utils.numba_target_override(), _compute_capability():
+            state = compiler.compile_extra(
+                cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
+                None, flags, {}, pipeline_class=TypingOnly)
+    except Exception as err:  # any failure to type is a reason to fall back
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SimtUnsupported(f"numba cannot type {py_func.__name__!r} ({first})", line) from err
+    result = FunctionTypes(return_type=state.return_type)
+    typing_context = cuda_target.typing_context
+    from numba.cuda.core import ir
+
+    for block in state.func_ir.blocks.values():
+        for stmt in block.body:
+            if not isinstance(stmt, ir.Assign) or stmt.target.name.startswith(("$", "arg.")):
+                continue
+            name = stmt.target.name.split(".")[0]
+            ty = types.unliteral(state.typemap[stmt.target.name])
+            key = (name, stmt.loc.line)
+            if key in result.by_line and result.by_line[key] != ty:
+                ty = typing_context.unify_types(result.by_line[key], ty) or ty
+            result.by_line[key] = ty
+            known = result.by_name.get(name)
+            result.by_name[name] = ty if known is None else (
+                typing_context.unify_types(known, ty) or known)
+    _inferred[key] = result
+    return result
+
+
+# --- single operations ---------------------------------------------------------------------------
+
+_signatures: dict = {}
+
+
+def signature(fn, dtypes: tuple):
+    """(operand dtypes, result dtype) numba uses for `fn` applied to scalars of `dtypes`;
+    None when numba cannot type it or the result is not a scalar."""
+    key = (fn, dtypes)
+    try:
+        return _signatures[key]
+    except KeyError:
+        pass
+    types, cuda_target, _ = _numba()
+    try:
+        sig = cuda_target.typing_context.resolve_function_type(
+            fn, tuple(scalar_type(d) for d in dtypes), {})
+    except Exception:
+        sig = None
+    answer = None
+    if sig is not None:
+        args = tuple(as_dtype(a) for a in sig.args)
+        result = as_dtype(sig.return_type)
+        if result is not None and len(args) == len(dtypes) and None not in args:
+            answer = (args, result)
+    _signatures[key] = answer
+    return answer
+
+
+BINOPS = {
+    "Add": operator.add, "Sub": operator.sub, "Mult": operator.mul, "Div": operator.truediv,
+    "FloorDiv": operator.floordiv, "Mod": operator.mod, "Pow": operator.pow,
+    "LShift": operator.lshift, "RShift": operator.rshift, "BitAnd": operator.and_,
+    "BitOr": operator.or_, "BitXor": operator.xor,
+}
