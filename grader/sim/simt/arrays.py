@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LaunchConfigError, where
 from ..memory import SharedArray
 from . import typing as simt_typing
 from .unsupported import SimtUnsupported
@@ -129,28 +130,40 @@ class ArrayOps:
 
     # --- creation -------------------------------------------------------------------------------
 
-    def shared_array(self, shape, dtype):
+    def shared_array(self, shape, dtype, site=None, name=None):
         """`cuda.shared.array`: fresh per block. One SharedArray per call site and batch, so a
         loop re-running the declaration gets the same memory, as on the GPU."""
-        key = ("shared", self.filename, self.line)
+        key = ("shared", self.filename, site)
         found = self._arrays.get(key)
         if found is not None:
             return found
         shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
         if shape == (0,) or shape == ():  # dynamic: the launch's shared bytes, from offset 0
             n = self.config.shared_bytes // dtype.itemsize
-            handle = self._dynamic_shared(dtype, n)
+            handle = self._dynamic_shared(dtype, n, name)
         else:
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             address = self._shared_top
             self._shared_top += (nbytes + 15) // 16 * 16
-            handle = SharedArray(self._array_name("shared"), shape, dtype, self.first_block,
+            self._check_shared()
+            handle = SharedArray(name or self._array_name("shared"), shape, dtype, self.first_block,
                                  self.n_blocks, address=address)
         array = SimtArray("shared", handle, handle.flat, handle.shape, dtype)
         self._arrays[key] = array
         return array
 
-    def _dynamic_shared(self, dtype, n):
+    def _check_shared(self):
+        limits = self.limits
+        static, dynamic = self._shared_top, self.config.shared_bytes
+        if limits is not None and (static > limits.default_shared_bytes or
+                                   static + dynamic > limits.max_shared_bytes_optin):
+            raise LaunchConfigError(
+                f"{where(self.inst.kernel, self.filename, self.line)}: the block needs {static} "
+                f"bytes of static + {dynamic} bytes of dynamic shared memory; the limit is "
+                f"{limits.default_shared_bytes} bytes static and {limits.max_shared_bytes_optin} "
+                "in total", kernel=self.inst.kernel, filename=self.filename, line=self.line)
+
+    def _dynamic_shared(self, dtype, n, name):
         """All dynamic shared arrays of a launch alias one byte store (as `extern __shared__`)."""
         if self._dynamic is None:
             size = self.config.shared_bytes * self.n_blocks
@@ -162,24 +175,26 @@ class ArrayOps:
         if per_block and not np.shares_memory(flat, self._dynamic):
             raise SimtUnsupported("dynamic shared memory not a multiple of the element size",
                                   self.line)
-        handle = SharedArray(self._array_name("dynamic shared"), (n,), dtype,
+        handle = SharedArray(name or self._array_name("dynamic shared"), (n,), dtype,
                              self.first_block, self.n_blocks, address=self._static_bytes,
                              flat=flat)
         return handle
 
-    def local_array(self, shape, dtype):
-        key = ("local", self.filename, self.line)
+    def local_array(self, shape, dtype, site=None, name=None):
+        key = ("local", self.filename, site)
         found = self._arrays.get(key)
         if found is not None:
             return found
         shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
-        handle = _LocalHandle(self._array_name("local"), shape, dtype)
+        handle = _LocalHandle(name or self._array_name("local"), shape, dtype)
         flat = np.zeros(handle.size * self.n, dtype)
         array = SimtArray("local", handle, flat, shape, dtype)
         self._arrays[key] = array
         return array
 
     def const_array_like(self, host):
+        if isinstance(host, SimtArray):  # an argument (numba needs a constant; typing allows it)
+            return host
         found = self._const_arrays.get(id(host))
         if found is not None and found[0] is host:
             return found[1]

@@ -125,22 +125,22 @@ class CollectiveOps:
 
     def ballot_sync(self, mask, pred):
         self._warp_op("ballot_sync", mask)
-        return self._warp_bits(pred) & np.uint32(mask)
+        return (self._warp_bits(pred) & np.uint32(mask)).astype(np.int32)  # numba: int32
 
     def any_sync(self, mask, pred):
         self._warp_op("any_sync", mask)
-        return ((self._warp_bits(pred) & np.uint32(mask)) != 0).astype(np.int32)
+        return (self._warp_bits(pred) & np.uint32(mask)) != 0
 
     def all_sync(self, mask, pred):
         self._warp_op("all_sync", mask)
         here = self._warp_bits(True) & np.uint32(mask)
-        return ((self._warp_bits(pred) & here) == here).astype(np.int32)
+        return (self._warp_bits(pred) & here) == here
 
     def eq_sync(self, mask, pred):
         self._warp_op("eq_sync", mask)
         here = self._warp_bits(True) & np.uint32(mask)
         ones = self._warp_bits(pred) & here
-        return ((ones == here) | (ones == 0)).astype(np.int32)
+        return (ones == here) | (ones == 0)
 
     def match_any_sync(self, mask, value):
         """Per lane: the lanes of its warp (active, in mask) holding the same value."""
@@ -156,13 +156,13 @@ class CollectiveOps:
         group_bits = np.bitwise_or.reduceat(bits, np.flatnonzero(new_group))
         out = np.empty(self.n, np.uint32)
         out[order] = group_bits[group]
-        return out & np.uint32(mask)
+        return (out & np.uint32(mask)).astype(np.int32)
 
     def match_all_sync(self, mask, value):
-        matches = self.match_any_sync(mask, value)
+        matches = self.match_any_sync(mask, value).astype(np.uint32)
         here = self._warp_bits(True) & np.uint32(mask)
         same = matches == here
-        return np.where(same, here, np.uint32(0)), same.astype(np.int32)
+        return np.where(same, here, np.uint32(0)).astype(np.int32), same
 
     def _warp_op(self, name, mask):
         if isinstance(mask, np.ndarray):
@@ -233,7 +233,7 @@ class CollectiveOps:
         x = np.asarray(x)
         bits = np.unpackbits(x.astype(x.dtype.newbyteorder("<")).view(np.uint8).reshape(
             x.shape + (x.dtype.itemsize,)), axis=-1)
-        return bits.sum(axis=-1).astype(np.int32)[()]
+        return bits.sum(axis=-1).astype(x.dtype)[()]
 
     def clz(self, x):
         x = np.asarray(x)
@@ -243,13 +243,13 @@ class CollectiveOps:
         for shift in range(width - 1, -1, -1):
             n = np.where((n == width - 1 - shift) & ((u >> np.uint64(shift)) & np.uint64(1) == 0),
                          n + 1, n)
-        return n[()]
+        return n.astype(x.dtype)[()]
 
     def ffs(self, x):
         x = np.asarray(x).astype(np.int64)
         low = x & -x
         return np.where(x == 0, 0, np.log2(np.where(low == 0, 1, low)).astype(np.int32) + 1
-                        ).astype(np.int32)[()]
+                        ).astype(np.uint32)[()]
 
     def brev(self, x):
         x = np.asarray(x)

@@ -69,7 +69,7 @@ def run(launch) -> None:
                if getattr(a, "space", None) == "global"}
     saved = {k: (b.flat.copy(), b.initialised.copy()) for k, b in buffers.items()}
     try:
-        _execute(fn, sim_args, launch.config, launch.instrument)
+        _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits)
     except SimtUnsupported:
         for k, (flat, init) in saved.items():
             buffers[k].flat[...] = flat
@@ -86,21 +86,23 @@ def run_simt(kernel, config, args, instrument) -> None:
     _execute(fn, sim_args, config, instrument)
 
 
-def _execute(fn, sim_args, config, instrument) -> None:
+def _execute(fn, sim_args, config, instrument, limits=None) -> None:
     filename = fn.__code__.co_filename
     tpb, n_blocks = config.threads_per_block, config.n_blocks
     per_batch = max(1, min(n_blocks, BATCH_LANES // tpb))
     with np.errstate(all="ignore"):
         for first in range(0, n_blocks, per_batch):
-            ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename)
+            ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename,
+                      limits)
             fn(ctx, *sim_args)
 
 
 class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
     """One batch of blocks: what generated code calls as `__c`."""
 
-    def __init__(self, config, instrument, first_block: int, n_blocks: int, filename: str):
-        self.config, self.inst = config, instrument
+    def __init__(self, config, instrument, first_block: int, n_blocks: int, filename: str,
+                 limits=None):
+        self.config, self.inst, self.limits = config, instrument, limits
         self.first_block, self.n_blocks = first_block, n_blocks
         self.tpb = tpb = config.threads_per_block
         self.n = n = n_blocks * tpb

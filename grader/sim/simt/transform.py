@@ -36,6 +36,7 @@ from .unsupported import SimtUnsupported
 
 C = "__c"  # the context parameter of generated functions
 _EXITS = (ast.Return, ast.Break, ast.Continue)
+_SITES = itertools.count()  # array declaration sites, unique across all generated functions
 _UNARY = {ast.USub: "USub", ast.Invert: "Invert"}
 _COMPARE = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 
@@ -85,6 +86,7 @@ class Transformer:
         self.generated_globals: dict = {"np": np}
         self._counter = itertools.count()
         self.line = py_func.__code__.co_firstlineno
+        self._target = None
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class Transformer:
                 return [ast.Expr(self.atomic(hit, node.value, need_old=False))]
         return [ast.Expr(self.expr(node.value))]
 
-    def stmt_Assign(self, node):
+    def _assign(self, node):
         if len(node.targets) == 1:
             return self.store_to(node.targets[0], self.expr(node.value), node)
         tmp = f"__t{next(self._counter)}"
@@ -227,6 +229,15 @@ class Transformer:
             store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)))
             return [ast.Assign([_name(tmp, True)], index), ast.Expr(store)]
         self.fail("augmented assignment to this target", node)
+
+    def stmt_Assign(self, node):
+        # the variable a declaration is assigned to names the array in diagnostics
+        single = len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        self._target = node.targets[0].id if single else None
+        try:
+            return self._assign(node)
+        finally:
+            self._target = None
 
     def store_to(self, target, value: ast.expr, node) -> list[ast.stmt]:
         if isinstance(target, ast.Name):
@@ -474,8 +485,12 @@ class Transformer:
                 return _ctx("call", self.const_object(obj), *args)
             if obj is print:
                 self.fail("print", node)
-            self.fail(f"call to {getattr(obj, '__name__', type(obj).__name__)}", node)
+            self.fail(f"call to {ast.unparse(node.func)}", node)
         if hit.kind == "ctx":
+            if hit.name in ("shared_array", "local_array"):
+                # each declaration is its own array, even two on one line; named for messages
+                keywords += [ast.keyword("site", ast.Constant(next(_SITES))),
+                             ast.keyword("name", ast.Constant(self._target))]
             return _ctx(hit.name, *args, keywords=keywords)
         if hit.kind == "atomic":
             return self.atomic(hit, node, need_old=True)
@@ -492,7 +507,7 @@ class Transformer:
             if hit.name == "range":
                 self.fail("range() outside a for-loop header", node)
             return _ctx("builtin_" + hit.name, *args)
-        self.fail(f"call to {hit.name}", node)
+        self.fail(f"call to {ast.unparse(node.func)}", node)
 
     def atomic(self, hit, node, need_old: bool) -> ast.expr:
         if node.keywords:

@@ -191,6 +191,7 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
 # --- single operations ---------------------------------------------------------------------------
 
 _signatures: dict = {}
+_refreshed = False
 
 
 def signature(fn, dtypes: tuple):
@@ -202,16 +203,23 @@ def signature(fn, dtypes: tuple):
     except KeyError:
         pass
     types, cuda_target, _ = _numba()
+    global _refreshed
+    if not _refreshed:  # the typing context loads its registries lazily
+        cuda_target.typing_context.refresh()
+        _refreshed = True
+    from numba.cuda import utils
+
     try:
-        sig = cuda_target.typing_context.resolve_function_type(
-            fn, tuple(scalar_type(d) for d in dtypes), {})
+        with utils.numba_target_override():
+            sig = cuda_target.typing_context.resolve_function_type(
+                fn, tuple(scalar_type(d) for d in dtypes), {})
     except Exception:
         sig = None
     answer = None
     if sig is not None:
         args = tuple(as_dtype(a) for a in sig.args)
         result = as_dtype(sig.return_type)
-        if result is not None and len(args) == len(dtypes) and None not in args:
+        if result is not None and len(args) == len(dtypes) and all(a is not None for a in args):
             answer = (args, result)
     _signatures[key] = answer
     return answer
