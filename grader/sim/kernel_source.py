@@ -11,8 +11,10 @@ original names.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
+import textwrap
 import types
 
 import numpy as np
@@ -32,6 +34,51 @@ class KernelSource:
         self.filename = code.co_filename
         self.firstlineno = code.co_firstlineno
         self.params = list(inspect.signature(self.py_func).parameters)
+
+
+class _FellOff:
+    """What a kernel rebound with `mark_end=True` returns when it runs off its last line
+    (an explicit `return` still returns None): tells an early exit from skipping the rest."""
+
+    def __repr__(self):
+        return "FELL_OFF"
+
+
+FELL_OFF = _FellOff()
+_END_MARKER = "__gpugrade_fell_off__"
+_marked_cache: dict = {}
+
+
+def marked_code(func):
+    """`func.__code__` recompiled from its source with `return FELL_OFF` appended to the body,
+    or None when that is not possible (no source, a closure, a lambda)."""
+    code = func.__code__
+    if code in _marked_cache:
+        return _marked_cache[code]
+    result = None
+    if not code.co_freevars:
+        try:
+            source = textwrap.dedent(inspect.getsource(func))
+            tree = ast.parse(source)
+            fdef = tree.body[0]
+            if isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    fdef.name == func.__name__:
+                fdef.decorator_list = []
+                ret = ast.Return(ast.Name(_END_MARKER, ast.Load()))
+                last = fdef.body[-1]
+                ast.copy_location(ret, last)
+                ret.lineno = ret.value.lineno = getattr(last, "end_lineno", last.lineno)
+                ast.copy_location(ret.value, ret)
+                fdef.body.append(ret)
+                ast.fix_missing_locations(tree)
+                ast.increment_lineno(tree, code.co_firstlineno - 1)
+                namespace: dict = {}
+                exec(compile(tree, code.co_filename, "exec"), {}, namespace)
+                result = namespace[func.__name__].__code__
+        except (OSError, TypeError, SyntaxError, IndexError, KeyError):
+            result = None
+    _marked_cache[code] = result
+    return result
 
 
 class NumbaProxy(types.ModuleType):
@@ -91,11 +138,12 @@ def _replacement(value, fake_cuda, cache, real_attrs):
     return value
 
 
-def rebind(func, fake_cuda, cache: dict | None = None):
+def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False):
     """`func` with a globals copy in which numba's CUDA names are simulated (see module doc).
 
     `cache` maps original functions to their rebound twins for one launch; it makes shared and
-    recursive device functions resolve to one object each.
+    recursive device functions resolve to one object each. With `mark_end`, the function returns
+    `FELL_OFF` when it runs off its end (see `marked_code`; unchanged when no source).
     """
     cache = {} if cache is None else cache
     hit = cache.get(func)
@@ -104,8 +152,9 @@ def rebind(func, fake_cuda, cache: dict | None = None):
     real_attrs = cache.setdefault("__real_attrs__", patching.cuda_attribute_names(fake_cuda))
     new_globals = dict(func.__globals__)
     closure = func.__closure__
-    fn = types.FunctionType(func.__code__, new_globals, func.__name__, func.__defaults__,
-                            closure)
+    code = (marked_code(func) if mark_end else None) or func.__code__
+    new_globals[_END_MARKER] = FELL_OFF
+    fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
     cache[func] = fn  # before recursing: a recursive device function finds itself
     for name in func.__code__.co_names:
         if name in new_globals:
@@ -113,8 +162,7 @@ def rebind(func, fake_cuda, cache: dict | None = None):
     if closure:
         cells = tuple(types.CellType(_replacement(c.cell_contents, fake_cuda, cache, real_attrs))
                       if _has_contents(c) else c for c in closure)
-        fn = types.FunctionType(func.__code__, new_globals, func.__name__, func.__defaults__,
-                                cells)
+        fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, cells)
         cache[func] = fn
     fn.__kwdefaults__ = func.__kwdefaults__
     fn.__qualname__ = func.__qualname__

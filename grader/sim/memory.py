@@ -26,7 +26,8 @@ BANKS = 32
 BANK_BYTES = 4
 WARP = 32
 _SPACES = ("global", "shared", "local", "const")
-_KIND_CODE = {"load": 0, "store": 1, "atomic": 2}
+_CODES = (("global", "load"), ("global", "store"), ("shared", "load"), ("shared", "store"))
+_CODE = {sk: i for i, sk in enumerate(_CODES)}
 
 
 @dataclass(frozen=True)
@@ -142,9 +143,16 @@ class Instrument:
              "global_load_sectors", "global_store_sectors", "shared_loads", "shared_stores",
              "shared_requests", "bank_conflict_wavefronts", "atomics", "barriers", "warp_ops"), 0)
         self.written: set[str] = set()
-        # scalar-path request log: (space, kind, line, nth, warp) -> byte addresses
-        self._requests: dict[tuple, list[int]] = {}
-        self._nth: dict[tuple, int] = {}
+        # scalar path: Python-side twins of the epochs and shadows, and an access log
+        self._ep1 = [0] * nb
+        self._wep1 = [0] * (nb * self.wpb)
+        self._fence1: dict[int, int] = {}
+        self._shadows1: dict[int, dict[int, list]] = {}
+        self._log_g: list[int] = []
+        self._log_code: list[int] = []
+        self._log_line: list[int] = []
+        self._log_addr: list[int] = []
+        self._log_item: list[int] = []
 
     # ------------------------------------------------------------------ diagnostics
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
@@ -182,18 +190,26 @@ class Instrument:
 
     def index1(self, space, handle, idx, block: int, thread: int, line: int,
                filename=None) -> int:
-        """Scalar twin of `index` for one lane; `idx` a tuple of ints."""
+        """Scalar twin of `index` for one lane; `idx` a tuple of ints (a slice in it raises
+        TypeError, which callers use to take the view path)."""
         shape = handle.shape
         if len(idx) != len(shape):
             raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
                            f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
-        flat = handle.offset
-        for i, dim, st in zip(idx, shape, handle.estrides):
-            if not 0 <= i < dim:
-                self._oob(handle, space, tuple(int(v) for v in idx), block, thread, line,
-                          filename)
+        if len(idx) == 1:
+            i = idx[0]
+            if not 0 <= i < shape[0]:
+                self._oob(handle, space, (int(i),), block, thread, line, filename)
                 return handle.offset
-            flat += i * st
+            flat = handle.offset + i * handle.estrides[0]
+        else:
+            flat = handle.offset
+            for i, dim, st in zip(idx, shape, handle.estrides):
+                if not 0 <= i < dim:
+                    self._oob(handle, space, tuple(int(v) for v in idx), block, thread, line,
+                              filename)
+                    return handle.offset
+                flat += i * st
         if space == "shared":
             flat += (block - handle.first_block) * handle.block_stride
         return int(flat)
@@ -247,17 +263,28 @@ class Instrument:
     def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,
                 filename=None) -> None:
         """Scalar twin of `access` for one lane."""
-        if space in ("local", "const"):
+        if space == "local" or space == "const":
             return
-        if self.uninit and kind != "store" and not handle.initialised[flat]:
-            self._uninit(space, handle, flat, block, thread, line, filename)
-        if self.races:
-            self._race1(space, handle, kind, flat, block, thread, line, filename)
-        if kind != "load":
+        if kind == "load":
+            if self.uninit and not handle.initialised[flat]:
+                self._uninit(space, handle, flat, block, thread, line, filename)
+        else:
+            if kind == "atomic" and self.uninit and not handle.initialised[flat]:
+                self._uninit(space, handle, flat, block, thread, line, filename)
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
-        self._count1(space, handle, kind, flat, block, thread, line)
+        g = block * self.tpb + thread
+        if self.races:
+            self._race1(space, handle, kind, flat, block, g, line, filename)
+        if kind == "atomic":
+            self.counts["atomics"] += 1
+            return
+        self._log_g.append(g)
+        self._log_code.append(_CODE[space, kind])
+        self._log_line.append(line)
+        self._log_addr.append(self._byte_addr(space, handle, flat))
+        self._log_item.append(handle.dtype.itemsize)
 
     def _uninit(self, space, handle, flat, block, thread, line, filename):
         what = "shared array" if space == "shared" else "device array"
@@ -287,55 +314,54 @@ class Instrument:
         """Is an earlier access by global thread `other` ordered before thread `g`'s access?"""
         if other == g:
             return True
-        ob = other // self.tpb
-        if ob != block:
+        tpb = self.tpb
+        if other // tpb != block:
             return False
-        if ep != self.epoch[block]:
+        if ep != self._ep1[block]:
             return True
-        ow = other // WARP if self.tpb % WARP == 0 else ob * self.wpb + (other % self.tpb) // WARP
-        w = block * self.wpb + (g % self.tpb) // WARP
-        return ow == w and wep != self.wepoch[w]
+        w = (g % tpb) // WARP
+        return (other % tpb) // WARP == w and wep != self._wep1[block * self.wpb + w]
 
-    def _race1(self, space, handle, kind, flat, block, thread, line, filename):
-        sh = self._shadow(handle)
-        g = block * self.tpb + thread
-        w = block * self.wpb + thread // WARP
-        ep, wep = int(self.epoch[block]), int(self.wepoch[w])
-        wt = int(sh.w_thr[flat])
-        if wt >= 0 and wt != g and not (kind == "atomic" and sh.w_atomic[flat]):
-            if not self._ordered1(wt, int(sh.w_ep[flat]), int(sh.w_wep[flat]), g, block):
-                cross_fenced = (kind == "load" and wt // self.tpb != block
-                                and self.fences[wt] > sh.w_fence[flat])
-                if not cross_fenced:
-                    self._race_msg(space, handle, kind, flat, wt,
-                                   "atomic" if sh.w_atomic[flat] else "store", block, thread,
-                                   line, filename)
-        rt = int(sh.r_thr[flat])
-        if kind != "load" and rt != -1 and rt != g:
-            if rt <= -2:
-                conflict = (-rt - 2) != block or int(sh.r_ep[flat]) == ep
+    def _race1(self, space, handle, kind, flat, block, g, line, filename):
+        shadows = self._shadows1.get(handle.buffer_id)
+        if shadows is None:
+            shadows = self._shadows1[handle.buffer_id] = {}
+        rec = shadows.get(flat)
+        ep = self._ep1[block]
+        wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        if rec is None:
+            # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch]
+            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+        thread = g % self.tpb
+        wt = rec[0]
+        if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
+                not self._ordered1(wt, rec[1], rec[2], g, block):
+            if not (kind == "load" and wt // self.tpb != block
+                    and self._fence1.get(wt, 0) > rec[4]):
+                self._race_msg(space, handle, kind, flat, wt, "atomic" if rec[3] else "store",
+                               block, thread, line, filename)
+        rt = rec[5]
+        if kind == "load":
+            if rt == -1 or rt == g:
+                rec[5] = g
+            elif rt <= -2:
+                rec[5] = -block - 2 if (-rt - 2 == block and rec[6] == ep) else g
+            elif rt // self.tpb != block or self._ordered1(rt, rec[6], rec[7], g, block):
+                rec[5] = g
             else:
-                conflict = not self._ordered1(rt, int(sh.r_ep[flat]), int(sh.r_wep[flat]), g,
-                                              block)
+                rec[5] = -block - 2
+            rec[6], rec[7] = ep, wep
+            return
+        if rt != -1 and rt != g:
+            if rt <= -2:
+                conflict = (-rt - 2) != block or rec[6] == ep
+            else:
+                conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
             if conflict:
                 self._race_msg(space, handle, kind, flat, rt, "load", block, thread, line,
                                filename)
-        if kind == "load":
-            if rt == -1 or rt == g or (rt >= 0 and self._ordered1(
-                    rt, int(sh.r_ep[flat]), int(sh.r_wep[flat]), g, block)) or \
-                    (rt <= -2 and ((-rt - 2) != block or int(sh.r_ep[flat]) != ep)):
-                sh.r_thr[flat] = g
-            elif rt >= 0 and rt // self.tpb != block:
-                sh.r_thr[flat] = g
-            else:
-                sh.r_thr[flat] = -block - 2
-            sh.r_ep[flat], sh.r_wep[flat] = ep, wep
-        else:
-            sh.w_thr[flat] = g
-            sh.w_ep[flat], sh.w_wep[flat] = ep, wep
-            sh.w_atomic[flat] = kind == "atomic"
-            sh.w_fence[flat] = self.fences[g]
-            sh.r_thr[flat] = -1
+        rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
+                                                          self._fence1.get(g, 0), -1)
 
     def _ordered_vec(self, other, o_ep, o_wep, g, block, w):
         ob = other // self.tpb
@@ -419,16 +445,22 @@ class Instrument:
         self.epoch[block_ids] += 1
         for b in block_ids.tolist():
             self.wepoch[b * self.wpb:(b + 1) * self.wpb] += 1
+            self._ep1[b] += 1
+            for w in range(b * self.wpb, (b + 1) * self.wpb):
+                self._wep1[w] += 1
         self.counts["barriers"] += int(block_ids.shape[0])
 
     def syncwarp(self, block: int, warp: int) -> None:
         """A syncwarp (or completed warp rendezvous that orders memory) in one warp."""
         self.wepoch[block * self.wpb + warp] += 1
+        self._wep1[block * self.wpb + warp] += 1
 
     def fence(self, block, thread) -> None:
         """threadfence by these lanes: their earlier writes become visible to other blocks."""
         g = np.asarray(block, np.int64) * self.tpb + np.asarray(thread, np.int64)
         self.fences[g] += 1
+        for t in np.atleast_1d(g).tolist():
+            self._fence1[t] = self._fence1.get(t, 0) + 1
 
     def warp_op(self, name: str, n_lanes: int, line=None) -> None:
         self.counts["warp_ops"] += 1
@@ -452,7 +484,7 @@ class Instrument:
         warp = block * self.wpb + thread // WARP
         addr = self._byte_addr(space, handle, flat)
         if space == "global":
-            sectors = np.unique(np.stack([warp, addr // SECTOR_BYTES]), axis=1).shape[1]
+            sectors = np.unique(_combine(warp, addr // SECTOR_BYTES)).shape[0]
             self.counts[f"global_{kind}_requests"] += np.unique(warp).shape[0]
             self.counts[f"global_{kind}_sectors"] += sectors
         else:
@@ -460,43 +492,48 @@ class Instrument:
             self.counts["bank_conflict_wavefronts"] += _wavefronts(
                 warp, addr, handle.dtype.itemsize)
 
-    def _count1(self, space, handle, kind, flat, block, thread, line):
-        if kind == "atomic":
-            self.counts["atomics"] += 1
+    def flush(self) -> None:
+        """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
+        counts. Requests: the n-th execution of one line by the lanes of one warp."""
+        if not self._log_g:
             return
-        key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
-        self.counts[key] += 1
-        g = block * self.tpb + thread
-        self.per_thread[key][g] += 1
-        warp = block * self.wpb + thread // WARP
-        nkey = (g, space, kind, line)
-        nth = self._nth.get(nkey, 0)
-        self._nth[nkey] = nth + 1
-        rkey = (space, kind, line, nth, warp, handle.dtype.itemsize)
-        addr = int(self._byte_addr(space, handle, flat))
-        lst = self._requests.get(rkey)
-        if lst is None:
-            self._requests[rkey] = [addr]
-        else:
-            lst.append(addr)
-
-    def _flush_requests(self):
-        """Turn the scalar path's request log into request / sector / wavefront counts."""
-        for (space, kind, _line, _nth, _warp, item), addrs in self._requests.items():
+        g = np.array(self._log_g, np.int64)
+        code = np.array(self._log_code, np.int64)
+        line = np.array(self._log_line, np.int64)
+        addr = np.array(self._log_addr, np.int64)
+        item = np.array(self._log_item, np.int64)
+        for lst in (self._log_g, self._log_code, self._log_line, self._log_addr, self._log_item):
+            lst.clear()
+        n = g.shape[0]
+        # nth execution of (thread, code, line): rank within each group, in log order
+        group = _combine(g, code, line)
+        order = np.argsort(group, kind="stable")
+        sorted_group = group[order]
+        starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+        nth = np.empty(n, np.int64)
+        nth[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        warp = g // self.tpb * self.wpb + (g % self.tpb) // WARP
+        for c, (space, kind) in enumerate(_CODES):
+            m = code == c
+            if not m.any():
+                continue
+            key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
+            self.counts[key] += int(m.sum())
+            self.per_thread[key] += np.bincount(g[m], minlength=self.per_thread[key].shape[0])
+            _, req = np.unique(_combine(line[m], nth[m], warp[m]), return_inverse=True)
+            req = req.reshape(-1)
+            n_req = int(req.max()) + 1
             if space == "global":
-                self.counts[f"global_{kind}_requests"] += 1
-                self.counts[f"global_{kind}_sectors"] += len({a // SECTOR_BYTES for a in addrs})
+                self.counts[f"global_{kind}_requests"] += n_req
+                self.counts[f"global_{kind}_sectors"] += np.unique(
+                    _combine(req, addr[m] // SECTOR_BYTES)).shape[0]
             else:
-                self.counts["shared_requests"] += 1
-                a = np.asarray(addrs, np.int64)
-                self.counts["bank_conflict_wavefronts"] += _wavefronts(
-                    np.zeros_like(a), a, item)
-        self._requests.clear()
-        self._nth.clear()
+                self.counts["shared_requests"] += n_req
+                self.counts["bank_conflict_wavefronts"] += _wavefronts(req, addr[m], item[m])
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
-        self._flush_requests()
+        self.flush()
         c = dict(self.counts)
         c["sectors_per_request"] = (
             (c["global_load_sectors"] + c["global_store_sectors"]) /
@@ -511,15 +548,37 @@ class Instrument:
         return c
 
 
-def _wavefronts(warp: np.ndarray, addr: np.ndarray, itemsize: int) -> int:
-    """Sum over requests (one per warp id) of the most distinct 4-byte words in one bank."""
-    words = [addr // BANK_BYTES + k for k in range(max(1, itemsize // BANK_BYTES))]
-    w = np.concatenate([warp] * len(words))
-    word = np.concatenate(words)
-    uniq = np.unique(np.stack([w, word]), axis=1)
-    bank_key = np.stack([uniq[0], uniq[1] % BANKS])
-    banks, per_bank = np.unique(bank_key, axis=1, return_counts=True)
-    # max distinct words per bank, per request
-    order = np.lexsort((per_bank, banks[0]))
-    reqs, first = np.unique(banks[0][order][::-1], return_index=True)
-    return int(per_bank[order][::-1][first].sum())
+def _combine(*cols: np.ndarray) -> np.ndarray:
+    """One int64 key per row of several non-negative int columns (dense re-coding first when
+    the plain product of ranges could overflow)."""
+    key = np.zeros(cols[0].shape[0], np.int64)
+    span = 1
+    for col in cols:
+        col = col - col.min(initial=0)
+        hi = int(col.max(initial=0)) + 1
+        if span * hi >= 1 << 62:
+            col = np.unique(col, return_inverse=True)[1].reshape(-1)
+            key = np.unique(key, return_inverse=True)[1].reshape(-1)
+            span, hi = int(key.max(initial=0)) + 1, int(col.max(initial=0)) + 1
+        key = key * hi + col
+        span *= hi
+    return key
+
+
+def _wavefronts(req: np.ndarray, addr: np.ndarray, itemsize) -> int:
+    """Sum over requests of the most distinct 4-byte words in one bank (32 banks)."""
+    itemsize = np.broadcast_to(np.asarray(itemsize, np.int64), addr.shape)
+    words_per = np.maximum(1, itemsize // BANK_BYTES)
+    reps = np.repeat(np.arange(addr.shape[0]), words_per)
+    offs = np.arange(reps.shape[0]) - np.repeat(np.cumsum(words_per) - words_per, words_per)
+    word = addr[reps] // BANK_BYTES + offs
+    r = req[reps]
+    r = r - r.min(initial=0)
+    wmin = int(word.min())
+    span = int(word.max()) - wmin + 1  # shared memory: at most 227 KiB of words
+    uniq = np.unique(r * span + (word - wmin))  # distinct (request, word)
+    u_req, u_word = uniq // span, uniq % span + wmin
+    bank_key, per_bank = np.unique(u_req * BANKS + u_word % BANKS, return_counts=True)
+    worst = np.zeros(int(u_req.max()) + 1, np.int64)
+    np.maximum.at(worst, bank_key // BANKS, per_bank)
+    return int(worst.sum())

@@ -80,26 +80,29 @@ class ThreadArray:
         return self.shape[0]
 
     def _flat(self, key, kind, frame):
-        ex = self._ex
+        """Flat position of a full index (checked and recorded), or None for a view key."""
         if type(key) is not tuple:
             key = (key,)
-        st = ex.cur
-        inst = ex.inst
-        flat = inst.index1(self._space, self._h, key, ex.bid, st.lin, frame.f_lineno,
-                           frame.f_code.co_filename)
-        inst.access1(self._space, self._h, kind, flat, ex.bid, st.lin, frame.f_lineno,
-                     frame.f_code.co_filename)
+        if len(key) != self.ndim:
+            return None
+        ex = self._ex
+        lin = ex.cur.lin
+        line = frame.f_lineno
+        filename = frame.f_code.co_filename
+        try:
+            flat = ex.inst.index1(self._space, self._h, key, ex.bid, lin, line, filename)
+        except TypeError:
+            if any(isinstance(k, slice) for k in key):
+                return None
+            raise
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename)
         return flat
 
-    def _is_view(self, key):
-        if type(key) is not tuple:
-            key = (key,)
-        return len(key) < self.ndim or any(isinstance(k, slice) for k in key)
-
     def __getitem__(self, key):
-        if self._is_view(key):
-            return self._view(key, sys._getframe(1))
-        flat = self._flat(key, "load", sys._getframe(1))
+        frame = sys._getframe(1)
+        flat = self._flat(key, "load", frame)
+        if flat is None:
+            return self._view(key, frame)
         st = self._ex.cur
         st.loads += 1
         if st.loads >= LOADS_PER_YIELD:
@@ -108,14 +111,14 @@ class ThreadArray:
         return self._h.flat[flat]
 
     def __setitem__(self, key, value):
+        frame = sys._getframe(1)
         if self._space == "const":
-            f = sys._getframe(1)
-            raise SimError(f"{where(self._ex.name, f.f_code.co_filename, f.f_lineno)}: "
+            raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
                            f"store to constant array {self._h.name!r}")
-        if self._is_view(key):
+        flat = self._flat(key, "store", frame)
+        if flat is None:
             raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
                                     "simulated; store element by element")
-        flat = self._flat(key, "store", sys._getframe(1))
         self._h.flat[flat] = value
 
     def _view(self, key, frame):
@@ -179,8 +182,10 @@ class _Atomic:
         if not isinstance(ary, ThreadArray):
             raise SimError(f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
                            f"atomic on something that is not an array ({type(ary).__name__})")
-        key = idx if type(idx) is tuple else (idx,)
-        flat = ary._flat(key, "atomic", frame)
+        flat = ary._flat(idx, "atomic", frame)
+        if flat is None:
+            raise SimError(f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                           f"atomic on array {ary._h.name!r} needs one index per dimension")
         store = ary._h.flat
         old = store[flat]
         store[flat] = fn(old)
@@ -407,7 +412,10 @@ class ThreadExecutor:
         self.bid = 0
         self.bidx = Dim3(0, 0, 0)
         self.cuda = ThreadCuda(self)
-        self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda)
+        self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True)
+        self.thread_idx = [Dim3(*self.config.thread_xyz(t)) for t in range(self.tpb)]
+        self.thread_order = list(range(self.tpb))
+        self.pool: list[greenlet] = []
         self.args = [ThreadArray(a, "global", self) if hasattr(a, "flat") else a
                      for a in launch.args]
         self._const: dict[int, ThreadArray] = {}
@@ -422,31 +430,47 @@ class ThreadExecutor:
         for b in blocks.tolist():
             self._run_block(b)
 
+    def _worker(self, st):
+        """Body of a pooled greenlet: runs one thread after another (a fresh greenlet per
+        thread costs ~10x a switch)."""
+        while True:
+            fell_off = self.fn(*self.args) is kernel_source.FELL_OFF
+            st = self.hub.switch(("exit", fell_off))
+
     def _run_block(self, b: int) -> None:
         cfg = self.config
         self.bid, self.bidx = b, Dim3(*cfg.block_xyz(b))
         self.shared: dict = {}
         self.dynamic: dict = {}
         self.shared_offset = 0
-        self.threads = [ThreadState(t, Dim3(*cfg.thread_xyz(t))) for t in range(self.tpb)]
-        order = list(range(self.tpb))
+        self.threads = [ThreadState(t, idx) for t, idx in enumerate(self.thread_idx)]
+        order = self.thread_order
         if self.rng is not None:
+            order = list(order)
             self.rng.shuffle(order)
         self.order = order
         self.hub = greenlet.getcurrent()
-        fn, args = self.fn, self.args
-        for st in self.threads:
-            st.glet = greenlet(lambda *_: fn(*args), parent=self.hub)
+        pool = self.pool
         runnable = deque(self.threads[t] for t in order)
         self.spins = 0
+        self.fell_off: list[ThreadState] = []  # exited by running off the end, this epoch
+        completed = False
         try:
             while True:
                 while runnable:
                     st = runnable.popleft()
                     self.cur = st
-                    event = st.glet.switch(st.value)
-                    if st.glet.dead:
+                    if st.glet is None:
+                        st.glet = pool.pop() if pool else greenlet(self._worker, self.hub)
+                        event = st.glet.switch(st)
+                    else:
+                        event = st.glet.switch(st.value)
+                    if event.__class__ is tuple:  # ("exit", fell_off)
                         st.status = "exited"
+                        if event[1]:
+                            self.fell_off.append(st)
+                        pool.append(st.glet)
+                        st.glet = None
                         self.spins = 0
                     elif event == "yield":
                         self.spins += 1
@@ -455,6 +479,8 @@ class ThreadExecutor:
                         runnable.append(st)
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in self.threads):
+                    self.inst.flush()
+                    completed = True
                     return
                 if self._complete_warps(runnable) or self._complete_barrier(runnable):
                     self.spins = 0
@@ -462,9 +488,11 @@ class ThreadExecutor:
                 self._deadlock()
         finally:
             self.cur = None
-            for st in self.threads:  # drop suspended greenlets of an aborted block quietly
-                if st.glet is not None and not st.glet.dead:
-                    st.glet.parent = greenlet.getcurrent()
+            if not completed:  # suspended greenlets of an aborted block: drop, never resume
+                self.pool = []
+                for st in self.threads:
+                    if st.glet is not None and not st.glet.dead:
+                        st.glet.parent = greenlet.getcurrent()
                     st.glet = None
 
     # --- blocking calls made from inside a thread
@@ -564,12 +592,21 @@ class ThreadExecutor:
             st = next(s for s in live if (s.wait[2], s.wait[1]) == (f2, l2))
             self._barrier_error(st, f"threads of the block wait at different syncthreads() "
                                 f"calls ({f1}:{l1} and {f2}:{l2})")
+        if self.fell_off:
+            st = self.fell_off[0]
+            self._barrier_error(st, f"this thread finished the kernel without reaching the "
+                                f"syncthreads() at {live[0].wait[2]}:{live[0].wait[1]} that "
+                                f"{len(live)} other threads of its block wait at (a barrier "
+                                f"inside a condition that not all threads take)",
+                                at=(live[0].wait[2], live[0].wait[1]))
+            self.fell_off = []
         kinds = {st.wait[0][0] for st in live}
         preds = [st.wait[0][1] for st in live]
         kind = next(iter(kinds))
         result = {"sync": None, "count": sum(bool(p) for p in preds),
                   "and": int(all(preds)), "or": int(any(preds))}[kind]
         self.inst.barrier([self.bid], live[0].wait[1])
+        self.fell_off = []
         for t in self.order:
             st = self.threads[t]
             if st.status == "barrier":
@@ -652,8 +689,10 @@ class ThreadExecutor:
                 st.value = None
 
     # --- diagnostics
-    def _report(self, cls, st, frame, what):
-        if frame is not None:
+    def _report(self, cls, st, frame, what, at=None):
+        if at is not None:
+            fn, line = at
+        elif frame is not None:
             fn, line = frame.f_code.co_filename, frame.f_lineno
         elif st.wait is not None:
             fn, line = st.wait[2], st.wait[1]
@@ -666,8 +705,8 @@ class ThreadExecutor:
     def _warp_error(self, st, frame, what):
         self._report(WarpOpError, st, frame, what)
 
-    def _barrier_error(self, st, what):
-        self._report(BarrierDivergenceError, st, None, what)
+    def _barrier_error(self, st, what, at=None):
+        self._report(BarrierDivergenceError, st, None, what, at)
 
     def _deadlock(self):
         blocked = [st for st in self.threads if st.status in ("barrier", "warp")]
