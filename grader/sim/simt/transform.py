@@ -471,6 +471,8 @@ class Transformer:
         hit = self.resolve(node.func)
         if hit is None:
             self.fail("call of a local value or method", node)
+        if isinstance(hit, _Object) and hit.obj is print:
+            self.fail("print", node)
         if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
             self.fail("*args or **kwargs in a call", node)
         args = [self.expr(a) for a in node.args]
@@ -483,8 +485,6 @@ class Transformer:
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
                 return _ctx("call", self.const_object(obj), *args)
-            if obj is print:
-                self.fail("print", node)
             self.fail(f"call to {ast.unparse(node.func)}", node)
         if hit.kind == "ctx":
             if hit.name in ("shared_array", "local_array"):

@@ -1,0 +1,130 @@
+"""What the lockstep executor refuses, with the feature and line named, and the automatic
+fallback to the per-thread executor that records the reason."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import grader.sim as sim
+from grader.sim.simt import SimtUnsupported, prepare
+
+
+@cuda.jit
+def prints(out):
+    print("hello")
+    out[0] = 1
+
+
+@cuda.jit
+def loops_over_array(a, out):
+    total = 0.0
+    for v in a:
+        total += v
+    out[0] = total
+
+
+@cuda.jit
+def slices(a, out):
+    row = a[0, :]
+    out[0] = row[0]
+
+
+@cuda.jit
+def spin_lock(lock, out):
+    while cuda.atomic.cas(lock, 0, 0, 1) != 0:
+        pass
+    out[0] += 1
+    cuda.atomic.exch(lock, 0, 0)
+
+
+@cuda.jit
+def raises(out):
+    if out[0] > 1:
+        raise ValueError("no")
+
+
+def _arg(shape=(4,), dtype=np.float64):
+    sim.install(executor="thread")
+    try:
+        return cuda.device_array(shape, dtype)
+    finally:
+        sim.uninstall()
+
+
+@pytest.mark.parametrize("kernel,nargs,feature", [
+    (prints, 1, "print"),
+    (loops_over_array, 2, "for-loop over a non-range iterator"),
+    (slices, 2, "array slice"),
+    (spin_lock, 2, "spin-wait"),
+    (raises, 1, "raise"),
+])
+def test_unsupported_features_are_named_with_their_line(kernel, nargs, feature):
+    from grader.sim.host import DeviceBuffer
+
+    shape = (4, 4) if kernel is slices else (4,)
+    dtype = np.int32 if kernel is spin_lock else np.float64
+    args = [DeviceBuffer(_arg(shape if k == 0 else (4,), dtype), f"a{k}") for k in range(nargs)]
+    with pytest.raises(SimtUnsupported, match=feature) as info:
+        prepare(kernel, args)
+    first = kernel.py_func.__code__.co_firstlineno
+    assert first < info.value.line <= first + 6
+
+
+def test_auto_mode_falls_back_and_records_the_reason():
+    sim.install(executor="auto")
+    try:
+        a = cuda.to_device(np.arange(8, dtype=np.float64))
+        out = cuda.device_array(1, np.float64)
+        with sim.trace() as records:
+            loops_over_array[1, 1](a, out)
+        assert out.copy_to_host()[0] == 28
+        assert records[0].executor == "thread"
+        assert "non-range iterator" in records[0].fallback_reason
+    finally:
+        sim.uninstall()
+
+
+@cuda.jit(device=True)
+def countdown(n):
+    if n <= 0:
+        return 0
+    return 1 + countdown(n - 1)
+
+
+@cuda.jit
+def recursive(out):
+    out[0] = countdown(3)
+
+
+def test_recursion_is_refused():
+    sim.install(executor="simt")
+    try:
+        out = cuda.device_array(1, np.int64)
+        with pytest.raises(sim.NotSimulatedError, match="recursi|cannot type"):
+            recursive[1, 1](out)
+    finally:
+        sim.uninstall()
+
+
+@cuda.jit
+def array_per_lane(a, b, out):
+    i = cuda.threadIdx.x
+    src = a
+    if i % 2 == 0:
+        src = b
+    out[i] = src[i]
+
+
+def test_runtime_refusal_restores_memory_before_the_fallback():
+    sim.install(executor="auto")
+    try:
+        a = cuda.to_device(np.ones(8))
+        b = cuda.to_device(np.zeros(8))
+        out = cuda.device_array(8)
+        with sim.trace() as records:
+            array_per_lane[1, 8](a, b, out)
+        assert records[0].executor == "thread"
+        assert "array per lane" in records[0].fallback_reason
+        np.testing.assert_array_equal(out.copy_to_host(), [0, 1] * 4)
+    finally:
+        sim.uninstall()
