@@ -35,8 +35,8 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         finite = np.isfinite(expected)
         with np.errstate(invalid="ignore", over="ignore"):
             err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-            bad = ~(err <= atol + rtol * np.abs(expected.astype(np.float64)))
-        bad |= finite & ~np.isfinite(got)
+            bad = ~(err <= atol + rtol * np.abs(expected.astype(np.float64))) & (got != expected)
+        bad |= finite & ~np.isfinite(got)  # NaN never passes where a number is expected
     if np.any(bad):
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         index = first[0] if len(first) == 1 else first

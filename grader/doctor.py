@@ -38,7 +38,8 @@ def _toolchain() -> list[Fact]:
     except ImportError as exc:
         return [Fact("compile check", f"unavailable ({exc})", ok=False)]
     status = toolchain_status()
-    return [Fact(str(k), str(v)) for k, v in (status.items() if isinstance(status, dict) else vars(status).items())]
+    names = ("versions", "compile to PTX", "ptxas")
+    return [Fact(name, line, ok=status.available or name == "versions") for name, line in zip(names, status.lines())]
 
 
 def facts() -> list[Fact]:

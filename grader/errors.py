@@ -41,6 +41,8 @@ class StudentCodeError(GpugradeError):
         at = f" ({self.where})" if self.where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet{at}" + (f": {self.message}" if self.message else "")
+        if self.kind == "simulator":  # the simulator's diagnostic already names kernel, line, thread
+            return self.message
         if self.kind == "import":
             return f"could not import the submission{at}: {self.exc_type}: {self.message}"
         return f"{self.exc_type}{at}: {self.message}"

@@ -38,7 +38,7 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
             for t in (t for t in results.tests if t.exercise == exercise and t.stage == stage):
                 mark = Text("ok", style="green") if t.status == "passed" else Text(first_line(t.output) or "failed",
                                                                                      style="red")
-                grid.add_row(t.name, str(t.stage), f"{_num(t.score)}/{_num(t.max_score)}", mark)
+                grid.add_row(Text(t.name), str(t.stage), f"{_num(t.score)}/{_num(t.max_score)}", mark)
             got, out_of = results.subtotal(exercise, stage)
             grid.add_row(Text(f"{exercise} stage {stage}", style="bold"), "", Text(f"{_num(got)}/{_num(out_of)}",
                                                                                  style="bold"), "", end_section=True)
@@ -47,6 +47,22 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""
+
+
+def first_failure(results: Results) -> str:
+    """The student loop's next step: the first failing test with its whole message, and the
+    distinct simulator findings (race, out of bounds, ... with kernel, file and line) of all."""
+    failed = [t for t in results.tests if t.status == "failed"]
+    if not failed:
+        return ""
+    first = failed[0]
+    lines = [f"First failing test: {first.name} (stage {first.stage})"]
+    lines += ["  " + line for line in first.output.strip().splitlines()[:40]]
+    findings = list(dict.fromkeys(first_line(t.output) for t in failed if first_line(t.output).startswith("kernel '")))
+    if findings:
+        lines.append("Simulator findings:")
+        lines += [f"  - {f}" for f in findings[:8]]
+    return "\n".join(lines)
 
 
 def gradescope(results: Results) -> dict:

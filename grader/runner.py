@@ -73,15 +73,29 @@ class Runner:
             kind = "not_implemented"
         elif type(exc).__module__.startswith("grader.sim"):
             kind = "simulator"
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        text = self._relative(str(exc).strip())
         return {
             "kind": kind,
             "type": type(exc).__name__,
-            "message": str(exc).strip().splitlines()[0][:2000] if str(exc).strip() else "",
-            "detail": str(exc)[:8000],
+            "message": text.splitlines()[0][:2000] if text else "",
+            "detail": text[:8000],
             "where": where,
-            "traceback": "".join(lines)[-8000:],
+            "traceback": self._student_traceback(exc)[-8000:],
         }
+
+    def _student_traceback(self, exc: BaseException) -> str:
+        """The traceback through the student's own frames only: the grader's are noise to them."""
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if os.path.realpath(f.filename).startswith(self.workspace + os.sep)]
+        if not frames:
+            return ""
+        lines = ["Traceback (your code):\n", *traceback.format_list(frames),
+                 *traceback.format_exception_only(type(exc), exc)]
+        return self._relative("".join(lines))
+
+    def _relative(self, text: str) -> str:
+        """Paths inside the workspace as the student knows them: vector_add.py, not /tmp/.../vector_add.py."""
+        return text.replace(self.workspace + os.sep, "")
 
     # -- operations ---------------------------------------------------------------------------
     def _module(self, name: str):

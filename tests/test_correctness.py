@@ -45,3 +45,9 @@ def test_integer_outputs_are_exact_and_2d_indices_are_reported_as_tuples():
 
 def test_reduction_tolerance_grows_with_n():
     assert reduction_rtol(1 << 20) > reduction_rtol(1 << 10) >= 1e-5
+
+
+def test_matching_infinities_pass_and_nan_never_does():
+    expect_close(np.array([np.inf, -np.inf, 1.0], np.float32), np.array([np.inf, -np.inf, 1.0], np.float32))
+    with pytest.raises(WrongAnswer, match="got nan"):
+        expect_close(np.array([np.nan], np.float32), np.array([np.nan], np.float32))

@@ -3,6 +3,7 @@ and `gpugrade check` must still grade on the simulator. Built here as a real ven
 numba-cuda (its wheels, and nvidia-cuda-nvcc's, are only required on Linux and Windows)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def test_check_grades_on_the_simulator_with_numba_alone(bare_python, tmp_path):
     done = subprocess.run([bare_python, "-m", "grader", "check", "--backend", "auto"], cwd=course,
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "[sim backend]" in done.stdout and "Total: 10/10" in done.stdout
+    assert "[sim backend]" in done.stdout and re.search(r"Total: (\d+)/\1 ", done.stdout)
 
 
 def test_doctor_reports_the_compile_check_unavailable_not_failed(bare_python):
