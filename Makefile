@@ -4,7 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 GPUGRADE := $(VENV)/bin/gpugrade
 STAMP := $(VENV)/.installed-stamp
-SAMPLES := $(sort $(dir $(wildcard tests/submissions/*/expected.json)))
 
 .PHONY: setup grade test clean
 
@@ -16,14 +15,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# Reference solutions must score full marks (exit 0); stubs and known-wrong samples lose points
-# (exit 1 is "graded, points lost"); any other exit code is a grader failure and stops make.
+# Reference solutions must score full marks (exit 0), stubs lose points (exit 1 is "graded, points
+# lost"); then `validate` checks every stage: references full, stubs 0, each known-wrong submission
+# in tests/submissions loses exactly the tests its expected.json lists. Anything else stops make.
 grade: setup
 	$(GPUGRADE) grade solutions
 	$(GPUGRADE) grade exercises || test $$? -eq 1
-	@for sample in $(SAMPLES); do \
-		$(GPUGRADE) grade $$sample || test $$? -eq 1 || exit 1; \
-	done
+	$(GPUGRADE) validate
 
 test: setup
 	$(PY) -m pytest

@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="student self-check of your exercises/ folder")
     check.add_argument("exercise", nargs="?", help="one exercise (default: all)")
+    check.add_argument("--stage", type=int, default=None, help="grade only this stage")
+    check.add_argument("--hints", nargs="?", const="next", choices=["next", "all"], default=None,
+                       help="show the next unseen hint of the first failing stage (or 'all' of its hints)")
     common(check)
 
     g = sub.add_parser("grade", help="grade a submission folder")
@@ -37,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--format", choices=FORMATS, default="table")
     g.add_argument("--output", help="write the formatted results here instead of stdout")
     common(g)
+
+    val = sub.add_parser("validate", help="references score full marks, stubs 0, known-wrong submissions what they should")
+    val.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: up to 4)")
+    common(val)
 
     rel = sub.add_parser("release", help="regenerate exercises/ (stubs) from solutions/")
     rel.add_argument("--course", help="course folder (default: found from the current folder upwards)")
@@ -47,6 +54,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def _course(args) -> Course:
     return Course(Path(args.course).resolve()) if args.course else Course.find()
+
+
+def _hints(course: Course, results, everything: bool) -> str:
+    from . import hints
+    from .manifest import find
+
+    stage = hints.first_failing_stage(results, find(course.root))
+    if stage is None:
+        return "No failing stage: no hint needed."
+    state = hints.HintState.load(course.root)
+    shown = hints.reveal(stage, state, everything)
+    state.save()
+    return hints.render(stage, shown)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -72,11 +92,24 @@ def run(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(course.root)}")
         return 0
     backend = resolve(args.backend)
+    if args.command == "validate":
+        from . import validate
+
+        validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout)
+        _emit(validate.render(validation), None)
+        return validation.exit_code
     if args.command == "check":
         exercises = [args.exercise] if args.exercise else None
         results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, name="your exercises/")
+                        timeout=args.timeout, name="your exercises/",
+                        stages=[args.stage] if args.stage else None)
         _emit(render(results, "table"), None)
+        from .report import first_failure
+
+        if first_failure(results):
+            _emit(first_failure(results), None)
+        if args.hints:
+            _emit(_hints(course, results, everything=args.hints == "all"), None)
         return results.exit_code
     results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
                     timeout=args.timeout)

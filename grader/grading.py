@@ -15,7 +15,7 @@ from .results import Results
 
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
           course: Course | None = None, seed: str = "", timeout: float | None = None,
-          name: str | None = None) -> Results:
+          name: str | None = None, stages: list[int] | None = None) -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
     chosen = list(exercises) if exercises else course.exercises()
@@ -34,6 +34,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             argv += ["--gpugrade-seed", seed]
         if timeout:
             argv += ["--gpugrade-timeout", str(timeout)]
+        if stages:
+            argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
         done = subprocess.run(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)

@@ -37,6 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpugrade-seed", default="", help="hex seed for inputs (default: secret, random)")
     group.addoption("--gpugrade-timeout", type=float, default=Limits.call_timeout_s,
                     help="wall-clock seconds allowed for one call into student code")
+    group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
     group.addoption("--gpugrade-reference", default="",
                     help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
 
@@ -139,7 +140,12 @@ class GradingSession:
         return self.references[exercise]
 
     # -- recording ----------------------------------------------------------------------------
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        stages = {int(s) for s in str(config.getoption("gpugrade_stages")).split(",") if s.strip()}
+        if stages:
+            chosen = [i for i in items if int(_marker_arg(i, "stage", 1)) in stages]
+            config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+            items[:] = chosen
         for item in items:
             if _marker_arg(item, "points") is None:
                 self.results.errors.append(f"{item.nodeid}: grading test without @pytest.mark.points")

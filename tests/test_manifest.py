@@ -33,7 +33,7 @@ def test_the_course_manifest_loads_and_matches_the_course():
         defined = {n.name for n in solution.body if isinstance(n, ast.FunctionDef)}
         for stage in ex.stages:
             assert stage.function in defined, f"{name} stage {stage.number}: no {stage.function}() in solutions"
-            assert len(stage.hints) == 3 and stage.criteria and stage.gpu.max_time_ratio > 0
+            assert len(stage.hints) == 3 and stage.gpu.max_time_ratio > 0
 
 
 def test_a_minimal_manifest():

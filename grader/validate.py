@@ -1,0 +1,183 @@
+"""`gpugrade validate`: the course grades itself.
+
+Every reference solution must score full marks, every stub zero, and every known-wrong submission
+in tests/submissions/<name>/ must fail exactly the tests its expected.json lists (so it loses
+exactly their points). The manifest must agree with the grading tests. `validate()` is a pure core
+returning a `Validation`; `render()` makes the per-stage table the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .course import Course, submission_modules
+from .errors import CourseError
+from .grading import grade
+from .manifest import find as find_manifest
+from .results import Results
+
+SUBMISSIONS = Path("tests") / "submissions"
+
+
+@dataclass
+class KnownWrong:
+    name: str
+    why: str
+    expected_failing: set[str]
+    results: Results | None = None
+
+    @property
+    def failing(self) -> set[str]:
+        return {t.name for t in self.results.tests if t.status == "failed"} if self.results else set()
+
+    def expected_score(self) -> float:
+        """Full marks minus the points of exactly the tests that must fail."""
+        tests = self.results.tests if self.results else []
+        return round(sum(t.max_score for t in tests if t.name not in self.expected_failing), 6)
+
+
+@dataclass
+class Validation:
+    reference: Results
+    stubs: Results
+    known_wrong: list[KnownWrong]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+
+def load_known_wrong(course: Course) -> list[KnownWrong]:
+    found = []
+    for spec in sorted((course.root / SUBMISSIONS).glob("*/expected.json")):
+        try:
+            data = json.loads(spec.read_text())
+            failing = data["failing"]
+            if not isinstance(failing, list) or not all(isinstance(n, str) for n in failing):
+                raise TypeError("'failing' must be a list of test names")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CourseError(f"{spec}: {exc}") from None
+        found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing)))
+    return found
+
+
+def _check_manifest(course: Course, reference: Results) -> list[str]:
+    problems = []
+    manifest = find_manifest(course.root)
+    for exercise in course.exercises():
+        stages = {t.stage for t in reference.tests if t.exercise == exercise}
+        if exercise not in manifest.exercises:
+            problems.append(f"course.toml has no exercise {exercise!r} (tests/exercises/test_{exercise}.py does)")
+            continue
+        declared = set(range(1, len(manifest.exercise(exercise).stages) + 1))
+        if stages != declared:
+            problems.append(f"{exercise}: the tests grade stages {sorted(stages)}, course.toml declares "
+                            f"{sorted(declared)}")
+    for exercise in manifest.exercises:
+        if exercise not in course.exercises():
+            problems.append(f"course.toml lists {exercise!r} but there is no tests/exercises/test_{exercise}.py")
+    return problems
+
+
+def validate(course: Course | None = None, *, backend: str = "sim", seed: str = "", jobs: int | None = None,
+             timeout: float | None = None) -> Validation:
+    """Grade the references, the stubs and every known-wrong submission; collect every problem."""
+    course = course or Course.find()
+    wrong = load_known_wrong(course)
+    exercises = course.exercises()
+    jobs = jobs or min(4, os.cpu_count() or 1)
+
+    def run(folder: Path, chosen: list[str] | None, name: str) -> Results:
+        return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        reference = pool.submit(run, course.root / "solutions", None, "reference solutions")
+        stubs = pool.submit(run, course.root / "exercises", None, "stubs")
+        pending = []
+        for kw in wrong:
+            folder = course.root / SUBMISSIONS / kw.name
+            chosen = sorted(submission_modules(folder, exercises))
+            pending.append((kw, pool.submit(run, folder, chosen, kw.name) if chosen else None))
+        for kw, future in pending:
+            kw.results = future.result() if future else None
+        v = Validation(reference.result(), stubs.result(), wrong)
+
+    for label, results in (("reference solutions", v.reference), ("stubs", v.stubs)):
+        v.problems += [f"{label}: grader error: {e.strip().splitlines()[0] if e.strip() else e}"
+                       for e in results.errors]
+    v.problems += [f"reference solutions: {t.name} failed: {t.output.strip().splitlines()[0] if t.output else ''}"
+                   for t in v.reference.tests if t.status != "passed"]
+    if v.stubs.score != 0:
+        passed = [t.name for t in v.stubs.tests if t.score]
+        v.problems.append(f"stubs score {v.stubs.score:g}, not 0 (passing: {', '.join(passed)})")
+    names = {t.name for t in v.reference.tests}
+    for kw in wrong:
+        if kw.results is None:
+            v.problems.append(f"{kw.name}: holds no exercise module")
+            continue
+        v.problems += [f"{kw.name}: grader error: {e.strip().splitlines()[0]}" for e in kw.results.errors if e.strip()]
+        unknown = kw.expected_failing - names
+        if unknown:
+            v.problems.append(f"{kw.name}: expected.json names tests that do not exist: {sorted(unknown)}")
+        if kw.failing != kw.expected_failing:
+            extra, missing = sorted(kw.failing - kw.expected_failing), sorted(kw.expected_failing - kw.failing)
+            detail = "; ".join(part for part in (f"also failed {extra}" if extra else "",
+                                                 f"did not fail {missing}" if missing else "") if part)
+            v.problems.append(f"{kw.name}: scored {kw.results.score:g}, expected {kw.expected_score():g} ({detail})")
+    try:
+        v.problems += _check_manifest(course, v.reference)
+    except CourseError as exc:
+        v.problems.append(str(exc))
+    return v
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def render(v: Validation, width: int = 120) -> str:
+    """Per stage: points, the reference's, the stubs' and each known-wrong submission's score."""
+    console = Console(file=StringIO(), width=width, record=True, force_terminal=False)
+    grid = Table(title=f"course validation  [{v.reference.backend} backend]")
+    for column, justify in (("stage", "left"), ("points", "right"), ("reference", "right"), ("stub", "right"),
+                            ("known-wrong (score / expected)", "left")):
+        grid.add_column(column, justify=justify, overflow="fold")
+    for exercise in v.reference.exercises():
+        for stage in sorted({t.stage for t in v.reference.tests if t.exercise == exercise}):
+            ref, out_of = v.reference.subtotal(exercise, stage)
+            stub, _ = v.stubs.subtotal(exercise, stage)
+            cells = []
+            for kw in v.known_wrong:
+                if kw.results is None or not any(t.exercise == exercise and t.stage == stage
+                                                 for t in kw.results.tests):
+                    continue
+                got, _ = kw.results.subtotal(exercise, stage)
+                want = round(sum(t.max_score for t in kw.results.tests if t.exercise == exercise
+                                 and t.stage == stage and t.name not in kw.expected_failing), 6)
+                if got == out_of and want == out_of:
+                    continue  # this submission does not target this stage
+                style = "green" if kw.failing == kw.expected_failing else "red"
+                cells.append(Text(f"{kw.name} {_num(got)} / {_num(want)}", style=style))
+            grid.add_row(f"{exercise} {stage}", _num(out_of),
+                         Text(_num(ref), style="green" if ref == out_of else "red"),
+                         Text(_num(stub), style="green" if stub == 0 else "red"),
+                         Text("\n").join(cells) if cells else "")
+    console.print(grid)
+    for problem in v.problems:
+        console.print(Text(f"problem: {problem}", style="bold red"))
+    console.print("validate: ok" if v.ok else f"validate: {len(v.problems)} problem(s)")
+    return console.export_text()

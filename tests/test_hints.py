@@ -1,0 +1,52 @@
+"""`gpugrade check --hints`: one more hint of the first failing stage per run, remembered in
+.gpugrade/hints.json in the student's course folder."""
+
+import json
+
+from grader import hints
+from grader.manifest import GpuThreshold, Manifest, Exercise, Stage
+from grader.results import Results
+from grader.results import TestResult as Outcome
+
+
+def stage(exercise, number):
+    return Stage(exercise, number, f"stage {number}", f"f{number}", (f"{exercise}{number}a", f"{exercise}{number}b",
+                 f"{exercise}{number}c"), (), GpuThreshold("reference", 1.2))
+
+
+MANIFEST = Manifest("c", {e: Exercise(e, e, (stage(e, 1), stage(e, 2))) for e in ("ex", "other")})
+
+
+def results(*failing):
+    r = Results("s", "sim")
+    for exercise in ("ex", "other"):
+        for st in (1, 2):
+            status = "failed" if (exercise, st) in failing else "passed"
+            r.tests.append(Outcome(f"{exercise}::t{st}", exercise, st, 1, float(status == "passed"), status))
+    return r
+
+
+def test_first_failing_stage_in_exercise_then_stage_order():
+    assert hints.first_failing_stage(results(("other", 1), ("ex", 2)), MANIFEST).key == "ex:2"
+    assert hints.first_failing_stage(results(), MANIFEST) is None
+
+
+def test_each_run_reveals_one_more_hint_and_remembers_it(tmp_path):
+    s = MANIFEST.stage("ex", 2)
+    shown = []
+    for _ in range(4):
+        state = hints.HintState.load(tmp_path)
+        shown.append(hints.reveal(s, state))
+        state.save()
+    assert shown == [[(1, "ex2a")], [(2, "ex2b")], [(3, "ex2c")], [(3, "ex2c")]]
+    assert json.loads((tmp_path / ".gpugrade" / "hints.json").read_text()) == {"seen": {"ex:2": 3}}
+
+
+def test_all_shows_every_hint_and_a_damaged_state_file_is_ignored(tmp_path):
+    (tmp_path / ".gpugrade").mkdir()
+    (tmp_path / ".gpugrade" / "hints.json").write_text("{not json")
+    state = hints.HintState.load(tmp_path)
+    s = MANIFEST.stage("ex", 1)
+    assert hints.reveal(s, state, everything=True) == [(1, "ex1a"), (2, "ex1b"), (3, "ex1c")]
+    text = hints.render(s, [(1, "ex1a")])
+    assert "hint 1/3: ex1a" in text and "--hints for the next one" in text

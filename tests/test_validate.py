@@ -1,0 +1,108 @@
+"""`gpugrade validate` on a throwaway course: references full marks, stubs zero, known-wrong
+submissions lose exactly the tests they list, and any deviation is a named problem."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.course import Course
+from grader.validate import render, validate
+
+SOLUTION = '''
+def double(x):
+    ### BEGIN SOLUTION
+    return 2 * x
+    ### END SOLUTION
+
+
+def triple(x):
+    ### BEGIN SOLUTION
+    return 3 * x
+    ### END SOLUTION
+'''
+
+TESTS = '''
+import pytest
+
+
+@pytest.mark.stage(1)
+@pytest.mark.points(1)
+@pytest.mark.parametrize("x", [1, 5])
+def test_double(student, x):
+    assert student.call("double", x).value == 2 * x
+
+
+@pytest.mark.stage(2)
+@pytest.mark.points(2)
+def test_triple(student):
+    assert student.call("triple", 4).value == 12
+'''
+
+MANIFEST = '''
+[exercises.toy]
+title = "Toy"
+''' + "".join(f'''
+[[exercises.toy.stages]]
+title = "stage {n}"
+function = "{f}"
+hints = ["a", "b", "c"]
+gpu = {{ baseline = "reference", max_time_ratio = 1.2 }}
+''' for n, f in ((1, "double"), (2, "triple")))
+
+
+def make_course(root: Path, wrong: dict[str, tuple[str, list[str]]]) -> Course:
+    from grader.release import strip_solutions
+
+    (root / "tests" / "exercises").mkdir(parents=True)
+    (root / "tests" / "exercises" / "test_toy.py").write_text(TESTS)
+    (root / "solutions").mkdir()
+    (root / "solutions" / "toy.py").write_text(SOLUTION)
+    (root / "exercises").mkdir()
+    (root / "exercises" / "toy.py").write_text(strip_solutions(SOLUTION))
+    (root / "course.toml").write_text(MANIFEST)
+    for name, (source, failing) in wrong.items():
+        folder = root / "tests" / "submissions" / name
+        folder.mkdir(parents=True)
+        (folder / "toy.py").write_text(textwrap.dedent(source))
+        (folder / "expected.json").write_text(json.dumps({"why": name, "failing": failing}))
+    return Course(root)
+
+
+WRONG_TRIPLE = "def double(x):\n    return 2 * x\n\ndef triple(x):\n    return 4 * x\n"
+
+
+def test_a_consistent_course_validates_and_prints_per_stage_scores(tmp_path):
+    course = make_course(tmp_path, {"bad_triple": (WRONG_TRIPLE, ["toy::triple"])})
+    v = validate(course, backend="gpu")
+    assert v.ok and v.exit_code == 0, v.problems
+    text = render(v)
+    assert "toy 1" in text and "toy 2" in text and "bad_triple 0 / 0" in text and "validate: ok" in text
+
+
+def test_every_deviation_is_a_named_problem(tmp_path):
+    course = make_course(tmp_path, {
+        "bad_triple": (WRONG_TRIPLE, ["toy::double[1]"]),      # fails other tests than it says
+        "empty": ("", ["toy::nope"]),                           # names a test that does not exist
+    })
+    (tmp_path / "exercises" / "toy.py").write_text(SOLUTION)   # a stub that passes
+    (tmp_path / "course.toml").write_text(MANIFEST.split("[[exercises.toy.stages]]")[0]
+                                          + "[[exercises.toy.stages]]" + MANIFEST.split("[[exercises.toy.stages]]")[1])
+    v = validate(course, backend="gpu")
+    assert v.exit_code == 1
+    problems = "\n".join(v.problems)
+    assert "stubs score 4, not 0" in problems
+    assert "bad_triple: scored 2, expected 3 (also failed ['toy::triple']; did not fail ['toy::double[1]'])" in problems
+    assert "empty: expected.json names tests that do not exist: ['toy::nope']" in problems
+    assert "the tests grade stages [1, 2], course.toml declares [1]" in problems
+
+
+def test_cli_validate_exits_non_zero_on_problems(tmp_path):
+    course = make_course(tmp_path, {"bad_triple": (WRONG_TRIPLE, [])})
+    done = subprocess.run([sys.executable, "-m", "grader", "validate", "--course", str(course.root), "--backend", "sim"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "bad_triple: scored 2, expected 4" in done.stdout and "toy 2" in done.stdout
