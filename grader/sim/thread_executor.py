@@ -27,8 +27,12 @@ from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
 from .host import _as_dtype
 from .memory import WARP, LocalArray, SharedArray
 
-SPIN_LIMIT = 200_000  # scheduler turns without a barrier or an exit before "no progress"
-LOADS_PER_YIELD = 4096  # a thread that only loads is preempted after this many
+# Forward progress: a thread yields at atomics and fences (spin locks) and every
+# LOADS_PER_YIELD loads (flag loops). "Progress" is a store, an atomic that changed memory, an
+# exit, or a completed barrier / warp op. This many yields without progress is a deadlock:
+IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
+IDLE_LOAD_YIELDS = 16384  # load-budget yields in a row (4M loads without any store)
+LOADS_PER_YIELD = 256
 FULL_MASK = 0xFFFFFFFF
 
 
@@ -107,7 +111,7 @@ class ThreadArray:
         st.loads += 1
         if st.loads >= LOADS_PER_YIELD:
             st.loads = 0
-            self._ex.yield_()
+            self._ex.hub.switch("yield_loads")
         return self._h.flat[flat]
 
     def __setitem__(self, key, value):
@@ -120,6 +124,7 @@ class ThreadArray:
             raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
                                     "simulated; store element by element")
         self._h.flat[flat] = value
+        self._ex.progress += 1
 
     def _view(self, key, frame):
         if type(key) is not tuple:
@@ -188,7 +193,10 @@ class _Atomic:
                            f"atomic on array {ary._h.name!r} needs one index per dimension")
         store = ary._h.flat
         old = store[flat]
-        store[flat] = fn(old)
+        new = fn(old)
+        store[flat] = new
+        if new != old:
+            ex.progress += 1
         ex.yield_()
         return old
 
@@ -452,7 +460,9 @@ class ThreadExecutor:
         self.hub = greenlet.getcurrent()
         pool = self.pool
         runnable = deque(self.threads[t] for t in order)
-        self.spins = 0
+        self.progress = 0
+        seen = -1  # progress at the last yield
+        idle_sync = idle_loads = 0
         self.fell_off: list[ThreadState] = []  # exited by running off the end, this epoch
         completed = False
         try:
@@ -471,10 +481,15 @@ class ThreadExecutor:
                             self.fell_off.append(st)
                         pool.append(st.glet)
                         st.glet = None
-                        self.spins = 0
-                    elif event == "yield":
-                        self.spins += 1
-                        if self.spins > SPIN_LIMIT:
+                        self.progress += 1
+                    elif event == "yield" or event == "yield_loads":
+                        if self.progress != seen:
+                            seen, idle_sync, idle_loads = self.progress, 0, 0
+                        elif event == "yield":
+                            idle_sync += 1
+                        else:
+                            idle_sync, idle_loads = 0, idle_loads + 1
+                        if idle_sync > IDLE_SYNC_YIELDS or idle_loads > IDLE_LOAD_YIELDS:
                             self._no_progress()
                         runnable.append(st)
                     # else: it blocked; its status and wait are set
@@ -483,7 +498,7 @@ class ThreadExecutor:
                     completed = True
                     return
                 if self._complete_warps(runnable) or self._complete_barrier(runnable):
-                    self.spins = 0
+                    self.progress += 1
                     continue
                 self._deadlock()
         finally:
@@ -728,12 +743,14 @@ class ThreadExecutor:
 
     def _no_progress(self):
         st = self.cur
-        frame = st.glet.gr_frame
-        line = frame.f_lineno if frame is not None else self.launch.kernel.firstlineno
+        frame = st.glet.gr_frame if st.glet is not None else None
+        while frame is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back  # the student's frame that called the yielding operation
         fn = frame.f_code.co_filename if frame is not None else self.launch.kernel.filename
+        line = frame.f_lineno if frame is not None else self.launch.kernel.firstlineno
         raise DeadlockError(
-            f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress after "
-            f"{SPIN_LIMIT} scheduler turns: threads spin waiting for something that never "
-            f"happens (blocks run one after another, so a block cannot wait for a later one)",
-            kernel=self.name, filename=fn, line=line, block=tuple(self.bidx),
+            f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress: threads "
+            f"spin waiting for something that never happens (a lock never released, a flag "
+            f"never set; blocks run one after another, so a block cannot wait for a later "
+            f"one)", kernel=self.name, filename=fn, line=line, block=tuple(self.bidx),
             thread=tuple(st.idx))

@@ -1,0 +1,439 @@
+"""A zoo of buggy kernels: each checker fires with a message naming kernel, line, block, thread,
+array and index; the fixed twin of each passes cleanly. Correct classics never trigger a
+checker."""
+
+import numpy as np
+import pytest
+from numba import cuda, float32, int32
+
+import grader.sim as sim
+
+TPB = 16
+
+
+def line_of(kernel, text):
+    """Absolute line number of the first source line of `kernel` containing `text`."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(kernel.py_func)
+    for k, src in enumerate(lines):
+        if text in src:
+            return first + k
+    raise AssertionError(text)
+
+
+# ---------------------------------------------------------------- races on shared memory
+@cuda.jit
+def reduce_missing_barrier(inp, out):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    stride = 32
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        stride //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = s[0]
+
+
+@cuda.jit
+def reduce_fixed(inp, out):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    stride = 32
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = s[0]
+
+
+def test_shared_race_in_tree_reduction(simulator):
+    inp = cuda.to_device(np.ones(128, np.float32))
+    out = cuda.device_array(2, np.float32)
+    with pytest.raises(sim.RaceError) as err:
+        reduce_missing_barrier[2, 64](inp, out)
+    msg = str(err.value)
+    assert f":{line_of(reduce_missing_barrier, 's[t] += s[t + stride]')}," in msg
+    assert "shared array 's'" in msg and "block (0, 0, 0)" in msg
+    assert "no syncthreads() in between" in msg
+    reduce_fixed[2, 64](inp, out)
+    assert (out.copy_to_host() == 64).all()
+
+
+# ---------------------------------------------------------------- races on global memory
+@cuda.jit
+def sum_plain(inp, out):
+    i = cuda.grid(1)
+    if i < inp.size:
+        out[0] += inp[i]
+
+
+@cuda.jit
+def sum_atomic(inp, out):
+    i = cuda.grid(1)
+    if i < inp.size:
+        cuda.atomic.add(out, 0, inp[i])
+
+
+def test_global_race_on_accumulator(simulator):
+    inp = cuda.to_device(np.ones(100, np.float32))
+    out = cuda.to_device(np.zeros(1, np.float32))
+    with pytest.raises(sim.RaceError, match=r"global array 'out' at index 0"):
+        sum_plain[2, 64](inp, out)
+    out = cuda.to_device(np.zeros(1, np.float32))
+    sum_atomic[2, 64](inp, out)
+    assert out.copy_to_host()[0] == 100
+
+
+@cuda.jit
+def block_writes_same_slot(out):
+    if cuda.threadIdx.x == 0:
+        out[0] = cuda.blockIdx.x
+
+
+@cuda.jit
+def block_writes_own_slot(out):
+    if cuda.threadIdx.x == 0:
+        out[cuda.blockIdx.x] = cuda.blockIdx.x
+
+
+def test_cross_block_race(simulator):
+    out = cuda.device_array(4, np.int64)
+    with pytest.raises(sim.RaceError, match="from another block"):
+        block_writes_same_slot[4, 32](out)
+    block_writes_own_slot[4, 32](out)
+    assert list(out.copy_to_host()) == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- uninitialised reads
+@cuda.jit
+def stencil_missing_halo(inp, out):
+    s = cuda.shared.array(33, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    s[t] = inp[i]
+    cuda.syncthreads()
+    out[i] = s[t] + s[t + 1]
+
+
+@cuda.jit
+def stencil_with_halo(inp, out):
+    s = cuda.shared.array(33, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    s[t] = inp[i]
+    if t == 0:
+        s[32] = inp[i + 32] if i + 32 < inp.size else 0.0
+    cuda.syncthreads()
+    out[i] = s[t] + s[t + 1]
+
+
+def test_uninitialised_shared_read(simulator):
+    inp = cuda.to_device(np.arange(64, dtype=np.float32))
+    out = cuda.device_array(64, np.float32)
+    with pytest.raises(sim.UninitialisedReadError) as err:
+        stencil_missing_halo[2, 32](inp, out)
+    msg = str(err.value)
+    assert "shared array 's' at index 32" in msg and "thread (31, 0, 0)" in msg
+    stencil_with_halo[2, 32](inp, out)
+    expect = np.arange(64) + np.r_[np.arange(1, 64), 0]
+    np.testing.assert_array_equal(out.copy_to_host(), expect)
+
+
+@cuda.jit
+def accumulate_into(out, inp):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += inp[i]
+
+
+def test_uninitialised_device_array_read(simulator):
+    inp = cuda.to_device(np.ones(8, np.float32))
+    out = cuda.device_array(8, np.float32)
+    with pytest.raises(sim.UninitialisedReadError, match="device array 'out' at index 0"):
+        accumulate_into[1, 8](out, inp)
+    out = cuda.to_device(np.zeros(8, np.float32))
+    accumulate_into[1, 8](out, inp)
+    assert (out.copy_to_host() == 1).all()
+
+
+# ---------------------------------------------------------------- barrier divergence
+@cuda.jit
+def barrier_in_branch(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    out[t] = t
+
+
+@cuda.jit
+def barriers_on_two_lines(out):
+    t = cuda.threadIdx.x
+    if t % 2 == 0:
+        cuda.syncthreads()
+    else:
+        cuda.syncthreads()
+    out[t] = t
+
+
+@cuda.jit
+def early_exit_then_barrier(inp, out):
+    s = cuda.shared.array(64, float32)
+    i = cuda.grid(1)
+    t = cuda.threadIdx.x
+    if i >= inp.size:
+        return
+    s[t] = inp[i]
+    cuda.syncthreads()
+    out[i] = s[t] * 2
+
+
+def test_barrier_divergence(simulator):
+    out = cuda.device_array(64, np.int64)
+    with pytest.raises(sim.BarrierDivergenceError) as err:
+        barrier_in_branch[1, 64](out)
+    assert f":{line_of(barrier_in_branch, 'cuda.syncthreads()')}," in str(err.value)
+    with pytest.raises(sim.BarrierDivergenceError, match="different syncthreads"):
+        barriers_on_two_lines[1, 64](out)
+
+
+def test_early_return_before_barrier_is_fine(simulator):
+    inp = cuda.to_device(np.ones(40, np.float32))
+    out = cuda.device_array(40, np.float32)
+    early_exit_then_barrier[1, 64](inp, out)
+    assert (out.copy_to_host() == 2).all()
+
+
+# ---------------------------------------------------------------- warp-op misuse
+@cuda.jit
+def shuffle_mask_excludes_caller(out):
+    v = cuda.shfl_sync(0x1, cuda.threadIdx.x, 0)
+    out[cuda.threadIdx.x] = v
+
+
+@cuda.jit
+def half_warp_reads_outside(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        out[t] = cuda.shfl_down_sync(0xFFFF, t, 8)
+
+
+@cuda.jit
+def half_warp_fixed(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        v = cuda.shfl_down_sync(0xFFFF, t, 8)
+        out[t] = v if t < 8 else t
+
+
+def test_warp_op_misuse(simulator):
+    out = cuda.device_array(32, np.int64)
+    with pytest.raises(sim.WarpOpError, match="does not include the calling lane 1"):
+        shuffle_mask_excludes_caller[1, 32](out)
+    with pytest.raises(sim.WarpOpError, match="reads lane 16, which does not take part"):
+        half_warp_reads_outside[1, 32](out)
+
+
+@cuda.jit
+def partial_warp_reduce(inp, out):
+    i = cuda.grid(1)
+    v = inp[i]
+    for off in (16, 8, 4, 2, 1):
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+    if cuda.laneid == 0:
+        cuda.atomic.add(out, 0, v)
+
+
+def test_partial_warp_shuffle_reads_missing_lane(simulator):
+    inp = cuda.to_device(np.ones(48, np.float32))
+    out = cuda.to_device(np.zeros(1, np.float32))
+    with pytest.raises(sim.WarpOpError, match=r"block \(0, 0, 0\), thread \(32, 0, 0\)"):
+        partial_warp_reduce[1, 48](inp, out)
+
+
+# ---------------------------------------------------------------- deadlock, never a hang
+@cuda.jit
+def waits_for_later_block(flag, out):
+    if cuda.blockIdx.x == 0:
+        while cuda.atomic.add(flag, 0, 0) == 0:
+            pass
+    elif cuda.threadIdx.x == 0:
+        cuda.atomic.exch(flag, 0, 1)
+
+
+@cuda.jit
+def spin_on_plain_load(flag):
+    while flag[0] == 0:
+        pass
+
+
+@cuda.jit
+def shuffle_waits_for_barrier(out):
+    t = cuda.threadIdx.x
+    if t == 0:
+        cuda.syncthreads()
+    else:
+        out[t] = cuda.shfl_sync(0xFFFFFFFF, t, 0)
+
+
+def test_deadlocks_are_reported(simulator, monkeypatch):
+    from grader.sim import thread_executor
+
+    monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    out = cuda.to_device(np.zeros(1, np.int32))
+    with pytest.raises(sim.DeadlockError, match="no forward progress"):
+        waits_for_later_block[2, 1](flag, out)
+    with pytest.raises(sim.DeadlockError, match=f":{line_of(spin_on_plain_load, 'flag[0]')},"):
+        spin_on_plain_load[1, 1](flag)
+    with pytest.raises(sim.WarpOpError, match="waits at syncthreads"):
+        shuffle_waits_for_barrier[1, 32](cuda.device_array(32, np.int64))
+
+
+@cuda.jit
+def spin_lock_counter(lock, counter):
+    if cuda.threadIdx.x % 32 == 0:
+        while cuda.atomic.cas(lock, 0, 0, 1) != 0:
+            pass
+        cuda.threadfence()
+        counter[0] += 1
+        cuda.threadfence()
+        cuda.atomic.exch(lock, 0, 0)
+
+
+def test_spin_lock_makes_progress(simulator):
+    lock = cuda.to_device(np.zeros(1, np.int32))
+    counter = cuda.to_device(np.zeros(1, np.int32))
+    with pytest.raises(sim.RaceError):  # a lock is invisible to the race checker: say so
+        spin_lock_counter[2, 64](lock, counter)
+    with sim.installed(executor="thread", checks=sim.Checks(warn={"races"})):
+        lock = cuda.to_device(np.zeros(1, np.int32))
+        counter = cuda.to_device(np.zeros(1, np.int32))
+        with pytest.warns(sim.SimWarning):
+            spin_lock_counter[2, 64](lock, counter)
+        assert counter.copy_to_host()[0] == 4
+
+
+# ---------------------------------------------------------------- downgrade to warnings
+def test_checks_downgrade_to_warnings():
+    with sim.installed(executor="thread", checks=sim.Checks(warn={"races"})):
+        inp = cuda.to_device(np.ones(64, np.float32))
+        out = cuda.to_device(np.zeros(1, np.float32))
+        with sim.trace() as launches, pytest.warns(sim.SimWarning, match="data race"):
+            sum_plain[1, 64](inp, out)
+        assert launches[0].warnings and "data race" in launches[0].warnings[0]
+
+
+def test_checks_reject_unknown_names():
+    with pytest.raises(ValueError, match="unknown checker"):
+        sim.Checks(warn={"racez"})
+
+
+# ---------------------------------------------------------------- no false positives
+@cuda.jit
+def tiled_matmul(A, B, C):
+    sA = cuda.shared.array((TPB, TPB), float32)
+    sB = cuda.shared.array((TPB, TPB), float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for k in range((A.shape[1] + TPB - 1) // TPB):
+        sA[ty, tx] = A[y, k * TPB + tx] if y < A.shape[0] and k * TPB + tx < A.shape[1] else 0
+        sB[ty, tx] = B[k * TPB + ty, x] if x < B.shape[1] and k * TPB + ty < B.shape[0] else 0
+        cuda.syncthreads()
+        for j in range(TPB):
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = acc
+
+
+@cuda.jit
+def shuffle_block_sum(inp, out):
+    warp_sums = cuda.shared.array(32, float32)
+    i = cuda.grid(1)
+    lane, warp = cuda.threadIdx.x % 32, cuda.threadIdx.x // 32
+    v = inp[i] if i < inp.size else float32(0)
+    for off in (16, 8, 4, 2, 1):
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+    if lane == 0:
+        warp_sums[warp] = v
+    cuda.syncthreads()
+    if warp == 0:
+        v = warp_sums[lane] if lane < cuda.blockDim.x // 32 else float32(0)
+        for off in (16, 8, 4, 2, 1):
+            v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+        if lane == 0:
+            cuda.atomic.add(out, 0, v)
+
+
+@cuda.jit
+def histogram(data, bins):
+    local = cuda.shared.array(8, int32)
+    t = cuda.threadIdx.x
+    if t < 8:
+        local[t] = 0
+    cuda.syncthreads()
+    for i in range(cuda.grid(1), data.size, cuda.gridsize(1)):
+        cuda.atomic.add(local, data[i] % 8, 1)
+    cuda.syncthreads()
+    if t < 8:
+        cuda.atomic.add(bins, t, local[t])
+
+
+@cuda.jit
+def last_block_sums(inp, partial, count, out):
+    s = cuda.shared.array(32, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    if t == 0:
+        acc = float32(0)
+        for k in range(32):
+            acc += s[k]
+        partial[cuda.blockIdx.x] = acc
+        cuda.threadfence()
+        if cuda.atomic.inc(count, 0, cuda.gridDim.x) == cuda.gridDim.x - 1:
+            total = float32(0)
+            for b in range(cuda.gridDim.x):
+                total += partial[b]
+            out[0] = total
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_correct_classics_trigger_no_checker(seed):
+    with sim.installed(executor="thread", seed=seed):
+        A = np.random.default_rng(0).random((20, 24), np.float32)
+        B = np.random.default_rng(1).random((24, 18), np.float32)
+        C = cuda.device_array((20, 18), np.float32)
+        tiled_matmul[(2, 2), (TPB, TPB)](cuda.to_device(A), cuda.to_device(B), C)
+        np.testing.assert_allclose(C.copy_to_host(), A @ B, rtol=1e-5)
+
+        inp = cuda.to_device(np.arange(200, dtype=np.float32))
+        out = cuda.to_device(np.zeros(1, np.float32))
+        shuffle_block_sum[2, 128](inp, out)
+        assert out.copy_to_host()[0] == np.arange(200).sum()
+
+        data = cuda.to_device(np.arange(300, dtype=np.int32))
+        bins = cuda.to_device(np.zeros(8, np.int32))
+        histogram[2, 64](data, bins)
+        np.testing.assert_array_equal(bins.copy_to_host(), np.bincount(np.arange(300) % 8))
+
+        inp = cuda.to_device(np.ones(96, np.float32))
+        partial = cuda.device_array(3, np.float32)
+        count = cuda.to_device(np.zeros(1, np.uint32))
+        total = cuda.device_array(1, np.float32)
+        last_block_sums[3, 32](inp, partial, count, total)
+        assert total.copy_to_host()[0] == 96
+
+        inp = cuda.to_device(np.ones(128, np.float32))
+        red = cuda.device_array(2, np.float32)
+        reduce_fixed[2, 64](inp, red)
+        assert (red.copy_to_host() == 64).all()
