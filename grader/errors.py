@@ -30,7 +30,7 @@ class StudentCodeError(GpugradeError):
     """The student's code raised (or failed to import); `where` is file:line in their module."""
 
     def __init__(self, kind: str, exc_type: str, message: str, where: str = "", traceback: str = ""):
-        self.kind = kind          # "import" | "not_implemented" | "simulator" | "exception"
+        self.kind = kind          # "import" | "not_implemented" | "simulator" | "policy" | "exception"
         self.exc_type = exc_type
         self.message = message
         self.where = where
@@ -41,7 +41,7 @@ class StudentCodeError(GpugradeError):
         at = f" ({self.where})" if self.where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet{at}" + (f": {self.message}" if self.message else "")
-        if self.kind == "simulator":  # the simulator's diagnostic already names kernel, line, thread
+        if self.kind in ("simulator", "policy"):  # these messages already name the file and line
             return self.message
         if self.kind == "import":
             return f"could not import the submission{at}: {self.exc_type}: {self.message}"

@@ -4,9 +4,11 @@ outputs back. Tests use it through the `student` fixture; the score is decided h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import ProtocolError, RunnerError, StudentCodeError
+from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .sandbox import ProcessSandbox, RunnerProcess
 
 
@@ -24,15 +26,28 @@ class Student:
     that test's points.
     """
 
-    def __init__(self, module: str, workspace: str, backend: str, sandbox: ProcessSandbox, devices: int = 1):
+    def __init__(self, module: str, workspace: str, backend: str, sandbox: ProcessSandbox, devices: int = 1,
+                 allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS):
         self.module = module
+        self.allowed_imports = allowed_imports
+        self._violations: list | None = None
         self.workspace = workspace
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
         self._runner: RunnerProcess | None = None
 
+    def _check_policy(self) -> None:
+        """Before any student code runs: the static policy check, once per module."""
+        if self._violations is None:
+            path = Path(self.workspace) / f"{self.module}.py"
+            self._violations = check_file(path, self.allowed_imports) if path.is_file() else []
+        if self._violations:
+            message = "; ".join(str(v) for v in self._violations)
+            raise StudentCodeError("policy", "PolicyViolation", message, traceback="\n".join(map(str, self._violations)))
+
     def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
+        self._check_policy()
         if self._runner is None:
             self._runner = self.sandbox.start(self.workspace, self.backend, self.devices)
         try:

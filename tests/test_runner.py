@@ -8,16 +8,21 @@ import pytest
 
 from grader.errors import RunnerError, StudentCodeError
 from grader.judge import Student
+from grader.policy import DEFAULT_ALLOWED_IMPORTS
 from grader.sandbox import Limits, ProcessSandbox
+
+# These tests check the runner's own confinement, so the static policy is widened: an attacker who
+# slips past the policy check must still gain nothing.
+WIDE_POLICY = DEFAULT_ALLOWED_IMPORTS | {"os", "signal", "sys"}
 
 
 @pytest.fixture
 def make_student(tmp_path):
     students = []
 
-    def make(source: str, timeout: float = 20.0) -> Student:
+    def make(source: str, timeout: float = 20.0, policy=WIDE_POLICY) -> Student:
         (tmp_path / "ex.py").write_text(textwrap.dedent(source))
-        s = Student("ex", str(tmp_path), "gpu", ProcessSandbox(Limits(call_timeout_s=timeout)))
+        s = Student("ex", str(tmp_path), "gpu", ProcessSandbox(Limits(call_timeout_s=timeout)), allowed_imports=policy)
         students.append(s)
         return s
 
@@ -111,3 +116,15 @@ def test_returning_an_object_that_is_not_data_is_an_error(make_student):
     """)
     with pytest.raises(StudentCodeError, match="TypeError.*return a NumPy array"):
         s.call("f")
+
+
+def test_policy_violation_fails_before_any_student_code_runs(make_student, tmp_path):
+    s = make_student("""
+        import ctypes
+        open("ran", "w").write("x")
+        def f():
+            return 1
+    """, policy=DEFAULT_ALLOWED_IMPORTS)
+    with pytest.raises(StudentCodeError, match=r"policy: imports ctypes \(ex.py:2\); policy: calls open\(\) \(ex.py:3\)"):
+        s.call("f")
+    assert not (tmp_path / "ran").exists()
