@@ -462,8 +462,10 @@ class Instrument:
         for t in np.atleast_1d(g).tolist():
             self._fence1[t] = self._fence1.get(t, 0) + 1
 
-    def warp_op(self, name: str, n_lanes: int, line=None) -> None:
-        self.counts["warp_ops"] += 1
+    def warp_op(self, name: str, n_lanes: int, line=None, warps: int | None = None) -> None:
+        """A warp collective by `n_lanes` lanes; counts one op per warp taking part (`warps`,
+        or n_lanes / 32 rounded up when not given)."""
+        self.counts["warp_ops"] += warps if warps is not None else -(-int(n_lanes) // WARP)
 
     # ------------------------------------------------------------------ counters
     def _byte_addr(self, space, handle, flat):
