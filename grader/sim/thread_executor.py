@@ -24,7 +24,7 @@ from greenlet import greenlet
 from . import kernel_source, patching
 from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
                      NotSimulatedError, SimError, WarpOpError, where)
-from .host import _as_dtype
+from .host import DeviceBuffer, _as_dtype
 from .memory import WARP, LocalArray, SharedArray
 
 # Forward progress: a thread yields at atomics and fences (spin locks) and every
@@ -424,7 +424,7 @@ class ThreadExecutor:
         self.thread_idx = [Dim3(*self.config.thread_xyz(t)) for t in range(self.tpb)]
         self.thread_order = list(range(self.tpb))
         self.pool: list[greenlet] = []
-        self.args = [ThreadArray(a, "global", self) if hasattr(a, "flat") else a
+        self.args = [ThreadArray(a, "global", self) if isinstance(a, DeviceBuffer) else a
                      for a in launch.args]
         self._const: dict[int, ThreadArray] = {}
         self.hub = None
