@@ -59,7 +59,14 @@ def submission_modules(submission: str | os.PathLike, exercises: list[str]) -> d
 
 
 def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
-    """Copy the student's exercise modules, and nothing else, into a fresh workspace."""
+    """Copy the student's exercise modules, and nothing else, into a fresh workspace.
+
+    The workspace is world-readable and its parent traversable (not listable), because a runner
+    confined as `nobody` must import from it; whatever else sits beside it stays private.
+    """
     workspace.mkdir(parents=True, exist_ok=True)
     for name, path in modules.items():
         shutil.copyfile(path, workspace / f"{name}.py")
+        os.chmod(workspace / f"{name}.py", 0o644)
+    os.chmod(workspace, 0o755)
+    os.chmod(workspace.parent, workspace.parent.stat().st_mode | 0o111)

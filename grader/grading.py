@@ -25,7 +25,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:
         workspace = Path(tmp) / "workspace"
         make_workspace(modules, workspace)
-        results_path = Path(tmp) / "results.json"
+        private = Path(tmp) / "judge"  # the results file: never readable by the runner
+        private.mkdir(mode=0o700)
+        results_path = private / "results.json"
         argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.plugin", "-p", "no:cacheprovider",
                 "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root),
                 "--gpugrade-workspace", str(workspace), "--gpugrade-backend", backend,

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
+from . import isolation, protocol
 from .errors import RunnerError
 
 
@@ -28,6 +28,9 @@ class Limits:
     cpu_time_s: int = 900           # CPU seconds for the whole runner process
     file_size_bytes: int = 64 << 20  # anything the student writes, output included
     output_tail_bytes: int = 4096   # how much of the student's output is kept for messages
+    processes: int = 256            # threads + processes of the runner's uid (a fork bomb stops here)
+    isolate: bool = True            # as root: own mount + network namespaces, uid nobody
+    hidden_paths: tuple[str, ...] = ()  # folders the student must not read (solutions/, tests/)
 
 
 def _confine(limits: Limits) -> None:  # runs in the child between fork and exec
@@ -35,6 +38,18 @@ def _confine(limits: Limits) -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.isolate and isolation.can_isolate():
+        as_nobody = _nobody_can_run()
+        isolation.isolate(limits.hidden_paths, as_nobody)
+        if as_nobody:  # a per-uid limit: meaningless for root
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+
+def _nobody_can_run() -> bool:
+    """`nobody` must be able to start this interpreter and import the grader and its dependencies."""
+    import numpy
+
+    return all(isolation.reachable_by_others(p) for p in (sys.executable, __file__, numpy.__file__))
 
 
 class RunnerProcess:
@@ -45,8 +60,13 @@ class RunnerProcess:
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         self._log = tempfile.TemporaryFile()
+        self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
+        if limits.isolate and isolation.can_isolate() and _nobody_can_run():
+            os.chown(self._scratch.name, isolation.NOBODY, isolation.NOBODY)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRADE_")}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # The runner's only writable place: home, temp files and caches.
+        env.update(HOME=self._scratch.name, TMPDIR=self._scratch.name, NUMBA_CACHE_DIR=self._scratch.name,
+                   GPUGRADE_CACHE_DIR=self._scratch.name, PYTHONDONTWRITEBYTECODE="1")
         env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's
         argv = [sys.executable, "-I", "-m", "grader.runner", "--workspace", workspace, "--backend", backend,
                 "--devices", str(devices), "--in-fd", str(req_r), "--out-fd", str(resp_w)]
@@ -119,6 +139,7 @@ class RunnerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
         self._log.close()
+        self._scratch.cleanup()
 
 
 class ProcessSandbox:

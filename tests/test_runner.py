@@ -13,7 +13,7 @@ from grader.sandbox import Limits, ProcessSandbox
 
 # These tests check the runner's own confinement, so the static policy is widened: an attacker who
 # slips past the policy check must still gain nothing.
-WIDE_POLICY = DEFAULT_ALLOWED_IMPORTS | {"os", "signal", "sys"}
+WIDE_POLICY = DEFAULT_ALLOWED_IMPORTS | {"os", "signal", "sys", "socket"}
 
 
 @pytest.fixture
@@ -128,3 +128,52 @@ def test_policy_violation_fails_before_any_student_code_runs(make_student, tmp_p
     with pytest.raises(StudentCodeError, match=r"policy: imports ctypes \(ex.py:2\); policy: calls open\(\) \(ex.py:3\)"):
         s.call("f")
     assert not (tmp_path / "ran").exists()
+
+
+needs_root = pytest.mark.skipif(not __import__("grader.isolation").isolation.can_isolate(),
+                                reason="namespaces and uid changes need root on Linux")
+
+
+@needs_root
+def test_hidden_course_folders_cannot_be_read(tmp_path):
+    secret = tmp_path / "solutions"
+    secret.mkdir()
+    (secret / "answer.py").write_text("ANSWER = 42\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ex.py").write_text(textwrap.dedent(f"""
+        import os
+        def peek():
+            try:
+                return len(os.listdir({str(secret)!r}))
+            except OSError as exc:
+                return -exc.errno
+    """))
+    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(secret),))), allowed_imports=WIDE_POLICY)
+    try:
+        assert s.call("peek").value <= 0, "the hidden folder must look empty or be unreadable"
+    finally:
+        s.close()
+
+
+@needs_root
+def test_no_network_from_the_runner(make_student):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    s = make_student(f"""
+        import socket
+        def connect():
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+                return "connected"
+            except OSError as exc:
+                return type(exc).__name__
+    """)
+    try:
+        assert s.call("connect").value != "connected"
+    finally:
+        server.close()
