@@ -84,11 +84,14 @@ class GradingSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.workspace = os.path.abspath(config.getoption("gpugrade_workspace"))
-        self.backend = config.getoption("gpugrade_backend")
+        self.backend_name = config.getoption("gpugrade_backend")
         self.seed = config.getoption("gpugrade_seed") or secrets.token_hex(8)
-        self.sandbox = ProcessSandbox(Limits(call_timeout_s=config.getoption("gpugrade_timeout")))
+        hidden = tuple(str(config.rootpath / folder) for folder in ("solutions", "tests"))
+        if config.getoption("gpugrade_results"):  # the judge's private folder: no forged results file
+            hidden += (os.path.dirname(os.path.abspath(config.getoption("gpugrade_results"))),)
+        self.sandbox = ProcessSandbox(Limits(call_timeout_s=config.getoption("gpugrade_timeout"), hidden_paths=hidden))
         self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
-                               backend=self.backend, seed=self.seed)
+                               backend=self.backend_name, seed=self.seed)
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}
         self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
@@ -102,7 +105,7 @@ class GradingSession:
     def student(self, request: pytest.FixtureRequest) -> Student:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
-            self.students[exercise] = Student(exercise, self.workspace, self.backend, self.sandbox)
+            self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox)
         return self.students[exercise]
 
     @pytest.fixture
@@ -111,7 +114,7 @@ class GradingSession:
 
     @pytest.fixture
     def backend(self) -> str:
-        return self.backend
+        return self.backend_name
 
     @pytest.fixture
     def stage_spec(self, request: pytest.FixtureRequest):
