@@ -174,8 +174,11 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                 continue
             try:
                 simt_run(launch)
-            except unsupported as exc:
-                reason = str(exc)
+            except (unsupported, ImportError) as exc:
+                # ImportError: a part of numba the lockstep typing needs is missing (numba's
+                # built-in CUDA target instead of numba-cuda): the per-thread executor still runs
+                reason = str(exc) if isinstance(exc, unsupported) else \
+                    f"the SIMT executor cannot run here ({exc})"
                 if sim.executor == "simt":
                     raise NotSimulatedError(f"kernel {kernel.name!r}: the SIMT executor does "
                                             f"not handle it: {reason}") from None
