@@ -520,6 +520,9 @@ class ThreadExecutor:
             if not mask >> st.lane & 1:
                 self._warp_error(st, frame, f"{op} called with mask {mask:#010x}, which does "
                                  f"not include the calling lane {st.lane}")
+                # downgraded to a warning: carry on as if the caller were in the mask
+                st.wait = ((op, mask | 1 << st.lane) + request[2:], frame.f_lineno,
+                           frame.f_code.co_filename)
         st.value = None
         self.hub.switch("blocked")
         return st.value
@@ -674,6 +677,7 @@ class ThreadExecutor:
                 self._warp_error(st, None, f"{op} in lane {st.lane} reads lane {src}, which "
                                  f"does not take part (not in the mask, exited, or beyond the "
                                  f"block's last thread): the value would be undefined")
+                return st.wait[0][2]  # downgraded: an undefined value, here the lane's own
             return by_lane[src].wait[0][2]
 
         for st in group:
@@ -713,6 +717,8 @@ class ThreadExecutor:
             fn, line = st.wait[2], st.wait[1]
         else:
             fn, line = self.launch.kernel.filename, self.launch.kernel.firstlineno
+        if not self.inst.checks.enabled(cls.check):
+            return
         err = cls(f"{where(self.name, fn, line, self.bidx, st.idx)}: {what}", kernel=self.name,
                   filename=fn, line=line, block=tuple(self.bidx), thread=tuple(st.idx))
         self.inst.checks.report(err, self.inst.warnings)

@@ -139,3 +139,24 @@ def test_install_twice_then_uninstall_restores():
 def test_unconfigured_launch_still_errors(simulator):
     with pytest.raises(ValueError):
         vadd[1](np.zeros(1))
+
+
+def test_two_host_threads_launch_at_once(simulator):
+    import threading
+
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            a = np.full(3000, k, np.float32)
+            results[k] = host_add(a, a)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert (results[1] == 2).all() and (results[2] == 4).all()

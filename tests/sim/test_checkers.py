@@ -437,3 +437,12 @@ def test_correct_classics_trigger_no_checker(seed):
         red = cuda.device_array(2, np.float32)
         reduce_fixed[2, 64](inp, red)
         assert (red.copy_to_host() == 64).all()
+
+
+def test_barrier_and_warp_checks_can_be_turned_off():
+    with sim.installed(executor="thread", checks=sim.Checks(off={"barriers", "warps"})):
+        out = cuda.device_array(64, np.int64)
+        barrier_in_branch[1, 64](out)
+        assert (out.copy_to_host() == np.arange(64)).all()
+        out = cuda.device_array(32, np.int64)
+        half_warp_reads_outside[1, 32](out)
