@@ -121,12 +121,22 @@ class ArrayOps:
         if act is not None and act.shape[0] == 0:
             return
         flat = self._position(array, idx, act, block, thread)
+        self.before_write(array)
         self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
                          self.filename)
         if isinstance(value, np.ndarray) and act is not None:
             value = value[act]
         # duplicate positions: the last lane wins (the instrument reports it as a race)
         array.flat[flat] = value
+
+    def before_write(self, array):
+        """Keep a copy of an argument's memory before its first write, so that giving up
+        midway (SimtUnsupported) can restore it before the per-thread executor reruns."""
+        saved = self.saved
+        if saved is not None and array.space == "global":
+            h = array.handle
+            if h.buffer_id not in saved:
+                saved[h.buffer_id] = (h, h.flat.copy(), h.initialised.copy())
 
     # --- creation -------------------------------------------------------------------------------
 

@@ -87,6 +87,7 @@ class AtomicOps:
             return np.zeros(self.n, array.dtype) if need_old else None
         flat = self._position(array, idx, act, block, thread)
         flat = np.broadcast_to(flat, (n_act,))
+        self.before_write(array)
         self.inst.access(array.space, array.handle, "atomic", flat, block, thread, self.line,
                          self.filename)
         lanes = []

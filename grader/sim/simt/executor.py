@@ -65,15 +65,13 @@ def run(launch) -> None:
     """The launcher's entry point (`launch.Launch`): run it, or raise SimtUnsupported with no
     side effect (argument memory is restored if lockstep gives up midway)."""
     fn, sim_args = prepare(launch.kernel, launch.args)
-    buffers = {a.handle.buffer_id: a.handle for a in sim_args
-               if getattr(a, "space", None) == "global"}
-    saved = {k: (b.flat.copy(), b.initialised.copy()) for k, b in buffers.items()}
+    saved: dict = {}  # allocations written so far: (handle, store copy, flags copy)
     try:
-        _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits)
+        _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits, saved)
     except SimtUnsupported:
-        for k, (flat, init) in saved.items():
-            buffers[k].flat[...] = flat
-            buffers[k].initialised[...] = init
+        for handle, flat, init in saved.values():
+            handle.flat[...] = flat
+            handle.initialised[...] = init
         raise
 
 
@@ -86,7 +84,7 @@ def run_simt(kernel, config, args, instrument) -> None:
     _execute(fn, sim_args, config, instrument)
 
 
-def _execute(fn, sim_args, config, instrument, limits=None) -> None:
+def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
     filename = fn.__code__.co_filename
     tpb, n_blocks = config.threads_per_block, config.n_blocks
     per_batch = max(1, min(n_blocks, BATCH_LANES // tpb))
@@ -94,6 +92,7 @@ def _execute(fn, sim_args, config, instrument, limits=None) -> None:
         for first in range(0, n_blocks, per_batch):
             ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename,
                       limits)
+            ctx.saved = saved
             fn(ctx, *sim_args)
 
 
@@ -128,6 +127,7 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._act_mask = None
         self._act = None
         self._calls: list = []
+        self.saved = None
         self.init_masks()
 
     # --- special registers ----------------------------------------------------------------------
@@ -142,12 +142,16 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
                 value = np.int32(cfg.block[k])
             elif name == "gridDim":
                 value = np.int32(cfg.grid[k])
+            elif (cfg.block if name == "threadIdx" else cfg.grid)[k] == 1:
+                value = np.int32(0)
             elif name == "threadIdx":
-                bx, by, _ = cfg.block
-                value = (self.thread % bx, self.thread // bx % by, self.thread // (bx * by))[k]
+                bx, by, bz = cfg.block
+                value = self.thread if by == bz == 1 else \
+                    (self.thread % bx, self.thread // bx % by, self.thread // (bx * by))[k]
             else:
-                gx, gy, _ = cfg.grid
-                value = (self.block % gx, self.block // gx % gy, self.block // (gx * gy))[k]
+                gx, gy, gz = cfg.grid
+                value = self.block if gy == gz == 1 else \
+                    (self.block % gx, self.block // gx % gy, self.block // (gx * gy))[k]
             if isinstance(value, np.ndarray):
                 value = value.astype(np.int32)
                 if name == "blockIdx" and self.n_blocks == 1 or name == "threadIdx" and \

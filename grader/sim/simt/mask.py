@@ -70,9 +70,11 @@ class MaskStack:
         return mask is None or bool(mask.any())
 
     def _as_mask(self, c):
-        """A condition as a level: a bool vector, True (all lanes) or False (none)."""
+        """A condition as a level: a bool vector, True (all lanes) or False (none). A vector
+        true everywhere (a bounds guard in every block but the last) keeps the fast path."""
         if isinstance(c, np.ndarray) and c.ndim:
-            return c if c.dtype == np.bool_ else c != 0
+            c = c if c.dtype == np.bool_ else c != 0
+            return True if c.all() else c
         return bool(c)
 
     # --- if / else ---------------------------------------------------------------------------
