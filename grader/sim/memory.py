@@ -149,10 +149,11 @@ class Instrument:
         self._fence1: dict[int, int] = {}
         self._shadows1: dict[int, dict[int, list]] = {}
         self._log_g: list[int] = []
-        self._log_code: list[int] = []
+        self._log_hc: list[int] = []  # handle slot * 4 + access code
         self._log_line: list[int] = []
-        self._log_addr: list[int] = []
-        self._log_item: list[int] = []
+        self._log_flat: list[int] = []
+        self._slots: dict[int, int] = {}
+        self._slot_info: list[tuple[int, int, int]] = []  # (address, itemsize, block stride)
 
     # ------------------------------------------------------------------ diagnostics
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
@@ -280,11 +281,21 @@ class Instrument:
         if kind == "atomic":
             self.counts["atomics"] += 1
             return
+        slot = self._slots.get(handle.buffer_id)
+        if slot is None:
+            slot = self._new_slot(space, handle)
         self._log_g.append(g)
-        self._log_code.append(_CODE[space, kind])
+        self._log_hc.append(slot if kind == "load" else slot + 1)
         self._log_line.append(line)
-        self._log_addr.append(self._byte_addr(space, handle, flat))
-        self._log_item.append(handle.dtype.itemsize)
+        self._log_flat.append(flat)
+
+    def _new_slot(self, space, handle) -> int:
+        """Register a handle in the access log: slot * 4 + its load code (store = +1)."""
+        k = len(self._slot_info)
+        stride = getattr(handle, "block_stride", 0) if space == "shared" else 0
+        self._slot_info.append((handle.address, handle.dtype.itemsize, stride))
+        slot = self._slots[handle.buffer_id] = k * 4 + _CODE[space, "load"]
+        return slot
 
     def _uninit(self, space, handle, flat, block, thread, line, filename):
         what = "shared array" if space == "shared" else "device array"
@@ -500,12 +511,17 @@ class Instrument:
         if not self._log_g:
             return
         g = np.array(self._log_g, np.int64)
-        code = np.array(self._log_code, np.int64)
+        hc = np.array(self._log_hc, np.int64)
         line = np.array(self._log_line, np.int64)
-        addr = np.array(self._log_addr, np.int64)
-        item = np.array(self._log_item, np.int64)
-        for lst in (self._log_g, self._log_code, self._log_line, self._log_addr, self._log_item):
+        flat = np.array(self._log_flat, np.int64)
+        info = np.array(self._slot_info, np.int64).reshape(-1, 3)
+        for lst in (self._log_g, self._log_hc, self._log_line, self._log_flat, self._slot_info):
             lst.clear()
+        self._slots.clear()
+        code, slot = hc % 4, hc // 4
+        base, item, stride = info[slot, 0], info[slot, 1], info[slot, 2]
+        within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)
+        addr = base + within * item
         n = g.shape[0]
         # nth execution of (thread, code, line): rank within each group, in log order
         group = _combine(g, code, line)
