@@ -117,6 +117,12 @@ def apply(sim) -> PatchScope:
         for name in HOST_NAMES:
             scope.setattr(cuda, name, getattr(sim.host, name))
         scope.setattr(cuda, "gpus", sim.gpus)
+        # eager compilation (`@cuda.jit("void(float32[:])")`, typed device functions) asks the
+        # current device for its compute capability: answer with the simulated device's
+        for cls in classes:
+            module = importlib.import_module(cls.__module__)
+            if hasattr(module, "get_current_device"):
+                scope.setattr(module, "get_current_device", sim.host.get_current_device)
     except BaseException:
         scope.restore()
         raise
@@ -135,6 +141,14 @@ def _patch_dispatcher(scope: PatchScope, cls: type, sim) -> None:
     def forall(self, ntasks, tpb=0, stream=0, sharedmem=0):
         return sim.forall(self, ntasks, tpb, stream, sharedmem)
 
+    def compile(self, sig):
+        # eager `@cuda.jit("void(...)")` compiles at decoration, which needs a driver; a
+        # simulated launch never uses the binary (compile_check builds PTX on its own)
+        return None
+
     scope.setattr(cls, "configure", configure)
+    scope.setattr(cls, "compile", compile)
+    # ...after which the decorator freezes the dispatcher to its (now absent) overloads
+    scope.setattr(cls, "disable_compile", lambda self, val=True: None)
     scope.setattr(cls, "__getitem__", getitem)
     scope.setattr(cls, "forall", forall)

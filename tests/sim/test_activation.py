@@ -160,3 +160,19 @@ def test_two_host_threads_launch_at_once(simulator):
         t.join()
     assert not errors
     assert (results[1] == 2).all() and (results[2] == 4).all()
+
+
+def test_eagerly_typed_kernel_and_closure_device_function(simulator):
+    @cuda.jit(device=True)
+    def add_one(x):
+        return x + 1
+
+    @cuda.jit("void(float32[:], float32[:])")
+    def typed(a, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = add_one(a[i])
+
+    out = cuda.device_array(4, np.float32)
+    typed[1, 4](cuda.to_device(np.ones(4, np.float32)), out)
+    assert (out.copy_to_host() == 2).all()
