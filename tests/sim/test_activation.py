@@ -1,5 +1,7 @@
 """install()/uninstall() route real numba-cuda launches and host API calls to the simulator."""
 
+import sys
+
 import numba
 import numpy as np
 import pytest
@@ -114,6 +116,8 @@ def _snapshot():
     for cls in patching.dispatcher_classes():
         snap[cls] = dict(cls.__dict__)
     snap["cuda"] = dict(vars(patching.cuda_module()))
+    for cls in patching.dispatcher_classes():
+        snap[cls.__module__] = dict(vars(sys.modules[cls.__module__]))
     return snap
 
 
