@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Modelled costs used by the event clock (documented as a model, not a measurement).
 LAUNCH_OVERHEAD_MS = 0.005

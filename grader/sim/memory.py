@@ -25,7 +25,6 @@ SECTOR_BYTES = 32
 BANKS = 32
 BANK_BYTES = 4
 WARP = 32
-_SPACES = ("global", "shared", "local", "const")
 _CODES = (("global", "load"), ("global", "store"), ("shared", "load"), ("shared", "store"))
 _CODE = {sk: i for i, sk in enumerate(_CODES)}
 

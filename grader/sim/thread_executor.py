@@ -428,7 +428,6 @@ class ThreadExecutor:
                      for a in launch.args]
         self._const: dict[int, ThreadArray] = {}
         self.hub = None
-        self.static_shared = 0
 
     # --- entry point
     def run(self) -> None:
@@ -438,12 +437,12 @@ class ThreadExecutor:
         for b in blocks.tolist():
             self._run_block(b)
 
-    def _worker(self, st):
+    def _worker(self, _first):
         """Body of a pooled greenlet: runs one thread after another (a fresh greenlet per
-        thread costs ~10x a switch)."""
+        thread costs ~10x a switch). The scheduler sets `self.cur` before each switch."""
         while True:
             fell_off = self.fn(*self.args) is kernel_source.FELL_OFF
-            st = self.hub.switch(("exit", fell_off))
+            self.hub.switch(("exit", fell_off))
 
     def _run_block(self, b: int) -> None:
         cfg = self.config
@@ -503,11 +502,9 @@ class ThreadExecutor:
                 self._deadlock()
         finally:
             self.cur = None
-            if not completed:  # suspended greenlets of an aborted block: drop, never resume
+            if not completed:  # greenlets suspended in an aborted block: drop, never resume
                 self.pool = []
                 for st in self.threads:
-                    if st.glet is not None and not st.glet.dead:
-                        st.glet.parent = greenlet.getcurrent()
                     st.glet = None
 
     # --- blocking calls made from inside a thread
@@ -534,13 +531,6 @@ class ThreadExecutor:
         self.inst.fence(self.bid, self.cur.lin)
         self.yield_()
 
-    def live_mask(self, warp: int) -> int:
-        mask = 0
-        for st in self.threads[warp * WARP:(warp + 1) * WARP]:
-            if st.status != "exited":
-                mask |= 1 << st.lane
-        return mask
-
     # --- memory spaces
     def shared_array(self, shape, dtype, frame):
         key = (frame.f_code, frame.f_lasti)
@@ -551,7 +541,7 @@ class ThreadExecutor:
         dtype = _as_dtype(dtype)
         name = self._name_at(frame, "shared array")
         if shape in ((0,), ()) or int(np.prod(shape)) == 0:
-            handle = self._dynamic_shared(dtype, name, frame)
+            handle = self._dynamic_shared(dtype, name)
         else:
             size = int(np.prod(shape)) * dtype.itemsize
             start = -(-self.shared_offset // dtype.itemsize) * dtype.itemsize
@@ -561,7 +551,9 @@ class ThreadExecutor:
         arr = self.shared[key] = ThreadArray(handle, "shared", self)
         return arr
 
-    def _dynamic_shared(self, dtype, name, frame):
+    def _dynamic_shared(self, dtype, name):
+        """Every dynamic shared array starts at the same address, as `extern __shared__`
+        arrays do; arrays of one dtype are one handle (so races between them are seen)."""
         handle = self.dynamic.get(dtype)
         if handle is not None:
             return handle
