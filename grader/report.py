@@ -43,7 +43,7 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
             grid.add_row(Text(f"{exercise} stage {stage}", style="bold"), "", Text(f"{_num(got)}/{_num(out_of)}",
                                                                                  style="bold"), "", end_section=True)
     console.print(grid)
-    console.print(f"Total: {_num(results.score)}/{_num(results.max_score)}  ({results.execution_time:.1f} s)")
+    console.print(f"Total: {_num(results.score)}/{_num(results.max_score)}  ({results.backend} backend, {results.execution_time:.1f} s)")
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""

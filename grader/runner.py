@@ -53,12 +53,16 @@ class Runner:
             self.trace = sim.trace
 
     # -- errors as the student should see them ------------------------------------------------
+    def _is_student_file(self, filename: str) -> bool:
+        # "<frozen importlib._bootstrap>" is not a path: realpath would put it in the workspace (our cwd)
+        return os.path.isabs(filename) and os.path.realpath(filename).startswith(self.workspace + os.sep)
+
     def _student_frame(self, tb) -> str:
         """file:line of the innermost frame in the student's own files."""
         where = ""
         for frame, lineno in traceback.walk_tb(tb):
-            path = os.path.realpath(frame.f_code.co_filename)
-            if path.startswith(self.workspace + os.sep):
+            if self._is_student_file(frame.f_code.co_filename):
+                path = os.path.realpath(frame.f_code.co_filename)
                 where = f"{os.path.relpath(path, self.workspace)}:{lineno} in {frame.f_code.co_name}"
         return where
 
@@ -85,8 +89,7 @@ class Runner:
 
     def _student_traceback(self, exc: BaseException) -> str:
         """The traceback through the student's own frames only: the grader's are noise to them."""
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if os.path.realpath(f.filename).startswith(self.workspace + os.sep)]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if self._is_student_file(f.filename)]
         if not frames:
             return ""
         lines = ["Traceback (your code):\n", *traceback.format_list(frames),

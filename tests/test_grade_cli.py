@@ -97,7 +97,10 @@ def test_a_syntax_error_costs_points_with_a_clear_message(tmp_path):
     (tmp_path / "vector_add.py").write_text("from numba import cuda\n\ndef vector_add(a, b:\n    pass\n")
     code, doc = grade_json(tmp_path, "vector_add", tmp_path=tmp_path)
     assert code == 1 and doc["score"] == 0
-    assert all("SyntaxError" in t["output"] and "vector_add.py:3" in t["output"] for t in doc["tests"])
+    for t in doc["tests"]:
+        gated = t["output"].startswith("needs correctness first")
+        assert gated or t["output"].startswith("could not import the submission (vector_add.py:3): SyntaxError"), t
+        assert "<frozen" not in t["output"]
 
 
 def test_usage_errors_exit_2():

@@ -22,9 +22,12 @@ COMPUTE_CAPABILITY = (9, 0)
 
 def _numba():
     """numba-cuda's modules, imported lazily (the grader imports this package without numba)."""
-    from numba.cuda import types
-    from numba.cuda.descriptor import cuda_target
-    from numba.cuda.np import numpy_support
+    try:
+        from numba.cuda import types
+        from numba.cuda.descriptor import cuda_target
+        from numba.cuda.np import numpy_support
+    except ImportError as exc:  # numba's own numba.cuda (no numba-cuda wheels on this platform)
+        raise SimtUnsupported(f"lockstep typing needs numba-cuda, which is not installed ({exc})") from None
 
     return types, cuda_target, numpy_support
 
