@@ -12,7 +12,7 @@ from .course import Course
 from .errors import GpugradeError, UsageError
 from .grading import grade
 from .report import FORMATS, render
-from .results import EXIT_INTERNAL, EXIT_USAGE
+from .results import EXIT_INTERNAL, EXIT_USAGE, Results
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade a submission folder")
     g.add_argument("submission", help="folder holding the exercise modules, directly or under exercises/")
     g.add_argument("exercises", nargs="*", help="restrict to these exercises")
-    g.add_argument("--format", choices=FORMATS, default="table")
+    g.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (terminal), gradescope (results.json), prairielearn, junit, markdown, html, json")
     g.add_argument("--output", help="write the formatted results here instead of stdout")
     common(g)
 
@@ -111,8 +112,13 @@ def run(argv: list[str] | None = None) -> int:
         if args.hints:
             _emit(_hints(course, results, everything=args.hints == "all"), None)
         return results.exit_code
-    results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
-                    timeout=args.timeout)
+    try:
+        results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
+                        timeout=args.timeout)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")
+        results = Results(submission=args.submission, backend=backend, errors=[f"internal error: {exc!r}"])
     _emit(render(results, args.format), args.output)
     if args.output and args.format != "table":
         print(f"{args.submission}: {results.score:g}/{results.max_score:g} -> {args.output}", file=sys.stderr)

@@ -1,7 +1,9 @@
-"""Results rendered for people and for other systems: terminal table, Gradescope, JUnit XML."""
+"""Results rendered for people and for other systems: terminal table, Gradescope, PrairieLearn,
+JUnit XML, Markdown and HTML feedback, and our own JSON."""
 
 from __future__ import annotations
 
+import html
 import json
 import xml.etree.ElementTree as ET
 from io import StringIO
@@ -12,7 +14,10 @@ from rich.text import Text
 
 from .results import Results
 
-FORMATS = ("table", "gradescope", "junit", "json")
+FORMATS = ("table", "gradescope", "prairielearn", "junit", "markdown", "html", "json")
+# Tests a student must not see the details of yet (Gradescope applies these itself).
+HIDDEN_FROM_STUDENTS = ("hidden", "after_due_date", "after_published")
+PRAIRIELEARN_MAX_BYTES = 1_000_000
 
 
 def _num(x: float) -> str:
@@ -109,13 +114,76 @@ def junit(results: Results) -> str:
     return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True)
 
 
+def prairielearn(results: Results) -> dict:
+    """PrairieLearn's external-grader results: score in [0, 1], at most 1 MB in all."""
+    budget = PRAIRIELEARN_MAX_BYTES // max(1, 2 * len(results.tests) + 2)
+    doc = {
+        "gradable": True,
+        "score": round(results.score / results.max_score, 6) if results.max_score else 0.0,
+        "message": f"{_num(results.score)}/{_num(results.max_score)} on the {results.backend} backend",
+        "output": "\n".join(results.errors)[:budget],
+        "tests": [{"name": t.name, "description": f"{t.exercise}, stage {t.stage}", "points": t.score,
+                   "max_points": t.max_score, "message": first_line(t.output)[:budget], "output": t.output[:budget]}
+                  for t in results.tests],
+    }
+    return doc
+
+
+def _visible(results: Results) -> tuple[list, int]:
+    shown = [t for t in results.tests if t.visibility not in HIDDEN_FROM_STUDENTS]
+    return shown, len(results.tests) - len(shown)
+
+
+def markdown(results: Results) -> str:
+    """Student feedback as Markdown; hidden tests are counted, never described."""
+    shown, hidden = _visible(results)
+    lines = [f"# {results.submission}", "", f"**{_num(sum(t.score for t in shown))}/"
+             f"{_num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
+             "| test | stage | score | result |", "|---|---|---|---|"]
+    for t in shown:
+        result = "ok" if t.status == "passed" else first_line(t.output).replace("|", "\\|")
+        lines.append(f"| `{t.name}` | {t.stage} | {_num(t.score)}/{_num(t.max_score)} | {result} |")
+    if hidden:
+        lines += ["", f"{hidden} more test(s) are hidden until after the due date."]
+    failures = [t for t in shown if t.status == "failed" and "\n" in t.output.strip()]
+    for t in failures:
+        lines += ["", f"## {t.name}", "", "```", t.output.strip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def html_page(results: Results) -> str:
+    """Student feedback as one self-contained HTML page; hidden tests are counted, never described."""
+    shown, hidden = _visible(results)
+    esc = html.escape
+    rows = "".join(
+        f"<tr class='{t.status}'><td><code>{esc(t.name)}</code></td><td>{t.stage}</td>"
+        f"<td>{_num(t.score)}/{_num(t.max_score)}</td>"
+        f"<td>{'ok' if t.status == 'passed' else '<pre>' + esc(t.output.strip()) + '</pre>'}</td></tr>"
+        for t in shown)
+    note = f"<p>{hidden} more test(s) are hidden until after the due date.</p>" if hidden else ""
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + esc(results.submission) + "</title>"
+            "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
+            "table{border-collapse:collapse}.failed td:nth-child(3){color:#b00}.passed td:nth-child(3){color:#070}"
+            "pre{margin:0;white-space:pre-wrap}</style></head><body>"
+            f"<h1>{esc(results.submission)}</h1><p><b>{_num(sum(t.score for t in shown))}/"
+            f"{_num(sum(t.max_score for t in shown))}</b> on the {esc(results.backend)} backend</p>"
+            "<table><tr><th>test</th><th>stage</th><th>score</th><th>result</th></tr>" + rows + "</table>"
+            + note + "</body></html>\n")
+
+
 def render(results: Results, fmt: str) -> str:
     if fmt == "table":
         return table(results)
     if fmt == "gradescope":
         return json.dumps(gradescope(results), indent=1)
+    if fmt == "prairielearn":
+        return json.dumps(prairielearn(results), indent=1)
     if fmt == "junit":
         return junit(results)
+    if fmt == "markdown":
+        return markdown(results)
+    if fmt == "html":
+        return html_page(results)
     if fmt == "json":
         return json.dumps(results.to_dict(), indent=1)
     raise ValueError(f"unknown format {fmt!r}")
