@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 GPUGRADE := $(VENV)/bin/gpugrade
 STAMP := $(VENV)/.installed-stamp
+SAMPLE := tests/submissions/vector_add_no_bounds_guard
 
-.PHONY: setup grade test clean
+.PHONY: setup grade test validate bench clean
 
 setup: $(STAMP)
 
@@ -15,16 +16,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# Reference solutions must score full marks (exit 0), stubs lose points (exit 1 is "graded, points
-# lost"); then `validate` checks every stage: references full, stubs 0, each known-wrong submission
-# in tests/submissions loses exactly the tests its expected.json lists. Anything else stops make.
+# The reference solutions must score full marks (exit 0); the stubs and the sample submission lose
+# points (exit 1 is "graded, points lost"). Any other exit code is a grader failure and stops make.
 grade: setup
 	$(GPUGRADE) grade solutions
 	$(GPUGRADE) grade exercises || test $$? -eq 1
-	$(GPUGRADE) validate
+	$(GPUGRADE) grade $(SAMPLE) || test $$? -eq 1
 
+# The whole suite; it includes `gpugrade validate` over every exercise and known-wrong submission.
 test: setup
 	$(PY) -m pytest
+
+validate: setup
+	$(GPUGRADE) validate
 
 clean:
 	rm -rf $(VENV) .pytest_cache

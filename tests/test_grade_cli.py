@@ -16,7 +16,6 @@ from gradescope_schema import RESULTS
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUGRADE = [sys.executable, "-m", "grader"]
-KNOWN_WRONG = sorted(p.parent for p in (ROOT / "tests" / "submissions").glob("*/expected.json"))
 
 
 def gpugrade(*args, cwd=ROOT):
@@ -31,14 +30,16 @@ def grade_json(submission, *extra, tmp_path):
     return done.returncode, json.loads(out.read_text())
 
 
+# Formats and messages are checked on vector_add; `gpugrade validate` (last test) grades every
+# exercise: references, stubs and every known-wrong submission.
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    return grade_json(ROOT / "solutions", tmp_path=tmp_path_factory.mktemp("ref"))
+    return grade_json(ROOT / "solutions", "vector_add", tmp_path=tmp_path_factory.mktemp("ref"))
 
 
 @pytest.fixture(scope="module")
 def stubs(tmp_path_factory):
-    return grade_json(ROOT / "exercises", tmp_path=tmp_path_factory.mktemp("stub"))
+    return grade_json(ROOT / "exercises", "vector_add", tmp_path=tmp_path_factory.mktemp("stub"))
 
 
 def test_reference_solutions_score_full_marks_in_valid_gradescope_json(reference):
@@ -62,16 +63,6 @@ def test_stubs_score_zero_and_say_in_one_line_what_is_not_implemented(stubs):
         module = t["name"].split("::")[0] + ".py:"
         one_line = t["output"].startswith((f"not implemented yet ({module}", "needs correctness first"))
         assert one_line and "\n" not in t["output"], t
-
-
-@pytest.mark.parametrize("submission", KNOWN_WRONG, ids=[p.name for p in KNOWN_WRONG])
-def test_known_wrong_submission_loses_exactly_the_expected_tests(submission, tmp_path):
-    expected = json.loads((submission / "expected.json").read_text())
-    exercises = sorted(p.stem for p in submission.glob("*.py"))
-    code, doc = grade_json(submission, *exercises, tmp_path=tmp_path)
-    failing = {t["name"] for t in doc["tests"] if t["status"] == "failed"}
-    assert code == 1
-    assert failing == set(expected["failing"]), json.dumps(doc["tests"], indent=1)
 
 
 def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
@@ -120,3 +111,12 @@ def test_check_grades_the_students_own_exercises_folder(tmp_path):
 def test_doctor_says_which_backend_auto_picks():
     done = gpugrade("doctor")
     assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout
+
+
+@pytest.mark.slow
+def test_validate_the_course_references_full_stubs_zero_known_wrong_exact():
+    """What CI must hold for the whole course: every stage, every known-wrong submission."""
+    done = gpugrade("validate", "--backend", "sim")
+    assert done.returncode == 0, done.stdout + done.stderr
+    known_wrong = sorted(p.parent.name for p in (ROOT / "tests" / "submissions").glob("*/expected.json"))
+    assert known_wrong and all(name in done.stdout for name in known_wrong)
