@@ -22,6 +22,11 @@ import numpy as np
 from . import protocol
 
 
+def _launch_summary(record: Any) -> dict:
+    """A launch record for the judge, without the per-thread table (megabytes for big grids)."""
+    return {f.name: _jsonable(getattr(record, f.name)) for f in dataclasses.fields(record) if f.name != "threads"}
+
+
 def _jsonable(value: Any) -> Any:
     """Launch records and counters as plain data (numpy scalars to Python numbers)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -127,9 +132,9 @@ class Runner:
             returned = self._to_host(returned)
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "error": self._error(exc, importing=False),
-                    "launches": _jsonable(list(launches))}
+                    "launches": [_launch_summary(r) for r in launches]}
         return {"ok": True, "returned": returned, "args": [a if isinstance(a, np.ndarray) else None for a in args],
-                "launches": _jsonable(list(launches))}
+                "launches": [_launch_summary(r) for r in launches]}
 
     def _to_host(self, value: Any) -> Any:
         """Returned device arrays are copied back; anything else must be plain data."""
