@@ -54,7 +54,7 @@ class Runner:
         if backend == "sim":
             from . import sim
 
-            sim.install(devices=devices)
+            sim.install(devices=devices, compile_check=True)
             self.trace = sim.trace
 
     # -- errors as the student should see them ------------------------------------------------

@@ -40,7 +40,7 @@ class Simulator:
     """One installation: devices, checks, executor choice; the target of numba's patches."""
 
     def __init__(self, devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, compile_check: bool = False):
         if executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
         self.devices = Devices(devices)
@@ -48,6 +48,9 @@ class Simulator:
         self.executor = executor
         self.checks = checks or Checks()
         self.seed = seed  # None: thread order as numbered; an int: a seeded shuffle
+        # Before each launch, compile the kernel for sm_90 as a GPU would (grading turns it on):
+        # a kernel that runs in Python but not on a GPU fails its launch with CompileError.
+        self.compile_check = compile_check
         self.host = HostAPI(self)
 
     def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
@@ -78,11 +81,11 @@ _active: tuple[Simulator, patching.PatchScope] | None = None
 
 
 def install(devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-            seed: int | None = None) -> Simulator:
+            seed: int | None = None, compile_check: bool = False) -> Simulator:
     """Simulate every numba.cuda launch and host-API call of this process until `uninstall()`.
     Installing again replaces the previous installation."""
     global _active
-    sim = Simulator(devices, executor, checks, seed)
+    sim = Simulator(devices, executor, checks, seed, compile_check)
     with _state_lock:
         if _active is not None:
             _active[1].restore()
@@ -111,9 +114,9 @@ def current() -> Simulator | None:
 
 @contextlib.contextmanager
 def installed(devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-              seed: int | None = None):
+              seed: int | None = None, compile_check: bool = False):
     """`with installed(...) as sim:` install for the block, uninstall after."""
-    sim = install(devices, executor, checks, seed)
+    sim = install(devices, executor, checks, seed, compile_check)
     try:
         yield sim
     finally:

@@ -56,6 +56,10 @@ class WrongDeviceError(SimError):
     check = "devices"
 
 
+class CompileError(SimError):
+    """The kernel runs in Python but would not compile for a GPU (numba's typing or ptxas refused it)."""
+
+
 class NotSimulatedError(SimError, NotImplementedError):
     """A CUDA feature the simulator does not model; the message names it."""
 

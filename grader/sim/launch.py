@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import devices as _devices
-from .errors import Checks, LaunchConfigError, NotSimulatedError
+from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
@@ -34,6 +34,7 @@ class LaunchRecord:
     threads: dict = field(repr=False, default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     arrays_written: list[str] = field(default_factory=list)
+    compiled: dict = field(default_factory=dict)  # compile check: registers, shared bytes, occupancy
 
     def thread_table(self, key: str = "global_loads") -> np.ndarray:
         """GPU-Puzzles-style table of one per-thread counter: shape grid (z, y, x) + block
@@ -162,6 +163,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
     config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
                               device.limits)
+    compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
     bound = bind_args(sim, kernel, args, device.id)
     reason = None
     for name in _executor_order(sim):
@@ -200,8 +202,28 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         _devices.DEVICE_BANDWIDTH_BPS)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
-                          list(inst.warnings), sorted(inst.written))
+                          list(inst.warnings), sorted(inst.written), compiled)
     _publish(record)
+
+
+def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig) -> dict:
+    """What a GPU's compiler would say about this kernel for these arguments (cached by source).
+
+    Refused: raise CompileError, as numba would at a real launch. Toolchain unavailable (no
+    numba-cuda on this platform): the launch goes on and the record says why nothing was checked.
+    """
+    from .compile_check import compile_check
+
+    report = compile_check(dispatcher, list(args))
+    if report.failed:
+        raise CompileError(f"kernel {kernel.name!r} would not compile for a GPU: {report.message}")
+    if not report.available:
+        return {"available": False, "reason": report.message}
+    threads = config.block[0] * config.block[1] * config.block[2]
+    occupancy = report.occupancy(threads, config.shared_bytes)  # config.shared_bytes: the dynamic part
+    return {"available": True, "registers": report.registers, "shared_bytes": report.shared_bytes,
+            "local_bytes": report.local_bytes, "spill_stores": report.spill_stores,
+            "spill_loads": report.spill_loads, "occupancy": occupancy.summary()}
 
 
 def _simt():
