@@ -24,11 +24,11 @@ Results are cached in memory and on disk (JSON, one file per key under
 the source of the kernel and of every device function / constant it references,
 the argument types, the compile options, the cc and the toolchain versions.
 
-The one intrusion into numba (see ``_compile_context``): numba-cuda compiles the
-*device functions* a kernel calls for ``get_current_device().compute_capability``,
-which needs a driver. For the duration of one check, and only for the checking
-thread, ``numba.cuda.dispatcher.get_current_device`` answers a stand-in device with
-the requested cc; device-function overloads created during the check are removed
+The one intrusion into numba (``patching.compile_check_device``, a recorded scope like every
+patch of the simulator): numba-cuda compiles the *device functions* a kernel calls for
+``get_current_device().compute_capability``, which needs a driver. For the duration of one
+check, and only for the checking thread, ``get_current_device`` answers a stand-in device
+with the requested cc; device-function overloads created during the check are removed
 afterwards, so nothing compiled for the stand-in is reused by a real launch.
 """
 
@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from grader.sim import patching
 from grader.sim.occupancy import Occupancy, occupancy as _occupancy
 
 __all__ = [
@@ -650,68 +651,6 @@ def _prune(d: Path) -> None:
 # --------------------------------------------------------------------------- compile
 
 
-class _StandInDevice:
-    def __init__(self, cc):
-        self.compute_capability = tuple(cc)
-        self.id = 0
-        self.name = f"gpugrade compile-check stand-in (sm_{cc[0]}{cc[1]})"
-
-
-_patch_lock = threading.RLock()
-_patch_threads: dict[int, tuple[int, int]] = {}
-_patch_depth = 0
-_patch_saved: Any = None
-
-
-@contextlib.contextmanager
-def _compile_context(cc, dispatchers: Sequence[Any]):
-    """See the module docstring: stand-in device for device-function compiles in this
-    thread only; overloads added to the kernel's device functions are removed after."""
-    global _patch_depth, _patch_saved
-    try:
-        import numba.cuda.dispatcher as nd
-    except ImportError:
-        nd = None
-    before = [(d, set(getattr(d, "overloads", {}) or {})) for d in dispatchers]
-    me = threading.get_ident()
-    if nd is not None and hasattr(nd, "get_current_device"):
-        with _patch_lock:
-            if _patch_depth == 0:
-                real = nd.get_current_device
-                _patch_saved = real
-
-                def get_current_device():
-                    forced = _patch_threads.get(threading.get_ident())
-                    if forced is not None:
-                        return _StandInDevice(forced)
-                    return real()
-
-                get_current_device.__gpugrade_compile_check__ = True
-                nd.get_current_device = get_current_device
-            _patch_depth += 1
-            prev = _patch_threads.get(me)
-            _patch_threads[me] = tuple(cc)
-    try:
-        yield
-    finally:
-        if nd is not None and hasattr(nd, "get_current_device"):
-            with _patch_lock:
-                if prev is None:
-                    _patch_threads.pop(me, None)
-                else:
-                    _patch_threads[me] = prev
-                _patch_depth -= 1
-                if _patch_depth == 0:
-                    if getattr(nd.get_current_device, "__gpugrade_compile_check__", False):
-                        nd.get_current_device = _patch_saved
-                    _patch_saved = None
-        for d, keys in before:
-            ov = getattr(d, "overloads", None)
-            if isinstance(ov, dict):
-                for k in [k for k in ov if k not in keys]:
-                    ov.pop(k, None)
-
-
 def compile_check(kernel, argtypes: Sequence[Any] | None = None, cc: tuple[int, int] = (9, 0),
                   *, use_cache: bool = True) -> CompileReport:
     """Compile ``kernel`` (a ``@cuda.jit`` dispatcher or its ``py_func``) for ``cc`` and
@@ -800,7 +739,7 @@ def _compile(py, sig, cc, opts, dispatchers, files, st: ToolchainStatus) -> Comp
     if opts.get("device"):
         kw["device"] = True
     try:
-        with _compile_context(cc, dispatchers):
+        with patching.compile_check_device(cc, dispatchers):
             ptx, _ = cuda.compile_ptx(py, tuple(sig), **kw)
     except Exception as e:  # noqa: BLE001 - classified below
         return _classify(e, py, files)

@@ -7,8 +7,10 @@ exactly what was there (or removes what was absent), in reverse order.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
+import types
 
 _MISSING = object()
 
@@ -26,7 +28,11 @@ class PatchScope:
     """Records each attribute it sets so that `restore` undoes all of them."""
 
     def __init__(self):
-        self._log: list[tuple[object, str, object]] = []
+        self._log: list[tuple[object, str | None, object]] = []
+
+    def on_restore(self, undo) -> None:
+        """Record a change made another way: `restore` calls `undo()` at its place in the log."""
+        self._log.append((undo, None, None))
 
     def setattr(self, obj, name: str, value) -> None:
         original = obj.__dict__.get(name, _MISSING) if isinstance(obj, type) else \
@@ -37,7 +43,9 @@ class PatchScope:
     def restore(self) -> None:
         while self._log:
             obj, name, original = self._log.pop()
-            if original is _MISSING:
+            if name is None:
+                obj()
+            elif original is _MISSING:
                 try:
                     delattr(obj, name)
                 except AttributeError:
@@ -119,10 +127,8 @@ def apply(sim) -> PatchScope:
         scope.setattr(cuda, "gpus", sim.gpus)
         # eager compilation (`@cuda.jit("void(float32[:])")`, typed device functions) asks the
         # current device for its compute capability: answer with the simulated device's
-        for cls in classes:
-            module = importlib.import_module(cls.__module__)
-            if hasattr(module, "get_current_device"):
-                scope.setattr(module, "get_current_device", sim.host.get_current_device)
+        token = _DEVICE_HOOK.attach_provider(sim.host.get_current_device)
+        scope.on_restore(lambda: _DEVICE_HOOK.detach_provider(token))
     except BaseException:
         scope.restore()
         raise
@@ -152,3 +158,195 @@ def _patch_dispatcher(scope: PatchScope, cls: type, sim) -> None:
     scope.setattr(cls, "disable_compile", lambda self, val=True: None)
     scope.setattr(cls, "__getitem__", getitem)
     scope.setattr(cls, "forall", forall)
+
+
+# ---------------------------------------------------------------- the device numba compiles for
+class StandInDevice:
+    """What numba's `get_current_device()` answers inside `typing_device` / `compile_check_device`:
+    a device that only has a compute capability (there is no GPU; that is why we simulate)."""
+
+    def __init__(self, cc):
+        self.compute_capability = tuple(cc)
+        self.id = 0
+        self.name = f"gpugrade stand-in device (sm_{cc[0]}{cc[1]})"
+
+
+class _DeviceHook:
+    """The one replacement of `get_current_device` in numba's dispatcher module(s).
+
+    numba-cuda compiles a device function (at a launch, while typing a call to it, or eagerly
+    for a declared signature) for `get_current_device().compute_capability`, which needs a
+    driver. The hook answers, in order: the stand-in device of the calling thread's innermost
+    device scope; else the installed simulator's current device; else numba's own answer.
+    It is in place (one recorded `PatchScope`) while anything uses it and removed, leaving the
+    modules exactly as before, when the last user leaves.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._scope: PatchScope | None = None
+        self._wrappers: dict = {}  # module -> the hook installed there
+        self._providers: list = []  # [(token, function)]: installed simulators, newest last
+        self._threads: dict[int, list[tuple[int, int]]] = {}  # thread id -> stack of cc
+        self._users = 0
+
+    def _acquire(self) -> None:  # with self._lock held
+        self._users += 1
+        if self._users > 1:
+            return
+        scope = PatchScope()
+        try:
+            for cls in dispatcher_classes():
+                module = importlib.import_module(cls.__module__)
+                original = getattr(module, "get_current_device", None)
+                if original is None or module in self._wrappers:
+                    continue
+                wrapper = self._wrapper(original)
+                scope.setattr(module, "get_current_device", wrapper)
+                self._wrappers[module] = wrapper
+        except BaseException:
+            scope.restore()
+            self._wrappers.clear()
+            self._users -= 1
+            raise
+        self._scope = scope
+
+    def _release(self) -> None:  # with self._lock held
+        self._users -= 1
+        if self._users > 0 or self._scope is None:
+            return
+        # someone else replaced it since (a test's monkeypatch): leave theirs, drop ours
+        if all(getattr(m, "get_current_device", None) is w for m, w in self._wrappers.items()):
+            self._scope.restore()
+        self._scope = None
+        self._wrappers.clear()
+
+    def _wrapper(self, original):
+        hook = self
+
+        def get_current_device():
+            stack = hook._threads.get(threading.get_ident())
+            if stack:
+                return StandInDevice(stack[-1])
+            providers = hook._providers
+            if providers:
+                return providers[-1][1]()
+            return original()
+
+        get_current_device.__gpugrade_device_hook__ = True
+        return get_current_device
+
+    def attach_provider(self, provider) -> object:
+        token = object()
+        with self._lock:
+            self._acquire()
+            self._providers.append((token, provider))
+        return token
+
+    def detach_provider(self, token) -> None:
+        with self._lock:
+            kept = [p for p in self._providers if p[0] is not token]
+            if len(kept) != len(self._providers):
+                self._providers = kept
+                self._release()
+
+    @contextlib.contextmanager
+    def stand_in(self, cc):
+        me = threading.get_ident()
+        with self._lock:
+            self._acquire()
+            self._threads.setdefault(me, []).append(tuple(int(c) for c in cc))
+        try:
+            yield
+        finally:
+            with self._lock:
+                stack = self._threads[me]
+                stack.pop()
+                if not stack:
+                    del self._threads[me]
+                self._release()
+
+
+_DEVICE_HOOK = _DeviceHook()
+
+# typing and compile checks add overloads to device functions and entries to numba's target
+# context; one at a time, so that one never sees (or loses) another's stand-in overloads
+_compile_lock = threading.RLock()
+
+
+def device_dispatchers(func) -> list:
+    """The CUDA dispatchers `func` reaches through its globals, closure and module attributes,
+    transitively (the device functions numba compiles when it types `func`)."""
+    found: list = []
+    seen: set[int] = set()
+    stack = [func]
+    while stack:
+        fn = stack.pop()
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        scope = [fn.__globals__.get(n) for n in _names(code)]
+        for cell in fn.__closure__ or ():
+            try:
+                scope.append(cell.cell_contents)
+            except ValueError:
+                pass
+        for value in scope:
+            values = [value]
+            if isinstance(value, types.ModuleType):
+                values = [getattr(value, n, None) for n in _names(code)]
+            for v in values:
+                if is_dispatcher(v) and id(v) not in seen:
+                    seen.add(id(v))
+                    found.append(v)
+                    stack.append(v.py_func)
+    return found
+
+
+def _names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested code (comprehensions)
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+@contextlib.contextmanager
+def _overloads_restored(dispatchers):
+    """Overloads added to `dispatchers` inside the block are removed after, with the functions
+    they inserted in numba's target context: nothing compiled for a stand-in device is reused
+    by a real launch or by a check for another compute capability."""
+    before = [(d, set(getattr(d, "overloads", {}) or {})) for d in dispatchers]
+    try:
+        yield
+    finally:
+        for d, keys in before:
+            overloads = getattr(d, "overloads", None)
+            if not isinstance(overloads, dict):
+                continue
+            for key in [k for k in overloads if k not in keys]:
+                cres = overloads.pop(key)
+                context = getattr(cres, "target_context", None)
+                try:
+                    context.remove_user_function(cres.entry_point)
+                except (AttributeError, KeyError):
+                    pass
+
+
+@contextlib.contextmanager
+def typing_device(cc, func):
+    """While numba-cuda's type inference runs on the CPU for `func` (the SIMT executor's typing,
+    the per-thread executor's types): device functions it compiles are compiled for a stand-in
+    device of compute capability `cc`; their overloads are removed after."""
+    with _compile_lock, _overloads_restored(device_dispatchers(func)), _DEVICE_HOOK.stand_in(cc):
+        yield
+
+
+@contextlib.contextmanager
+def compile_check_device(cc, dispatchers):
+    """While `compile_check` compiles a kernel for `cc`: the device functions it calls are
+    compiled for a stand-in device of that cc (this thread only); overloads added to
+    `dispatchers` (the kernel's device functions) are removed after."""
+    with _compile_lock, _overloads_restored(dispatchers), _DEVICE_HOOK.stand_in(cc):
+        yield

@@ -8,12 +8,12 @@ its operands the way numba's typing context says before numpy computes it.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import patching
 from .unsupported import SimtUnsupported
 
 # compute capability the typing pretends to target (device functions are compiled while typing)
@@ -83,33 +83,6 @@ class FunctionTypes:
 _inferred: dict = {}
 
 
-@contextlib.contextmanager
-def _compute_capability():
-    """Typing a call to a device function compiles it, which asks the current device for its
-    compute capability: report COMPUTE_CAPABILITY when there is no GPU (restored after)."""
-    from numba.cuda import dispatcher
-
-    from ..patching import PatchScope
-
-    original = dispatcher.get_current_device
-
-    class _Device:
-        compute_capability = COMPUTE_CAPABILITY
-
-    def current():
-        try:
-            return original()
-        except Exception:  # no driver: no GPU here, which is why we simulate
-            return _Device()
-
-    scope = PatchScope()
-    scope.setattr(dispatcher, "get_current_device", current)
-    try:
-        yield
-    finally:
-        scope.restore()
-
-
 def _typing_pipeline():
     from numba.cuda import compiler
     from numba.cuda.core.compiler import _EarlyPipelineCompletion
@@ -163,7 +136,8 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     flags.error_model = "numpy"
     flags.compute_capability = COMPUTE_CAPABILITY
     try:
-        with utils.numba_target_override(), _compute_capability():
+        with utils.numba_target_override(), \
+                patching.typing_device(COMPUTE_CAPABILITY, py_func):
             state = compiler.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
