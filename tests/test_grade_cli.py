@@ -120,3 +120,18 @@ def test_validate_the_course_references_full_stubs_zero_known_wrong_exact():
     assert done.returncode == 0, done.stdout + done.stderr
     known_wrong = sorted(p.parent.name for p in (ROOT / "tests" / "submissions").glob("*/expected.json"))
     assert known_wrong and all(name in done.stdout for name in known_wrong)
+
+
+def test_check_names_the_race_and_its_line_when_a_syncthreads_is_missing(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    (course / "exercises").mkdir()
+    wrong = ROOT / "tests" / "submissions" / "matmul_missing_syncthreads" / "matmul.py"
+    shutil.copy(wrong, course / "exercises" / "matmul.py")
+    # the next tile's store races with this tile's loads: reported at the store
+    race_line = next(i for i, line in enumerate(wrong.read_text().splitlines(), 1) if "sA[ty, tx] = A[" in line)
+    done = gpugrade("check", "matmul", "--stage", "2", "--backend", "sim", cwd=course)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "data race on shared array" in done.stdout
+    assert re.search(rf"matmul\.py:{race_line}\b", done.stdout), (race_line, done.stdout)
