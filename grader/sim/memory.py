@@ -101,6 +101,74 @@ class LocalArray:
         self.buffer_id = 0
 
 
+class Lanes:
+    """The lanes of one vector access and their warp geometry, computed once per set of active
+    lanes (the SIMT executor keeps one per mask and passes it along).
+
+    `block`, `thread`: int64 vectors; `act`: the lanes' positions in the executor's full lane
+    vectors (None: all of them). `g`: global thread ids; `warp`: global warp ids; `ordered`: g
+    strictly increasing (then each warp is one run of lanes, starting at `starts`); `g0`: the
+    first id when the ids are also consecutive; `rows`: every run is a whole warp of 32 lanes.
+    """
+
+    __slots__ = ("block", "thread", "act", "n", "g", "warp", "ordered", "starts", "n_req", "g0",
+                 "rows", "ridx", "blkoff")
+
+    def __init__(self, block, thread, tpb: int, wpb: int, act=None):
+        block = np.asarray(block, np.int64)
+        thread = np.broadcast_to(np.asarray(thread, np.int64), block.shape)
+        self.block, self.thread, self.act = block, thread, act
+        n = self.n = block.shape[0]
+        g = self.g = block * tpb + thread
+        self.warp = w = block * wpb + thread // WARP
+        self.ordered = n <= 1 or bool((g[1:] > g[:-1]).all())
+        self.g0 = int(g[0]) if self.ordered and n and int(g[-1]) - int(g[0]) == n - 1 else None
+        if self.ordered:
+            self.starts = np.flatnonzero(w[1:] != w[:-1]) + 1 if n else np.zeros(0, np.int64)
+            self.starts = np.concatenate((np.zeros(min(n, 1), np.int64), self.starts))
+            self.n_req = int(self.starts.shape[0])
+        else:
+            self.starts = None
+            self.n_req = int(np.unique(w).shape[0])
+        self.rows = self.ordered and n == WARP * self.n_req
+        self.ridx = None  # request number of each lane (ordered lanes), made when needed
+        self.blkoff: dict = {}  # (first_block, block_stride) -> offset of each lane's block copy
+
+    def request_index(self) -> np.ndarray:
+        if self.ridx is None:
+            lengths = np.diff(np.append(self.starts, self.n))
+            self.ridx = np.repeat(np.arange(self.n_req, dtype=np.int64), lengths)
+        return self.ridx
+
+    def block_offset(self, handle) -> np.ndarray:
+        key = (handle.first_block, handle.block_stride)
+        off = self.blkoff.get(key)
+        if off is None:
+            off = self.blkoff[key] = (self.block - handle.first_block) * handle.block_stride
+        return off
+
+
+class _Pattern:
+    """An access pattern seen before: the vector part of the flat positions (the lanes' index
+    vectors, bounds-checked once; scalar index parts are added per access) and its counters per
+    alignment class."""
+
+    __slots__ = ("refs", "vec_flat", "vec_within", "counted")
+
+    def __init__(self, refs, vec_flat, vec_within):
+        self.refs, self.vec_flat, self.vec_within = refs, vec_flat, vec_within
+        self.counted: dict = {}
+
+
+_PATTERNS = 32  # patterns kept per launch (each holds a few vectors over the lanes)
+# index dtype -> (unsigned view, largest dimension for which negative values still fail the
+# unsigned comparison `i >= dim`)
+_UNSIGNED = {np.dtype(t): (np.dtype(u), limit) for t, u, limit in (
+    (np.int64, np.uint64, 1 << 63), (np.int32, np.uint32, 1 << 31), (np.int16, np.uint16, 1 << 15),
+    (np.int8, np.uint8, 1 << 7), (np.uint32, np.uint32, 1 << 64), (np.uint16, np.uint16, 1 << 64),
+    (np.uint8, np.uint8, 1 << 64))}
+
+
 class _Shadow:
     """Race shadow of one allocation for one launch."""
 
@@ -153,6 +221,11 @@ class Instrument:
         self._log_flat: list[int] = []
         self._slots: dict[int, int] = {}
         self._slot_info: list[tuple[int, int, int]] = []  # (address, itemsize, block stride)
+        # vector path: access patterns seen before, the pattern of the last `index_lanes`
+        # result, and per-thread counts not yet added ((id(lanes), key) -> [lanes, key, times])
+        self._patterns: dict = {}
+        self._last = None
+        self._pending: dict = {}
 
     # ------------------------------------------------------------------ diagnostics
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
@@ -172,6 +245,75 @@ class Instrument:
         if len(idx) != len(shape):
             raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
                            f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
+        part = _vector_part(handle, idx, n)
+        if part is None:  # some lane out of bounds (or an unusual index type): the full check
+            return self._index_checked(space, handle, idx, block, thread, line, filename)
+        flat, base = part
+        if flat is None:
+            flat = np.full(n, base, np.int64)
+        elif base:
+            flat += base
+        if space == "shared":
+            flat += (block - handle.first_block) * handle.block_stride
+        return flat
+
+    def index_lanes(self, space, handle, idx, lanes: "Lanes", line, filename=None) -> np.ndarray:
+        """`index` for the SIMT executor: vectors in `idx` cover every lane of the batch (the
+        active ones, `lanes.act`, are taken here). A pattern of index vectors seen before (same
+        objects, same lanes) reuses its bounds check and counters; scalar parts are checked on
+        every access. Pass the result and `lanes` to `access`."""
+        shape = handle.shape
+        if len(idx) != len(shape):
+            raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
+                           f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
+        key = (id(handle), id(lanes)) + tuple(
+            id(i) if isinstance(i, np.ndarray) and i.ndim else None for i in idx)
+        pat = self._patterns.get(key)
+        if pat is not None:
+            base = handle.offset
+            for i, dim, st in zip(idx, shape, handle.estrides):
+                if not (isinstance(i, np.ndarray) and i.ndim):
+                    i = int(i)
+                    if not 0 <= i < dim:
+                        break
+                    base += i * st
+            else:
+                flat = pat.vec_flat + base
+                self._last = (flat, pat, base)
+                return flat
+        self._last = None
+        act = lanes.act
+        sub = idx if act is None else tuple(
+            i[act] if isinstance(i, np.ndarray) and i.ndim else i for i in idx)
+        part = _vector_part(handle, sub, lanes.n)
+        if part is None:
+            return self._index_checked(space, handle, sub, lanes.block, lanes.thread, line,
+                                       filename)
+        vec, base = part
+        if vec is None:
+            vec = np.zeros(lanes.n, np.int64)
+        vec_flat = vec + lanes.block_offset(handle) if space == "shared" else vec
+        flat = vec_flat + base
+        pat = _Pattern((handle, lanes) + tuple(idx), vec_flat, vec)
+        if all(not (isinstance(i, np.ndarray) and i.ndim) or i.base is None for i in idx):
+            for i in idx:  # the key holds their ids: they must not change while cached
+                if isinstance(i, np.ndarray) and i.ndim:
+                    i.flags.writeable = False
+            if len(self._patterns) >= _PATTERNS:
+                del self._patterns[next(iter(self._patterns))]
+            self._patterns[key] = pat
+        self._last = (flat, pat, base)
+        return flat
+
+    def lanes(self, block, thread, act=None) -> "Lanes":
+        """The `Lanes` record of these lanes (for `index_lanes` / `access`)."""
+        return Lanes(block, thread, self.tpb, self.wpb, act)
+
+    def _index_checked(self, space, handle, idx, block, thread, line, filename) -> np.ndarray:
+        """`index` lane by lane in numpy: reports the first out-of-bounds lane."""
+        block = np.asarray(block, np.int64)
+        n = block.shape[0]
+        shape = handle.shape
         flat = np.full(n, handle.offset, np.int64)
         bad = np.zeros(n, bool)
         for k, (i, dim, st) in enumerate(zip(idx, shape, handle.estrides)):
@@ -239,26 +381,32 @@ class Instrument:
             out.append(int(q))
         return out[0] if len(out) == 1 else tuple(out)
 
-    def access(self, space, handle, kind, flat, block, thread, line, filename=None) -> None:
-        """One instruction's accesses by many lanes: checks, then counters."""
+    def access(self, space, handle, kind, flat, block, thread, line, filename=None,
+               lanes: "Lanes | None" = None) -> None:
+        """One instruction's accesses by many lanes: checks, then counters. `lanes` (optional)
+        is the `Lanes` record of `block` and `thread`."""
+        last, self._last = self._last, None
         if space in ("local", "const"):
             return
         flat = np.asarray(flat, np.int64)
-        block = np.asarray(block, np.int64)
-        thread = np.asarray(thread, np.int64)
+        if lanes is None:
+            lanes = Lanes(block, thread, self.tpb, self.wpb)
+            last = None
+        elif last is not None and last[0] is not flat:
+            last = None
         if self.uninit and kind != "store":
             init = handle.initialised[flat]
             if not init.all():
                 lane = int(np.argmin(init))
-                self._uninit(space, handle, int(flat[lane]), int(block[lane]),
-                             int(thread[lane]), line, filename)
+                self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
+                             int(lanes.thread[lane]), line, filename)
         if self.races:
-            self._race_vec(space, handle, kind, flat, block, thread, line, filename)
+            self._race_vec(space, handle, kind, flat, lanes, line, filename)
         if kind != "load":
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
-        self._count_vec(space, handle, kind, flat, block, thread)
+        self._count_vec(space, handle, kind, flat, lanes, last)
 
     def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,
                 filename=None) -> None:
@@ -333,6 +481,8 @@ class Instrument:
         return (other % tpb) // WARP == w and wep != self._wep1[block * self.wpb + w]
 
     def _race1(self, space, handle, kind, flat, block, g, line, filename):
+        if self._ep1 is None:
+            self._sync1()
         shadows = self._shadows1.get(handle.buffer_id)
         if shadows is None:
             shadows = self._shadows1[handle.buffer_id] = {}
@@ -380,10 +530,9 @@ class Instrument:
         return (other == g) | (same_block & ((o_ep != self.epoch[block]) |
                                              ((ow == w) & (o_wep != self.wepoch[w]))))
 
-    def _race_vec(self, space, handle, kind, flat, block, thread, line, filename):
+    def _race_vec(self, space, handle, kind, flat, lanes, line, filename):
         sh = self._shadow(handle)
-        g = block * self.tpb + thread
-        w = block * self.wpb + thread // WARP
+        block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
         ep, wep = self.epoch[block], self.wepoch[w]
         wt = sh.w_thr[flat]
         # against the previous writer
@@ -453,15 +602,27 @@ class Instrument:
         """A syncthreads completed for these blocks."""
         block_ids = np.atleast_1d(np.asarray(block_ids, np.int64))
         self.epoch[block_ids] += 1
-        for b in block_ids.tolist():
-            self.wepoch[b * self.wpb:(b + 1) * self.wpb] += 1
-            self._ep1[b] += 1
-            for w in range(b * self.wpb, (b + 1) * self.wpb):
-                self._wep1[w] += 1
+        if block_ids.shape[0] > 4:  # many blocks (lockstep): vectors now, scalar twins later
+            self.wepoch.reshape(-1, self.wpb)[block_ids] += 1
+            self._ep1 = self._wep1 = None
+        else:
+            self._sync1()
+            for b in block_ids.tolist():
+                self.wepoch[b * self.wpb:(b + 1) * self.wpb] += 1
+                self._ep1[b] += 1
+                for w in range(b * self.wpb, (b + 1) * self.wpb):
+                    self._wep1[w] += 1
         self.counts["barriers"] += int(block_ids.shape[0])
+
+    def _sync1(self) -> None:
+        """Rebuild the scalar path's epoch lists after a vector barrier."""
+        if self._ep1 is None:
+            self._ep1 = self.epoch.tolist()
+            self._wep1 = self.wepoch.tolist()
 
     def syncwarp(self, block: int, warp: int) -> None:
         """A syncwarp (or completed warp rendezvous that orders memory) in one warp."""
+        self._sync1()
         self.wepoch[block * self.wpb + warp] += 1
         self._wep1[block * self.wpb + warp] += 1
 
@@ -484,25 +645,71 @@ class Instrument:
             return handle.address + within * handle.dtype.itemsize
         return handle.address + flat * handle.dtype.itemsize
 
-    def _count_vec(self, space, handle, kind, flat, block, thread):
-        g = block * self.tpb + thread
-        n = flat.shape[0]
+    def _count_vec(self, space, handle, kind, flat, lanes, last=None):
+        n = lanes.n
         if kind == "atomic":
             self.counts["atomics"] += n
             return
         key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
         self.counts[key] += n
-        np.add.at(self.per_thread[key], g, 1)
-        warp = block * self.wpb + thread // WARP
-        addr = self._byte_addr(space, handle, flat)
+        pk = (id(lanes), key)
+        pending = self._pending.get(pk)
+        if pending is None:
+            if len(self._pending) >= 256:
+                self._add_pending()
+            self._pending[pk] = [lanes, key, 1]
+        else:
+            pending[2] += 1
+        if not lanes.ordered:
+            warp = lanes.warp
+            addr = self._byte_addr(space, handle, flat)
+            if space == "global":
+                sectors = np.unique(_combine(warp, addr // SECTOR_BYTES)).shape[0]
+                self.counts[f"global_{kind}_requests"] += lanes.n_req
+                self.counts[f"global_{kind}_sectors"] += sectors
+            else:
+                self.counts["shared_requests"] += lanes.n_req
+                self.counts["bank_conflict_wavefronts"] += _wavefronts(
+                    warp, addr, handle.dtype.itemsize)
+            return
+        itemsize = handle.dtype.itemsize
         if space == "global":
-            sectors = np.unique(_combine(warp, addr // SECTOR_BYTES)).shape[0]
-            self.counts[f"global_{kind}_requests"] += np.unique(warp).shape[0]
+            self.counts[f"global_{kind}_requests"] += lanes.n_req
+            if last is not None:  # a known pattern: its count for this alignment
+                _, pat, base = last
+                shift = (handle.address + base * itemsize) % SECTOR_BYTES
+                sectors = pat.counted.get(shift)
+                if sectors is None:
+                    sectors = pat.counted[shift] = _distinct_per_request(
+                        lanes, (shift + pat.vec_within * itemsize) // SECTOR_BYTES)
+            else:
+                sectors = _distinct_per_request(
+                    lanes, self._byte_addr(space, handle, flat) // SECTOR_BYTES)
             self.counts[f"global_{kind}_sectors"] += sectors
         else:
-            self.counts["shared_requests"] += np.unique(warp).shape[0]
-            self.counts["bank_conflict_wavefronts"] += _wavefronts(
-                warp, addr, handle.dtype.itemsize)
+            self.counts["shared_requests"] += lanes.n_req
+            if last is not None:  # shifting every address by whole words keeps the conflicts
+                _, pat, base = last
+                shift = (handle.address + base * itemsize) % BANK_BYTES
+                waves = pat.counted.get(shift)
+                if waves is None:
+                    waves = pat.counted[shift] = _wavefronts_lanes(
+                        lanes, shift + pat.vec_within * itemsize, itemsize)
+            else:
+                waves = _wavefronts_lanes(lanes, self._byte_addr(space, handle, flat), itemsize)
+            self.counts["bank_conflict_wavefronts"] += waves
+
+    def _add_pending(self) -> None:
+        """Add the per-thread counts of vector accesses noted in `_pending`."""
+        for lanes, key, times in self._pending.values():
+            pt = self.per_thread[key]
+            if lanes.g0 is not None:
+                pt[lanes.g0:lanes.g0 + lanes.n] += times
+            elif lanes.ordered:
+                pt[lanes.g] += times
+            else:
+                np.add.at(pt, lanes.g, times)
+        self._pending.clear()
 
     def flush(self) -> None:
         """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
@@ -551,6 +758,8 @@ class Instrument:
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
         self.flush()
+        self._add_pending()
+        self._patterns.clear()
         c = dict(self.counts)
         c["sectors_per_request"] = (
             (c["global_load_sectors"] + c["global_store_sectors"]) /
@@ -563,6 +772,101 @@ class Instrument:
         shape = (self.config.n_blocks, self.tpb)
         c["threads"] = {k: v.reshape(shape) for k, v in self.per_thread.items()}
         return c
+
+
+def _vector_part(handle, idx, n: int):
+    """(sum of the vector indices times their strides as a fresh int64 vector, or None when
+    every index is a scalar; offset plus the scalar indices times their strides), or None when
+    some index is out of bounds or not a plain integer (the caller then runs the full check)."""
+    base = handle.offset
+    vec = None
+    for i, dim, st in zip(idx, handle.shape, handle.estrides):
+        if isinstance(i, np.ndarray) and i.ndim:
+            kind = _UNSIGNED.get(i.dtype)
+            if kind is None or i.shape != (n,):
+                return None
+            unsigned, limit = kind
+            if dim > limit:  # negative values would not wrap past the bound
+                return None
+            if n and int(i.view(unsigned).max()) >= dim:  # negative -> huge: one test
+                return None
+            if vec is None:
+                vec = i.astype(np.int64) if st == 1 else np.multiply(i, st, dtype=np.int64)
+            elif st == 1:
+                vec += i
+            else:
+                vec += np.multiply(i, st, dtype=np.int64)
+        else:
+            try:
+                i = int(i)
+            except (TypeError, ValueError):
+                return None
+            if not 0 <= i < dim:
+                return None
+            base += i * st
+    return vec, base
+
+
+def _distinct_per_request(lanes: Lanes, key: np.ndarray) -> int:
+    """Sum over the requests (warps) of ordered lanes of the number of distinct `key` values."""
+    n = lanes.n
+    if n == 0:
+        return 0
+    if lanes.rows:
+        m = key.reshape(-1, WARP)
+        d = np.diff(m, axis=1)
+        if int(d.min(initial=0)) < 0:
+            d = np.diff(np.sort(m, axis=1), axis=1)
+        return lanes.n_req + int(np.count_nonzero(d))
+    d = np.diff(key)
+    inner = np.ones(n - 1, bool)
+    inner[lanes.starts[1:] - 1] = False  # pairs of lanes within one request
+    if not (d[inner] < 0).any():
+        return lanes.n_req + int(np.count_nonzero(d[inner]))
+    k = key - key.min()
+    span = int(k.max()) + 1
+    if span * lanes.n_req >= 1 << 62:
+        return int(np.unique(_combine(lanes.request_index(), key)).shape[0])
+    k = lanes.request_index() * span + k
+    k.sort()
+    return 1 + int(np.count_nonzero(k[1:] != k[:-1]))
+
+
+def _wavefronts_lanes(lanes: Lanes, addr: np.ndarray, itemsize: int) -> int:
+    """`_wavefronts` of ordered lanes: one wavefront per request when each request's words lie
+    within 32 consecutive words (so every word has a bank of its own)."""
+    if lanes.n == 0:
+        return 0
+    word = addr // BANK_BYTES
+    extra = max(1, itemsize // BANK_BYTES) - 1
+    if lanes.rows:
+        m = word.reshape(-1, WARP)
+        lo, hi = m.min(axis=1), m.max(axis=1)
+    else:
+        lo = np.minimum.reduceat(word, lanes.starts)
+        hi = np.maximum.reduceat(word, lanes.starts)
+    if int((hi - lo).max()) + extra < BANKS:
+        return lanes.n_req
+    return _wavefronts_sorted(lanes.request_index(), lanes.n_req, addr, itemsize)
+
+
+def _wavefronts_sorted(req: np.ndarray, n_req: int, addr: np.ndarray, itemsize: int) -> int:
+    """`_wavefronts` for request numbers 0..n_req-1, with a sort instead of hashing."""
+    words_per = max(1, itemsize // BANK_BYTES)
+    word = addr // BANK_BYTES
+    wmin = int(word.min())
+    span = int(word.max()) - wmin + words_per
+    if span * n_req >= 1 << 62:
+        return _wavefronts(req, addr, itemsize)
+    if words_per > 1:
+        word = (word[:, None] + np.arange(words_per)).reshape(-1)
+        req = np.repeat(req, words_per)
+    key = req * span + (word - wmin)
+    key.sort()
+    u = key[np.r_[True, key[1:] != key[:-1]]]  # distinct (request, word)
+    bank = (u // span) * BANKS + (u % span + wmin) % BANKS
+    per_bank = np.bincount(bank, minlength=n_req * BANKS).reshape(n_req, BANKS)
+    return int(per_bank.max(axis=1).sum())
 
 
 def _combine(*cols: np.ndarray) -> np.ndarray:

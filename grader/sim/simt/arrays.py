@@ -87,26 +87,36 @@ class ArrayOps:
             self._act_mask = m
             act = np.flatnonzero(m)
             self._act = (act, self.block[act], self.thread[act])
+            self._act_lanes = None
         return self._act
 
-    def _position(self, array: SimtArray, idx, act, block, thread):
-        if act is not None:
-            idx = tuple(i[act] if isinstance(i, np.ndarray) else i for i in idx)
+    def _lane_set(self):
+        """The instrument's `Lanes` record of the active lanes (made once per mask)."""
+        if self.levels[-1] is None:
+            if self._all_lanes is None:
+                self._all_lanes = self.inst.lanes(self.block, self.thread)
+            return self._all_lanes
+        act, block, thread = self._lanes()
+        if self._act_lanes is None:
+            self._act_lanes = self.inst.lanes(block, thread, act)
+        return self._act_lanes
+
+    def _position(self, array: SimtArray, idx, lanes):
+        """Flat positions of the active lanes' elements (`idx` over every lane of the batch)."""
         space = array.space
-        flat = self.inst.index(space, array.handle, idx, block, thread, self.line,
-                               self.filename)
+        flat = self.inst.index_lanes(space, array.handle, idx, lanes, self.line, self.filename)
         if space == "local":  # the instrument gave the position within one lane's copy
-            lanes = self.lane if act is None else act
-            flat = lanes * array.handle.size + flat
+            flat = (self.lane if lanes.act is None else lanes.act) * array.handle.size + flat
         return flat
 
     def load(self, array: SimtArray, idx):
         act, block, thread = self._lanes()
         if act is not None and act.shape[0] == 0:
             return np.zeros(self.n, array.dtype)
-        flat = self._position(array, idx, act, block, thread)
+        lanes = self._lane_set()
+        flat = self._position(array, idx, lanes)
         self.inst.access(array.space, array.handle, "load", flat, block, thread, self.line,
-                         self.filename)
+                         self.filename, lanes)
         values = array.flat[flat]
         if act is None:
             return values
@@ -120,10 +130,11 @@ class ArrayOps:
         act, block, thread = self._lanes()
         if act is not None and act.shape[0] == 0:
             return
-        flat = self._position(array, idx, act, block, thread)
+        lanes = self._lane_set()
+        flat = self._position(array, idx, lanes)
         self.before_write(array)
         self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
-                         self.filename)
+                         self.filename, lanes)
         if isinstance(value, np.ndarray) and act is not None:
             value = value[act]
         # duplicate positions: the last lane wins (the instrument reports it as a race)

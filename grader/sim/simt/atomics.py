@@ -85,11 +85,12 @@ class AtomicOps:
         n_act = self.n if act is None else act.shape[0]
         if n_act == 0:
             return np.zeros(self.n, array.dtype) if need_old else None
-        flat = self._position(array, idx, act, block, thread)
+        lane_set = self._lane_set()
+        flat = self._position(array, idx, lane_set)
         flat = np.broadcast_to(flat, (n_act,))
         self.before_write(array)
         self.inst.access(array.space, array.handle, "atomic", flat, block, thread, self.line,
-                         self.filename)
+                         self.filename, lane_set)
         lanes = []
         for v in operands:
             v = np.asarray(v).astype(array.dtype)

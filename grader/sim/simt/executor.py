@@ -126,6 +126,8 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._shared_top = 0
         self._act_mask = None
         self._act = None
+        self._act_lanes = None  # the instrument's Lanes of _act, and of every lane
+        self._all_lanes = None
         self._calls: list = []
         self.saved = None
         self.init_masks()
