@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 GPUGRADE := $(VENV)/bin/gpugrade
 STAMP := $(VENV)/.installed-stamp
-SAMPLE := tests/submissions/vector_add_no_bounds_guard
+SAMPLE := examples/sample_submission
 
 .PHONY: setup grade test validate bench clean
 

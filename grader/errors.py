@@ -41,7 +41,7 @@ class StudentCodeError(GpugradeError):
         at = f" ({self.where})" if self.where else ""
         if self.kind == "not_implemented":
             return f"not implemented yet{at}" + (f": {self.message}" if self.message else "")
-        if self.kind in ("simulator", "policy"):  # these messages already name the file and line
+        if self.kind in ("simulator", "policy", "missing"):  # these messages say it all
             return self.message
         if self.kind == "import":
             return f"could not import the submission{at}: {self.exc_type}: {self.message}"

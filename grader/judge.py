@@ -39,9 +39,11 @@ class Student:
 
     def _check_policy(self) -> None:
         """Before any student code runs: the static policy check, once per module."""
+        path = Path(self.workspace) / f"{self.module}.py"
+        if not path.is_file():
+            raise StudentCodeError("missing", "FileNotFoundError", f"{self.module}.py is not in the submission")
         if self._violations is None:
-            path = Path(self.workspace) / f"{self.module}.py"
-            self._violations = check_file(path, self.allowed_imports) if path.is_file() else []
+            self._violations = check_file(path, self.allowed_imports)
         if self._violations:
             message = "; ".join(str(v) for v in self._violations)
             raise StudentCodeError("policy", "PolicyViolation", message, traceback="\n".join(map(str, self._violations)))

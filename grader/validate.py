@@ -1,8 +1,10 @@
 """`gpugrade validate`: the course grades itself.
 
 Every reference solution must score full marks, every stub zero, and every known-wrong submission
-in tests/submissions/<name>/ must fail exactly the tests its expected.json lists (so it loses
-exactly their points). The manifest must agree with the grading tests. `validate()` is a pure core
+must fail exactly the tests its expected.json lists (so it loses exactly their points). A
+known-wrong submission is the reference solution with a bug put in: tests/submissions/<name>/
+expected.json holds `mutations` ({file, old, new}: `old` occurs exactly once in solutions/<file>),
+so it stays in step with the solution it breaks; a folder may also hold whole modules. The manifest must agree with the grading tests. `validate()` is a pure core
 returning a `Validation`; `render()` makes the per-stage table the CLI prints.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from io import StringIO
@@ -33,7 +37,25 @@ class KnownWrong:
     name: str
     why: str
     expected_failing: set[str]
+    mutations: list[dict] = field(default_factory=list)
+    folder: Path | None = None
     results: Results | None = None
+
+    def materialize(self, course: Course, dest: Path) -> Path:
+        """Write the submission into `dest`: its own modules, then solutions/ with the mutations."""
+        dest.mkdir(parents=True, exist_ok=True)
+        for module in sorted(self.folder.glob("*.py")) if self.folder else []:
+            shutil.copyfile(module, dest / module.name)
+        texts: dict[str, str] = {}
+        for m in self.mutations:
+            text = texts.get(m["file"]) or (course.root / "solutions" / m["file"]).read_text()
+            if text.count(m["old"]) != 1:
+                raise CourseError(f"{self.name}: the mutation of {m['file']} must match exactly once in "
+                                  f"solutions/{m['file']}, matches {text.count(m['old'])} times: {m['old'][:80]!r}")
+            texts[m["file"]] = text.replace(m["old"], m["new"])
+        for name, text in texts.items():
+            (dest / name).write_text(text)
+        return dest
 
     @property
     def failing(self) -> set[str]:
@@ -66,12 +88,16 @@ def load_known_wrong(course: Course) -> list[KnownWrong]:
     for spec in sorted((course.root / SUBMISSIONS).glob("*/expected.json")):
         try:
             data = json.loads(spec.read_text())
-            failing = data["failing"]
+            failing, mutations = data["failing"], data.get("mutations", [])
             if not isinstance(failing, list) or not all(isinstance(n, str) for n in failing):
                 raise TypeError("'failing' must be a list of test names")
+            if not isinstance(mutations, list) or not all(
+                    isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ("file", "old", "new"))
+                    for m in mutations):
+                raise TypeError("'mutations' must be a list of {file, old, new} strings")
         except (ValueError, KeyError, TypeError) as exc:
             raise CourseError(f"{spec}: {exc}") from None
-        found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing)))
+        found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing), mutations, spec.parent))
     return found
 
 
@@ -104,12 +130,12 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
     def run(folder: Path, chosen: list[str] | None, name: str) -> Results:
         return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool, tempfile.TemporaryDirectory(prefix="gpugrade-validate-") as tmp:
         reference = pool.submit(run, course.root / "solutions", None, "reference solutions")
         stubs = pool.submit(run, course.root / "exercises", None, "stubs")
         pending = []
         for kw in wrong:
-            folder = course.root / SUBMISSIONS / kw.name
+            folder = kw.materialize(course, Path(tmp) / kw.name)
             chosen = sorted(submission_modules(folder, exercises))
             pending.append((kw, pool.submit(run, folder, chosen, kw.name) if chosen else None))
         for kw, future in pending:

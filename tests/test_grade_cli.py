@@ -18,6 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 GPUGRADE = [sys.executable, "-m", "grader"]
 
 
+def known_wrong(name: str, dest: Path) -> Path:
+    """A known-wrong submission of the course, written out as the folder a student would submit."""
+    from grader.course import Course
+    from grader.validate import load_known_wrong
+
+    course = Course(ROOT)
+    spec = next(kw for kw in load_known_wrong(course) if kw.name == name)
+    return spec.materialize(course, dest / name)
+
+
 def gpugrade(*args, cwd=ROOT):
     return subprocess.run([*GPUGRADE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
@@ -66,7 +76,7 @@ def test_stubs_score_zero_and_say_in_one_line_what_is_not_implemented(stubs):
 
 
 def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
-    _, doc = grade_json(ROOT / "tests" / "submissions" / "vector_add_no_bounds_guard", "vector_add", tmp_path=tmp_path)
+    _, doc = grade_json(known_wrong("vector_add_no_bounds_guard", tmp_path), "vector_add", tmp_path=tmp_path)
     edge = next(t for t in doc["tests"] if t["name"] == "vector_add::edge_sizes[n=33]")
     first = edge["output"].splitlines()[0]
     assert "out-of-bounds" in first and "vector_add.py:" in first and "thread (33, 0, 0)" in first, first
@@ -127,7 +137,7 @@ def test_check_names_the_race_and_its_line_when_a_syncthreads_is_missing(tmp_pat
     shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
     shutil.copy(ROOT / "course.toml", course / "course.toml")
     (course / "exercises").mkdir()
-    wrong = ROOT / "tests" / "submissions" / "matmul_missing_syncthreads" / "matmul.py"
+    wrong = known_wrong("matmul_missing_syncthreads", tmp_path) / "matmul.py"
     shutil.copy(wrong, course / "exercises" / "matmul.py")
     # the next tile's store races with this tile's loads: reported at the store
     race_line = next(i for i, line in enumerate(wrong.read_text().splitlines(), 1) if "sA[ty, tx] = A[" in line)
