@@ -106,3 +106,18 @@ def test_cli_validate_exits_non_zero_on_problems(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "bad_triple: scored 2, expected 4" in done.stdout and "toy 2" in done.stdout
+
+
+def test_a_mutation_that_no_longer_matches_the_solution_is_a_named_course_error(tmp_path):
+    from grader.errors import CourseError
+    from grader.validate import KnownWrong
+
+    (tmp_path / "tests" / "exercises").mkdir(parents=True)
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "ex.py").write_text("def f():\n    return 1\n")
+    course = Course(tmp_path)
+    ok = KnownWrong("ok", "", set(), [{"file": "ex.py", "old": "return 1", "new": "return 2"}])
+    assert (ok.materialize(course, tmp_path / "out") / "ex.py").read_text() == "def f():\n    return 2\n"
+    stale = KnownWrong("stale", "", set(), [{"file": "ex.py", "old": "return 3", "new": "return 2"}])
+    with pytest.raises(CourseError, match="stale: the mutation of ex.py must match exactly once"):
+        stale.materialize(course, tmp_path / "out2")
