@@ -112,7 +112,7 @@ class Lanes:
     """
 
     __slots__ = ("block", "thread", "act", "n", "g", "warp", "ordered", "starts", "n_req", "g0",
-                 "rows", "ridx", "blkoff")
+                 "rows", "ridx", "blkoff", "ep_ver", "ep", "wep", "neg_block")
 
     def __init__(self, block, thread, tpb: int, wpb: int, act=None):
         block = np.asarray(block, np.int64)
@@ -133,6 +133,8 @@ class Lanes:
         self.rows = self.ordered and n == WARP * self.n_req
         self.ridx = None  # request number of each lane (ordered lanes), made when needed
         self.blkoff: dict = {}  # (first_block, block_stride) -> offset of each lane's block copy
+        self.ep_ver, self.ep, self.wep = -1, None, None  # epochs (Instrument._lane_epochs)
+        self.neg_block = None  # -block - 2: "several readers of this block" in the race shadow
 
     def request_index(self) -> np.ndarray:
         if self.ridx is None:
@@ -153,11 +155,12 @@ class _Pattern:
     vectors, bounds-checked once; scalar index parts are added per access) and its counters per
     alignment class."""
 
-    __slots__ = ("refs", "vec_flat", "vec_within", "counted")
+    __slots__ = ("refs", "vec_flat", "vec_within", "counted", "dups")
 
     def __init__(self, refs, vec_flat, vec_within):
         self.refs, self.vec_flat, self.vec_within = refs, vec_flat, vec_within
         self.counted: dict = {}
+        self.dups = None  # Instrument._dups
 
 
 _PATTERNS = 32  # patterns kept per launch (each holds a few vectors over the lanes)
@@ -172,9 +175,13 @@ _UNSIGNED = {np.dtype(t): (np.dtype(u), limit) for t, u, limit in (
 class _Shadow:
     """Race shadow of one allocation for one launch."""
 
-    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "r_thr", "r_ep", "r_wep")
+    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "r_thr", "r_ep", "r_wep",
+                 "written", "read", "atomic")
 
     def __init__(self, n: int):
+        # vector path: has anything been written / read / written by an atomic (while not,
+        # the matching arrays still hold their initial values and need not be consulted)
+        self.written = self.read = self.atomic = False
         self.w_thr = np.full(n, -1, np.int64)
         self.w_ep = np.zeros(n, np.int64)
         self.w_wep = np.zeros(n, np.int64)
@@ -226,6 +233,8 @@ class Instrument:
         self._patterns: dict = {}
         self._last = None
         self._pending: dict = {}
+        self._sync_ver = 0  # barriers + syncwarps so far (Lanes keep their epochs per version)
+        self._fenced = False  # any threadfence yet
 
     # ------------------------------------------------------------------ diagnostics
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
@@ -401,7 +410,8 @@ class Instrument:
                 self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
                              int(lanes.thread[lane]), line, filename)
         if self.races:
-            self._race_vec(space, handle, kind, flat, lanes, line, filename)
+            self._race_vec(space, handle, kind, flat, lanes, line, filename,
+                           last[1] if last is not None else None)
         if kind != "load":
             handle.initialised[flat] = True
             if space == "global":
@@ -523,85 +533,145 @@ class Instrument:
         rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
                                                           self._fence1.get(g, 0), -1)
 
-    def _ordered_vec(self, other, o_ep, o_wep, g, block, w):
+    def _ordered_vec(self, other, o_ep, o_wep, g, block, w, ep, wep):
+        """Is an earlier access by global thread `other` (at block epoch `o_ep`, warp epoch
+        `o_wep`) ordered before the access of lane `g` (block, warp `w`, epochs `ep`, `wep`)?"""
         ob = other // self.tpb
         ow = ob * self.wpb + (other % self.tpb) // WARP
-        same_block = ob == block
-        return (other == g) | (same_block & ((o_ep != self.epoch[block]) |
-                                             ((ow == w) & (o_wep != self.wepoch[w]))))
+        return (other == g) | ((ob == block) & ((o_ep != ep) | ((ow == w) & (o_wep != wep))))
 
-    def _race_vec(self, space, handle, kind, flat, lanes, line, filename):
+    def _lane_epochs(self, lanes):
+        """Block and warp epochs of the lanes, kept on `lanes` until the next barrier/syncwarp."""
+        if lanes.ep_ver != self._sync_ver:
+            lanes.ep = self.epoch[lanes.block]
+            lanes.wep = self.wepoch[lanes.warp]
+            lanes.ep_ver = self._sync_ver
+        return lanes.ep, lanes.wep
+
+    def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None):
+        """The race rule of the module docstring for one instruction. Cheap tests settle most
+        lanes (nothing recorded yet, the same thread, a barrier of the block in between); the
+        exact rule runs on the lanes left."""
         sh = self._shadow(handle)
         block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
-        ep, wep = self.epoch[block], self.wepoch[w]
-        wt = sh.w_thr[flat]
+        ep, wep = self._lane_epochs(lanes)
+        tpb = self.tpb
         # against the previous writer
-        bad = (wt >= 0) & (wt != g)
-        if kind == "atomic":
-            bad &= ~sh.w_atomic[flat]
-        if bad.any():
-            bad &= ~self._ordered_vec(wt, sh.w_ep[flat], sh.w_wep[flat], g, block, w)
-            if kind == "load":
-                wt_safe = np.maximum(wt, 0)
-                bad &= ~((wt_safe // self.tpb != block) & (self.fences[wt_safe] > sh.w_fence[flat]))
-            if bad.any():
-                i = int(np.argmax(bad))
-                self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
-                               "atomic" if sh.w_atomic[flat[i]] else "store", int(block[i]),
-                               int(thread[i]), line, filename)
-        rt = sh.r_thr[flat]
+        if sh.written:
+            wt = sh.w_thr[flat]
+            cand = (wt >= 0) & (wt != g)
+            if kind == "atomic" and sh.atomic:
+                cand &= ~sh.w_atomic[flat]
+            if cand.any():
+                cand &= (wt // tpb != block) | (sh.w_ep[flat] == ep)
+            if cand.any():
+                sub = np.flatnonzero(cand)
+                f, o, bs = flat[sub], wt[sub], block[sub]
+                bad = ~self._ordered_vec(o, sh.w_ep[f], sh.w_wep[f], g[sub], bs, w[sub],
+                                         ep[sub], wep[sub])
+                if kind == "load":
+                    bad &= ~((o // tpb != bs) & (self.fences[o] > sh.w_fence[f]))
+                if bad.any():
+                    i = int(sub[np.argmax(bad)])
+                    self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
+                                   "atomic" if sh.w_atomic[flat[i]] else "store", int(block[i]),
+                                   int(thread[i]), line, filename)
         if kind != "load":
             # against earlier readers
-            bad = (rt != -1) & (rt != g)
-            multi = rt <= -2
-            ordered = self._ordered_vec(np.maximum(rt, 0), sh.r_ep[flat], sh.r_wep[flat], g,
-                                        block, w)
-            multi_ok = multi & ((-rt - 2) == block) & (sh.r_ep[flat] != ep)
-            bad &= np.where(multi, ~multi_ok, ~ordered)
-            if bad.any():
-                i = int(np.argmax(bad))
-                self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
-                               int(block[i]), int(thread[i]), line, filename)
+            if sh.read:
+                rt = sh.r_thr[flat]
+                cand = (rt != -1) & (rt != g)
+                if cand.any():
+                    rb = np.where(rt <= -2, -rt - 2, rt // tpb)  # the readers' block
+                    cand &= (rb != block) | (sh.r_ep[flat] == ep)
+                if cand.any():
+                    sub = np.flatnonzero(cand)
+                    f, rs, bs, eps = flat[sub], rt[sub], block[sub], ep[sub]
+                    r_ep = sh.r_ep[f]
+                    multi = rs <= -2
+                    ordered = self._ordered_vec(np.maximum(rs, 0), r_ep, sh.r_wep[f], g[sub],
+                                                bs, w[sub], eps, wep[sub])
+                    multi_ok = multi & ((-rs - 2) == bs) & (r_ep != eps)
+                    bad = np.where(multi, ~multi_ok, ~ordered)
+                    if bad.any():
+                        i = int(sub[np.argmax(bad)])
+                        self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
+                                       int(block[i]), int(thread[i]), line, filename)
             if kind == "store" and flat.shape[0] > 1:
                 # two lanes of one instruction storing to one element
-                order = np.argsort(flat, kind="stable")
-                fs, gs = flat[order], g[order]
-                dup = (fs[1:] == fs[:-1]) & (gs[1:] != gs[:-1])
-                if dup.any():
-                    i = int(order[1:][np.argmax(dup)])
-                    j = int(order[:-1][np.argmax(dup)])
+                pair = self._dups(flat, lanes, pat)[0]
+                if pair is not None:
+                    i, j = pair
                     self._race_msg(space, handle, kind, int(flat[i]), int(g[j]), "store",
                                    int(block[i]), int(thread[i]), line, filename)
             sh.w_thr[flat] = g
             sh.w_ep[flat], sh.w_wep[flat] = ep, wep
-            sh.w_atomic[flat] = kind == "atomic"
-            sh.w_fence[flat] = self.fences[g]
-            sh.r_thr[flat] = -1
+            if kind == "atomic" or sh.atomic:
+                sh.w_atomic[flat] = kind == "atomic"
+                sh.atomic = True
+            if self._fenced:  # else every fence count is 0, as w_fence already is
+                sh.w_fence[flat] = self.fences[g]
+            if sh.read:
+                sh.r_thr[flat] = -1
+            sh.written = True
         else:
             # readers: one thread, or "several of this block epoch"
-            keep_single = (rt == -1) | (rt == g)
-            ordered = self._ordered_vec(np.maximum(rt, 0), sh.r_ep[flat], sh.r_wep[flat], g,
-                                        block, w)
-            keep_single |= (rt >= 0) & (ordered | (np.maximum(rt, 0) // self.tpb != block))
-            keep_single |= (rt <= -2) & (((-rt - 2) != block) | (sh.r_ep[flat] != ep))
-            new = np.where(keep_single, g, -block - 2)
-            if flat.shape[0] > 1:
-                order = np.argsort(flat, kind="stable")
-                fs, gs = flat[order], g[order]
-                dup = (fs[1:] == fs[:-1]) & (gs[1:] != gs[:-1])
-                if dup.any():
-                    shared_elem = np.zeros(flat.shape[0], bool)
-                    shared_elem[order[1:][dup]] = True
-                    shared_elem[order[:-1][dup]] = True
-                    new = np.where(shared_elem, -block - 2, new)
+            dups = self._dups(flat, lanes, pat) if flat.shape[0] > 1 else (None, None, False)
+            if lanes.neg_block is None:
+                lanes.neg_block = -block - 2
+            if dups[2]:  # every lane shares its element with another lane
+                new = lanes.neg_block
+            else:
+                rt = sh.r_thr[flat]
+                keep = (rt == -1) | (rt == g)
+                if not keep.all():
+                    sub = np.flatnonzero(~keep)
+                    f, rs, bs, eps = flat[sub], rt[sub], block[sub], ep[sub]
+                    r_ep = sh.r_ep[f]
+                    r0 = np.maximum(rs, 0)
+                    ordered = self._ordered_vec(r0, r_ep, sh.r_wep[f], g[sub], bs, w[sub], eps,
+                                                wep[sub])
+                    ks = (rs >= 0) & (ordered | (r0 // tpb != bs))
+                    ks |= (rs <= -2) & (((-rs - 2) != bs) | (r_ep != eps))
+                    keep[sub] = ks
+                new = np.where(keep, g, lanes.neg_block)
+                if dups[1] is not None:
+                    new = np.where(dups[1], lanes.neg_block, new)
             sh.r_thr[flat] = new
             sh.r_ep[flat], sh.r_wep[flat] = ep, wep
+            sh.read = True
+
+    @staticmethod
+    def _dups(flat, lanes, pat=None):
+        """Lanes of one instruction on one element: (first pair (i, j) in element order or
+        None, mask of the lanes sharing an element or None, every lane shares). Kept on the
+        pattern (shifting every position keeps the answer)."""
+        if pat is not None and pat.dups is not None:
+            return pat.dups
+        order = np.argsort(flat if pat is None else pat.vec_flat, kind="stable")
+        fs = flat[order]
+        dup = fs[1:] == fs[:-1]
+        if not lanes.ordered:  # the same thread twice is no conflict
+            gs = lanes.g[order]
+            dup &= gs[1:] != gs[:-1]
+        if dup.any():
+            k = int(np.argmax(dup))
+            shared = np.zeros(flat.shape[0], bool)
+            shared[order[1:][dup]] = True
+            shared[order[:-1][dup]] = True
+            out = ((int(order[1:][k]), int(order[:-1][k])), shared, bool(shared.all()))
+        else:
+            out = (None, None, False)
+        if pat is not None:
+            pat.dups = out
+        return out
 
     # ------------------------------------------------------------------ sync events
     def barrier(self, block_ids, line=None) -> None:
         """A syncthreads completed for these blocks."""
         block_ids = np.atleast_1d(np.asarray(block_ids, np.int64))
         self.epoch[block_ids] += 1
+        self._sync_ver += 1
         if block_ids.shape[0] > 4:  # many blocks (lockstep): vectors now, scalar twins later
             self.wepoch.reshape(-1, self.wpb)[block_ids] += 1
             self._ep1 = self._wep1 = None
@@ -623,6 +693,7 @@ class Instrument:
     def syncwarp(self, block: int, warp: int) -> None:
         """A syncwarp (or completed warp rendezvous that orders memory) in one warp."""
         self._sync1()
+        self._sync_ver += 1
         self.wepoch[block * self.wpb + warp] += 1
         self._wep1[block * self.wpb + warp] += 1
 
@@ -630,6 +701,7 @@ class Instrument:
         """threadfence by these lanes: their earlier writes become visible to other blocks."""
         g = np.asarray(block, np.int64) * self.tpb + np.asarray(thread, np.int64)
         self.fences[g] += 1
+        self._fenced = True
         for t in np.atleast_1d(g).tolist():
             self._fence1[t] = self._fence1.get(t, 0) + 1
 
