@@ -6,7 +6,7 @@ GPUGRADE := $(VENV)/bin/gpugrade
 STAMP := $(VENV)/.installed-stamp
 SAMPLE := examples/sample_submission
 
-.PHONY: setup grade test validate bench clean
+.PHONY: setup grade test validate images bench clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,11 @@ test: setup
 
 validate: setup
 	$(GPUGRADE) validate
+
+# The docker sandbox's runner image and the production image, built without a registry
+# (debootstrap base, wheels from the host; needs root and a docker engine). See docker/build-images.sh.
+images: setup
+	docker/build-images.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

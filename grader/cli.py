@@ -13,6 +13,7 @@ from .errors import GpugradeError, UsageError
 from .grading import grade
 from .report import FORMATS, render
 from .results import EXIT_INTERNAL, EXIT_USAGE, Results
+from .sandbox import SANDBOXES, SandboxSpec
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +27,13 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--course", help="course folder (default: found from the current folder upwards)")
         cmd.add_argument("--seed", default="", help="hex seed to reproduce inputs (default: secret, random)")
         cmd.add_argument("--timeout", type=float, default=None, help="seconds allowed per call into student code")
+        cmd.add_argument("--sandbox", choices=SANDBOXES, default=SandboxSpec.name,
+                         help="how student code is confined: process (default), docker (a container per "
+                              "runner), none (a plain subprocess, for debugging)")
+        cmd.add_argument("--docker-image", default=SandboxSpec.docker_image,
+                         help="--sandbox docker: the runner image (docker/build-images.sh builds it)")
+        cmd.add_argument("--gpus", default="", help="--sandbox docker: GPUs for the runner ('all' or ids '0,1'); "
+                                                    "needed with --backend gpu")
 
     check = sub.add_parser("check", help="student self-check of your exercises/ folder")
     check.add_argument("exercise", nargs="?", help="one exercise (default: all)")
@@ -93,17 +101,19 @@ def run(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(course.root)}")
         return 0
     backend = resolve(args.backend)
+    sandbox = SandboxSpec(args.sandbox, args.docker_image, args.gpus)
     if args.command == "validate":
         from . import validate
 
-        validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout)
+        validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
+                                       sandbox=sandbox)
         _emit(validate.render(validation), None)
         return validation.exit_code
     if args.command == "check":
         exercises = [args.exercise] if args.exercise else None
         results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
                         timeout=args.timeout, name="your exercises/",
-                        stages=[args.stage] if args.stage else None)
+                        stages=[args.stage] if args.stage else None, sandbox=sandbox)
         _emit(render(results, "table"), None)
         from .report import first_failure
 
@@ -114,7 +124,7 @@ def run(argv: list[str] | None = None) -> int:
         return results.exit_code
     try:
         results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout)
+                        timeout=args.timeout, sandbox=sandbox)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")

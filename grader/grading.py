@@ -11,13 +11,19 @@ from pathlib import Path
 
 from .course import Course, make_workspace, submission_modules
 from .results import Results
+from .sandbox import SandboxSpec
 
 
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
           course: Course | None = None, seed: str = "", timeout: float | None = None,
-          name: str | None = None, stages: list[int] | None = None) -> Results:
+          name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec()) -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
+    sandbox.check(backend)
+    if sandbox.name == "docker":
+        from .docker_sandbox import check_available
+
+        check_available(sandbox.docker_image)
     chosen = list(exercises) if exercises else course.exercises()
     test_files = [str(course.test_file(e)) for e in chosen]
     modules = submission_modules(submission, chosen)
@@ -38,6 +44,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             argv += ["--gpugrade-timeout", str(timeout)]
         if stages:
             argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
+        argv += ["--gpugrade-sandbox", sandbox.name, "--gpugrade-docker-image", sandbox.docker_image,
+                 "--gpugrade-gpus", sandbox.gpus]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
         done = subprocess.run(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
-from .sandbox import ProcessSandbox, RunnerProcess
+from .sandbox import Runner, Sandbox
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Student:
     that test's points.
     """
 
-    def __init__(self, module: str, workspace: str, backend: str, sandbox: ProcessSandbox, devices: int = 1,
+    def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
                  allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS):
         self.module = module
         self.allowed_imports = allowed_imports
@@ -35,7 +35,7 @@ class Student:
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
-        self._runner: RunnerProcess | None = None
+        self._runner: Runner | None = None
 
     def _check_policy(self) -> None:
         """Before any student code runs: the static policy check, once per module."""

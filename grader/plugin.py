@@ -23,7 +23,7 @@ from .correctness import WrongAnswer
 from .errors import RunnerError, StudentCodeError
 from .judge import Student
 from .results import Results, TestResult
-from .sandbox import Limits, ProcessSandbox
+from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
 TEST_PREFIX = "test_"
 
@@ -37,6 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpugrade-seed", default="", help="hex seed for inputs (default: secret, random)")
     group.addoption("--gpugrade-timeout", type=float, default=Limits.call_timeout_s,
                     help="wall-clock seconds allowed for one call into student code")
+    group.addoption("--gpugrade-sandbox", default=SandboxSpec.name, choices=SANDBOXES,
+                    help="how runners are confined: process (default), docker, none (no confinement: debugging)")
+    group.addoption("--gpugrade-docker-image", default=SandboxSpec.docker_image, help="the docker sandbox's runner image")
+    group.addoption("--gpugrade-gpus", default="", help="docker sandbox: GPUs to request ('all' or ids '0,1')")
     group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
     group.addoption("--gpugrade-reference", default="",
                     help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
@@ -89,7 +93,10 @@ class GradingSession:
         hidden = tuple(str(config.rootpath / folder) for folder in ("solutions", "tests"))
         if config.getoption("gpugrade_results"):  # the judge's private folder: no forged results file
             hidden += (os.path.dirname(os.path.abspath(config.getoption("gpugrade_results"))),)
-        self.sandbox = ProcessSandbox(Limits(call_timeout_s=config.getoption("gpugrade_timeout"), hidden_paths=hidden))
+        spec = SandboxSpec(config.getoption("gpugrade_sandbox"), config.getoption("gpugrade_docker_image"),
+                           config.getoption("gpugrade_gpus"))
+        limits = Limits(call_timeout_s=config.getoption("gpugrade_timeout"), hidden_paths=hidden)
+        self.sandbox = make_sandbox(spec, limits)
         self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
                                backend=self.backend_name, seed=self.seed)
         self.students: dict[str, Student] = {}

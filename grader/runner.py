@@ -170,11 +170,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--backend", choices=["sim", "gpu"], required=True)
     parser.add_argument("--devices", type=int, default=1)
-    parser.add_argument("--in-fd", type=int, required=True)
-    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--in-fd", type=int)
+    parser.add_argument("--out-fd", type=int)
+    parser.add_argument("--stdio", action="store_true",
+                        help="the protocol on stdin/stdout (a container's attach stream); prints go to stderr")
     args = parser.parse_args(argv)
-    inp = os.fdopen(args.in_fd, "rb")
-    out = os.fdopen(args.out_fd, "wb")
+    if args.stdio:
+        inp, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)  # the student's prints can no longer reach the protocol stream
+        sys.stdout.reconfigure(line_buffering=True)  # and reach the output tail even before an os._exit
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    elif args.in_fd is None or args.out_fd is None:
+        parser.error("give --in-fd and --out-fd, or --stdio")
+    else:
+        inp, out = os.fdopen(args.in_fd, "rb"), os.fdopen(args.out_fd, "wb")
     os.chdir(args.workspace)
     Runner(args.workspace, args.backend, args.devices).serve(inp, out)
 

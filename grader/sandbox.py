@@ -2,8 +2,9 @@
 
 `process` (default): a child process in its own session (the whole group is killed on timeout),
 its working directory a fresh workspace holding only the student's files, CPU-time and file-size
-limits, output captured to a capped file. Stronger confinement (own uid, no network, memory
-limits, docker) builds on the same `RunnerProcess` interface.
+limits, output captured to a capped file; as root also namespaces and uid nobody (grader.isolation).
+`none`: the same child process without any limit but the call timeout, for debugging.
+`docker` (grader.docker_sandbox): one container per runner, same `start() -> runner` interface.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from . import isolation, protocol
-from .errors import RunnerError
+from .errors import RunnerError, UsageError
+
+SANDBOXES = ("process", "docker", "none")
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,13 @@ class Limits:
     processes: int = 256            # threads + processes of the runner's uid (a fork bomb stops here)
     isolate: bool = True            # as root: own mount + network namespaces, uid nobody
     hidden_paths: tuple[str, ...] = ()  # folders the student must not read (solutions/, tests/)
+    confine: bool = True            # False (`--sandbox none`): no rlimits, no namespaces
 
 
 def _confine(limits: Limits) -> None:  # runs in the child between fork and exec
     os.setsid()
+    if not limits.confine:
+        return
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -150,3 +156,56 @@ class ProcessSandbox:
 
     def start(self, workspace: str, backend: str, devices: int = 1) -> RunnerProcess:
         return RunnerProcess(workspace, backend, devices, self.limits)
+
+
+class NoSandbox(ProcessSandbox):
+    """`none`: a plain child process, for debugging; only the judge's call timeout still applies."""
+
+    name = "none"
+
+    def __init__(self, limits: Limits = Limits()):
+        super().__init__(replace(limits, confine=False, isolate=False))
+
+
+class Runner(Protocol):
+    """What the judge needs from a live runner, whatever confines it."""
+
+    def request(self, message: Any, timeout: float | None = None) -> Any: ...
+    def output_tail(self) -> str: ...
+    def kill(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Sandbox(Protocol):
+    name: str
+
+    def start(self, workspace: str, backend: str, devices: int = 1) -> Runner: ...
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """The sandbox chosen on the command line: `--sandbox`, `--docker-image`, `--gpus`."""
+
+    name: str = "process"
+    docker_image: str = "gpugrade-runner:latest"
+    gpus: str = ""  # docker only: "" = no GPU device request, "all" or device ids "0,1"
+
+    def check(self, backend: str) -> None:
+        if self.name not in SANDBOXES:
+            raise UsageError(f"unknown sandbox {self.name!r}; choose one of {', '.join(SANDBOXES)}")
+        if self.gpus and self.name != "docker":
+            raise UsageError("--gpus applies to --sandbox docker only (other sandboxes see the machine's GPUs)")
+        if self.name == "docker" and backend == "gpu" and not self.gpus:
+            raise UsageError("--backend gpu in the docker sandbox needs --gpus (e.g. --gpus all)")
+
+
+def make_sandbox(spec: SandboxSpec, limits: Limits) -> Sandbox:
+    if spec.name == "docker":
+        from .docker_sandbox import DockerSandbox, DockerSettings
+
+        return DockerSandbox(limits, DockerSettings(image=spec.docker_image, gpus=spec.gpus))
+    if spec.name == "none":
+        return NoSandbox(limits)
+    if spec.name == "process":
+        return ProcessSandbox(limits)
+    raise UsageError(f"unknown sandbox {spec.name!r}; choose one of {', '.join(SANDBOXES)}")

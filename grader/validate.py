@@ -28,6 +28,7 @@ from .errors import CourseError
 from .grading import grade
 from .manifest import find as find_manifest
 from .results import Results
+from .sandbox import SandboxSpec
 
 SUBMISSIONS = Path("tests") / "submissions"
 
@@ -120,7 +121,7 @@ def _check_manifest(course: Course, reference: Results) -> list[str]:
 
 
 def validate(course: Course | None = None, *, backend: str = "sim", seed: str = "", jobs: int | None = None,
-             timeout: float | None = None) -> Validation:
+             timeout: float | None = None, sandbox: SandboxSpec = SandboxSpec()) -> Validation:
     """Grade the references, the stubs and every known-wrong submission; collect every problem."""
     course = course or Course.find()
     wrong = load_known_wrong(course)
@@ -128,7 +129,8 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
     jobs = jobs or min(4, os.cpu_count() or 1)
 
     def run(folder: Path, chosen: list[str] | None, name: str) -> Results:
-        return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name)
+        return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name,
+                     sandbox=sandbox)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool, tempfile.TemporaryDirectory(prefix="gpugrade-validate-") as tmp:
         reference = pool.submit(run, course.root / "solutions", None, "reference solutions")
