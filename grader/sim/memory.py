@@ -228,6 +228,7 @@ class Instrument:
         self._log_flat: list[int] = []
         self._slots: dict[int, int] = {}
         self._slot_info: list[tuple[int, int, int]] = []  # (address, itemsize, block stride)
+        self._lines_by_code: dict = {}  # id(code) -> (code, {f_lasti: line}) (scalar_recorder)
         # vector path: access patterns seen before, the pattern of the last `index_lanes`
         # result, and per-thread counts not yet added ((id(lanes), key) -> [lanes, key, times])
         self._patterns: dict = {}
@@ -445,6 +446,62 @@ class Instrument:
         self._log_hc.append(slot if kind == "load" else slot + 1)
         self._log_line.append(line)
         self._log_flat.append(flat)
+
+    def scalar_recorder(self, space, handle, kind):
+        """For the per-thread executor: a function `rec(flat, g, frame)` doing what
+        `access1(space, handle, kind, flat, g // tpb, g % tpb, frame.f_lineno,
+        frame.f_code.co_filename)` does (`g`: global thread id, `frame`: the accessing frame),
+        with what does not change bound once. None for local and constant arrays."""
+        if space == "local" or space == "const":
+            return None
+        tpb = self.tpb
+        if kind == "atomic" or self.races:
+            access1 = self.access1
+
+            def rec(flat, g, frame):
+                access1(space, handle, kind, flat, g // tpb, g % tpb, frame.f_lineno,
+                        frame.f_code.co_filename)
+            return rec
+        slot = self._slots.get(handle.buffer_id)
+        if slot is None:
+            slot = self._new_slot(space, handle)
+        hc = slot if kind == "load" else slot + 1
+        log_g, log_hc = self._log_g.append, self._log_hc.append
+        log_line, log_flat = self._log_line.append, self._log_flat.append
+        init = handle.initialised
+        # frame.f_lineno walks the code's line table on every call: remember the line of each
+        # bytecode offset of the code object seen last
+        site = [None, None]  # [code, {f_lasti: line}]
+        by_code = self._lines_by_code
+
+        check = kind == "load" and self.uninit
+        store = kind != "load"
+        written, name, is_global = self.written, handle.name, space == "global"
+        uninit = self._uninit
+
+        def rec(flat, g, frame):
+            if check and not init[flat]:
+                uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
+                       frame.f_code.co_filename)
+            if store:
+                init[flat] = True
+                if is_global:
+                    written.add(name)
+            code = frame.f_code
+            if code is site[0]:
+                lines = site[1]
+            else:
+                site[0] = code
+                lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
+            lasti = frame.f_lasti
+            line = lines.get(lasti)
+            if line is None:
+                line = lines[lasti] = frame.f_lineno
+            log_g(g)
+            log_hc(hc)
+            log_line(line)
+            log_flat(flat)
+        return rec
 
     def _new_slot(self, space, handle) -> int:
         """Register a handle in the access log: slot * 4 + its load code (store = +1)."""
@@ -793,9 +850,8 @@ class Instrument:
         line = np.array(self._log_line, np.int64)
         flat = np.array(self._log_flat, np.int64)
         info = np.array(self._slot_info, np.int64).reshape(-1, 3)
-        for lst in (self._log_g, self._log_hc, self._log_line, self._log_flat, self._slot_info):
-            lst.clear()
-        self._slots.clear()
+        for lst in (self._log_g, self._log_hc, self._log_line, self._log_flat):
+            lst.clear()  # the same lists: recorders hold their append methods
         code, slot = hc % 4, hc // 4
         base, item, stride = info[slot, 0], info[slot, 1], info[slot, 2]
         within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)

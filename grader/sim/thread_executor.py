@@ -34,6 +34,7 @@ IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
 IDLE_LOAD_YIELDS = 16384  # load-budget yields in a row (4M loads without any store)
 LOADS_PER_YIELD = 256
 FULL_MASK = 0xFFFFFFFF
+_getframe = sys._getframe
 
 
 class Dim3(NamedTuple):
@@ -44,10 +45,11 @@ class Dim3(NamedTuple):
 
 class ThreadState:
     __slots__ = ("lin", "idx", "lane", "warp", "glet", "status", "wait", "value", "loads",
-                 "explicit_exit")
+                 "explicit_exit", "g")
 
-    def __init__(self, lin: int, idx: Dim3):
+    def __init__(self, lin: int, idx: Dim3, g: int = 0):
         self.lin, self.idx = lin, idx
+        self.g = g  # global thread id: block * threads_per_block + lin
         self.lane, self.warp = lin % WARP, lin // WARP
         self.glet = None
         self.status = "ready"  # ready | barrier | warp | exited
@@ -71,7 +73,8 @@ class _View:
 class ThreadArray:
     """An array as one simulated thread indexes it: every element access is instrumented."""
 
-    __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype")
+    __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype", "_store", "_off",
+                 "_strides", "_bid", "_load1", "_store1")
 
     def __init__(self, handle, space: str, ex: "ThreadExecutor"):
         self._h, self._space, self._ex = handle, space, ex
@@ -79,6 +82,17 @@ class ThreadArray:
         self.ndim = len(self.shape)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.dtype = handle.dtype
+        # the fast path of __getitem__ / __setitem__ (plain int indices, in bounds): what
+        # `Instrument.index1` computes, with the block's shared copy fixed (`_bid`)
+        self._store = handle.flat
+        self._strides = tuple(int(s) for s in handle.estrides)
+        self._off = int(handle.offset)
+        self._bid = None
+        if space == "shared":
+            self._bid = ex.bid
+            self._off += (ex.bid - handle.first_block) * handle.block_stride
+        self._load1 = ex.inst.scalar_recorder(space, handle, "load")
+        self._store1 = ex.inst.scalar_recorder(space, handle, "store")
 
     def __len__(self):
         return self.shape[0]
@@ -102,8 +116,49 @@ class ThreadArray:
         ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename)
         return flat
 
+    def _fast(self, key):
+        """`Instrument.index1` for plain int indices that are in bounds; None otherwise (the
+        full path then checks, reports and records)."""
+        shape = self.shape
+        if key.__class__ is int:
+            if len(shape) == 1 and 0 <= key < shape[0]:
+                return self._off + key * self._strides[0]
+            return None
+        if key.__class__ is not tuple or len(key) != len(shape):
+            return None
+        flat = self._off
+        for i, dim, st in zip(key, shape, self._strides):
+            if i.__class__ is not int or not 0 <= i < dim:
+                return None
+            flat += i * st
+        return flat
+
     def __getitem__(self, key):
-        frame = sys._getframe(1)
+        frame = _getframe(1)
+        rec = self._load1
+        if rec is not None and (self._bid is None or self._bid == self._ex.bid):
+            # the fast path, inline for the common shapes (a call costs as much as the rest)
+            flat = None
+            if key.__class__ is tuple:
+                if len(key) == 2 and self.ndim == 2:
+                    i, j = key
+                    if i.__class__ is int and j.__class__ is int:
+                        d0, d1 = self.shape
+                        if 0 <= i < d0 and 0 <= j < d1:
+                            s0, s1 = self._strides
+                            flat = self._off + i * s0 + j * s1
+                else:
+                    flat = self._fast(key)
+            elif key.__class__ is int and self.ndim == 1 and 0 <= key < self.shape[0]:
+                flat = self._off + key * self._strides[0]
+            if flat is not None:
+                st = self._ex.cur
+                rec(flat, st.g, frame)
+                st.loads += 1
+                if st.loads >= LOADS_PER_YIELD:
+                    st.loads = 0
+                    self._ex.hub.switch("yield_loads")
+                return self._store[flat]
         flat = self._flat(key, "load", frame)
         if flat is None:
             return self._view(key, frame)
@@ -119,6 +174,26 @@ class ThreadArray:
         if self._space == "const":
             raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
                            f"store to constant array {self._h.name!r}")
+        rec = self._store1
+        if rec is not None and (self._bid is None or self._bid == self._ex.bid):
+            flat = None
+            if key.__class__ is tuple:
+                if len(key) == 2 and self.ndim == 2:
+                    i, j = key
+                    if i.__class__ is int and j.__class__ is int:
+                        d0, d1 = self.shape
+                        if 0 <= i < d0 and 0 <= j < d1:
+                            s0, s1 = self._strides
+                            flat = self._off + i * s0 + j * s1
+                else:
+                    flat = self._fast(key)
+            elif key.__class__ is int and self.ndim == 1 and 0 <= key < self.shape[0]:
+                flat = self._off + key * self._strides[0]
+            if flat is not None:
+                rec(flat, self._ex.cur.g, frame)
+                self._store[flat] = value
+                self._ex.progress += 1
+                return
         flat = self._flat(key, "store", frame)
         if flat is None:
             raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
@@ -450,7 +525,8 @@ class ThreadExecutor:
         self.shared: dict = {}
         self.dynamic: dict = {}
         self.shared_offset = 0
-        self.threads = [ThreadState(t, idx) for t, idx in enumerate(self.thread_idx)]
+        self.threads = [ThreadState(t, idx, b * self.tpb + t)
+                        for t, idx in enumerate(self.thread_idx)]
         order = self.thread_order
         if self.rng is not None:
             order = list(order)
