@@ -220,6 +220,7 @@ class Instrument:
         # scalar path: Python-side twins of the epochs and shadows, and an access log
         self._ep1 = [0] * nb
         self._wep1 = [0] * (nb * self.wpb)
+        self._stale1 = False  # epochs changed by a vector barrier, not yet in _ep1 / _wep1
         self._fence1: dict[int, int] = {}
         self._shadows1: dict[int, dict[int, list]] = {}
         self._log_g: list[int] = []
@@ -455,7 +456,7 @@ class Instrument:
         if space == "local" or space == "const":
             return None
         tpb = self.tpb
-        if kind == "atomic" or self.races:
+        if kind == "atomic":
             access1 = self.access1
 
             def rec(flat, g, frame):
@@ -478,6 +479,8 @@ class Instrument:
         store = kind != "load"
         written, name, is_global = self.written, handle.name, space == "global"
         uninit = self._uninit
+        if self.races:
+            return self._race_recorder(space, handle, store, check, site, by_code, hc)
 
         def rec(flat, g, frame):
             if check and not init[flat]:
@@ -497,6 +500,72 @@ class Instrument:
             line = lines.get(lasti)
             if line is None:
                 line = lines[lasti] = frame.f_lineno
+            log_g(g)
+            log_hc(hc)
+            log_line(line)
+            log_flat(flat)
+        return rec
+
+    def _race_recorder(self, space, handle, store, check, site, by_code, hc):
+        """`scalar_recorder` with the race checker on: the cases `_race1` settles without a
+        finding (nothing recorded, the same thread, a barrier of the block in between) are
+        done inline; anything else goes through `_race1` itself."""
+        tpb, wpb = self.tpb, self.wpb
+        log_g, log_hc = self._log_g.append, self._log_hc.append
+        log_line, log_flat = self._log_line.append, self._log_flat.append
+        init, written, name = handle.initialised, self.written, handle.name
+        is_global = space == "global"
+        kind = "store" if store else "load"
+        shadows = self._shadows1.setdefault(handle.buffer_id, {})
+        ep1, wep1, fence1 = self._ep1, self._wep1, self._fence1
+        race1, ordered1, uninit = self._race1, self._ordered1, self._uninit
+        inst = self
+
+        def rec(flat, g, frame):
+            if check and not init[flat]:
+                uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
+                       frame.f_code.co_filename)
+            if store:
+                init[flat] = True
+                if is_global:
+                    written.add(name)
+            code = frame.f_code
+            if code is site[0]:
+                lines = site[1]
+            else:
+                site[0] = code
+                lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
+            lasti = frame.f_lasti
+            line = lines.get(lasti)
+            if line is None:
+                line = lines[lasti] = frame.f_lineno
+            if inst._stale1:
+                inst._sync1()
+            block = g // tpb
+            r = shadows.get(flat)
+            if r is None:
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+            ep = ep1[block]
+            wt = r[0]
+            rt = r[5]
+            if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
+                    not store or rt == -1 or rt == g or r[6] != ep and (
+                        -rt - 2 == block if rt <= -2 else rt // tpb == block)):
+                wep = wep1[block * wpb + (g % tpb) // WARP]
+                if store:
+                    r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
+                else:
+                    if rt == -1 or rt == g:
+                        r[5] = g
+                    elif rt <= -2:
+                        r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
+                    elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
+                        r[5] = g
+                    else:
+                        r[5] = -block - 2
+                    r[6], r[7] = ep, wep
+            else:
+                race1(space, handle, kind, flat, block, g, line, frame.f_code.co_filename)
             log_g(g)
             log_hc(hc)
             log_line(line)
@@ -548,7 +617,7 @@ class Instrument:
         return (other % tpb) // WARP == w and wep != self._wep1[block * self.wpb + w]
 
     def _race1(self, space, handle, kind, flat, block, g, line, filename):
-        if self._ep1 is None:
+        if self._stale1:
             self._sync1()
         shadows = self._shadows1.get(handle.buffer_id)
         if shadows is None:
@@ -731,7 +800,7 @@ class Instrument:
         self._sync_ver += 1
         if block_ids.shape[0] > 4:  # many blocks (lockstep): vectors now, scalar twins later
             self.wepoch.reshape(-1, self.wpb)[block_ids] += 1
-            self._ep1 = self._wep1 = None
+            self._stale1 = True
         else:
             self._sync1()
             for b in block_ids.tolist():
@@ -743,9 +812,10 @@ class Instrument:
 
     def _sync1(self) -> None:
         """Rebuild the scalar path's epoch lists after a vector barrier."""
-        if self._ep1 is None:
-            self._ep1 = self.epoch.tolist()
-            self._wep1 = self.wepoch.tolist()
+        if self._stale1:  # in place: recorders hold these lists
+            self._ep1[:] = self.epoch.tolist()
+            self._wep1[:] = self.wepoch.tolist()
+            self._stale1 = False
 
     def syncwarp(self, block: int, warp: int) -> None:
         """A syncwarp (or completed warp rendezvous that orders memory) in one warp."""
