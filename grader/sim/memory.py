@@ -935,13 +935,15 @@ class Instrument:
         nth = np.empty(n, np.int64)
         nth[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
         warp = g // self.tpb * self.wpb + (g % self.tpb) // WARP
+        g0 = int(g.min())
         for c, (space, kind) in enumerate(_CODES):
             m = code == c
             if not m.any():
                 continue
             key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
             self.counts[key] += int(m.sum())
-            self.per_thread[key] += np.bincount(g[m], minlength=self.per_thread[key].shape[0])
+            per_g = np.bincount(g[m] - g0)  # only the threads logged (one block, usually)
+            self.per_thread[key][g0:g0 + per_g.shape[0]] += per_g
             _, req = np.unique(_combine(line[m], nth[m], warp[m]), return_inverse=True)
             req = req.reshape(-1)
             n_req = int(req.max()) + 1
@@ -951,7 +953,11 @@ class Instrument:
                     _combine(req, addr[m] // SECTOR_BYTES)).shape[0]
             else:
                 self.counts["shared_requests"] += n_req
-                self.counts["bank_conflict_wavefronts"] += _wavefronts(req, addr[m], item[m])
+                items = item[m]
+                size = int(items[0])
+                self.counts["bank_conflict_wavefronts"] += (
+                    _wavefronts_sorted(req, n_req, addr[m], size) if (items == size).all()
+                    else _wavefronts(req, addr[m], items))
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""

@@ -96,6 +96,38 @@ def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
             fn(ctx, *sim_args)
 
 
+class _Geometry:
+    """The lane layout of a batch of `n_blocks` blocks, the same for every batch of that size
+    (shared between batches: never written)."""
+
+    def __init__(self, tpb: int, wpb: int, n_blocks: int):
+        n = n_blocks * tpb
+        self.lane = np.arange(n, dtype=np.int64)
+        self.block_in_batch = np.repeat(np.arange(n_blocks, dtype=np.int64), tpb)
+        self.thread = np.tile(np.arange(tpb, dtype=np.int64), n_blocks)
+        self.lane_in_warp = (self.thread % WARP).astype(np.int32)
+        self.warp_base = self.lane - self.lane_in_warp
+        self.warp_size = np.minimum(WARP, tpb - (self.thread - self.lane_in_warp))
+        self.warp_of = self.block_in_batch * wpb + self.thread // WARP
+        self.warp_starts = (np.arange(n_blocks, dtype=np.int64)[:, None] * tpb +
+                            np.arange(wpb, dtype=np.int64)[None, :] * WARP).reshape(-1)
+        for value in vars(self).values():
+            value.flags.writeable = False
+
+
+_geometries: dict = {}
+
+
+def _geometry(tpb: int, wpb: int, n_blocks: int) -> _Geometry:
+    key = (tpb, wpb, n_blocks)
+    geo = _geometries.get(key)
+    if geo is None:
+        if len(_geometries) >= 8:
+            _geometries.clear()
+        geo = _geometries[key] = _Geometry(tpb, wpb, n_blocks)
+    return geo
+
+
 class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
     """One batch of blocks: what generated code calls as `__c`."""
 
@@ -106,18 +138,13 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self.tpb = tpb = config.threads_per_block
         self.n = n = n_blocks * tpb
         self.filename, self.line = filename, 0
-        self.lane = np.arange(n, dtype=np.int64)
+        geo = _geometry(tpb, config.warps_per_block, n_blocks)
         self.block_ids = np.arange(first_block, first_block + n_blocks, dtype=np.int64)
-        self.block = np.repeat(self.block_ids, tpb)
-        self.thread = np.tile(np.arange(tpb, dtype=np.int64), n_blocks)
+        self.block = geo.block_in_batch + first_block
         # warps: runs of up to 32 lanes of one block
-        self.lane_in_warp = (self.thread % WARP).astype(np.int32)
-        self.warp_base = self.lane - self.lane_in_warp
-        self.warp_size = np.minimum(WARP, tpb - (self.thread - self.lane_in_warp))
-        wpb = config.warps_per_block
-        self.warp_of = (self.block - first_block) * wpb + self.thread // WARP
-        self.warp_starts = (np.arange(n_blocks, dtype=np.int64)[:, None] * tpb +
-                            np.arange(wpb, dtype=np.int64)[None, :] * WARP).reshape(-1)
+        self.lane, self.thread, self.lane_in_warp = geo.lane, geo.thread, geo.lane_in_warp
+        self.warp_base, self.warp_size = geo.warp_base, geo.warp_size
+        self.warp_of, self.warp_starts = geo.warp_of, geo.warp_starts
         self._dims: dict = {}
         self._arrays: dict = {}
         self._const_arrays: dict = {}
