@@ -80,7 +80,7 @@ fetch() {
 if fetch --no-index --find-links "$WHEELS" 2>/dev/null; then
     log "wheels: all cached in $WHEELS"
 else
-    log "wheels: fetching into $WHEELS (about 1 GB the first time) ..."
+    log "wheels: fetching into $WHEELS (about 400 MB the first time) ..."
     fetch
 fi
 # The build context's wheels/ (gitignored): hard links to the cache where it is on the same disk.

@@ -200,6 +200,9 @@ class DockerRunner:
         return result
 
     def _death_reason(self, exc: BaseException) -> str:
+        if not isinstance(exc, (EOFError, OSError)):  # alive and talking nonsense: no need to wait for it
+            self.kill()
+            return f"the runner broke the protocol: {exc}"
         try:
             code = int(self._api.wait(self.id, timeout=10)["StatusCode"])
             state = self._api.inspect_container(self.id)["State"]

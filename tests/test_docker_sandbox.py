@@ -230,6 +230,26 @@ def test_a_fake_results_file_cannot_be_written_where_the_judge_looks(make_studen
     assert not (Path(s.workspace) / "results.json").exists()
 
 
+def test_garbage_on_the_protocol_stream_costs_that_call_only(make_student):
+    s = make_student("""
+        import os
+        def scribble():
+            for fd in range(3, 10):
+                try:
+                    os.write(fd, b"\\xff" * 64)
+                except OSError:
+                    pass
+            return 1
+        def ok():
+            return 4
+    """)
+    started = time.monotonic()
+    with pytest.raises(RunnerError, match="broke the protocol"):
+        s.call("scribble")
+    assert time.monotonic() - started < 5
+    assert s.call("ok").value == 4
+
+
 def test_exit_at_import_is_a_runner_failure_not_a_pass(make_student):
     s = make_student("""
         import os

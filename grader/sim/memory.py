@@ -224,12 +224,10 @@ class Instrument:
         self._fence1: dict[int, int] = {}
         self._shadows1: dict[int, dict[int, list]] = {}
         self._log_g: list[int] = []
-        self._log_hc: list[int] = []  # handle slot * 4 + access code
-        self._log_line: list[int] = []
+        self._log_site: list[int] = []  # line << 32 | (handle slot * 4 + access code)
         self._log_flat: list[int] = []
         self._slots: dict[int, int] = {}
         self._slot_info: list[tuple[int, int, int]] = []  # (address, itemsize, block stride)
-        self._lines_by_code: dict = {}  # id(code) -> (code, {f_lasti: line}) (scalar_recorder)
         # vector path: access patterns seen before, the pattern of the last `index_lanes`
         # result, and per-thread counts not yet added ((id(lanes), key) -> [lanes, key, times])
         self._patterns: dict = {}
@@ -444,8 +442,7 @@ class Instrument:
         if slot is None:
             slot = self._new_slot(space, handle)
         self._log_g.append(g)
-        self._log_hc.append(slot if kind == "load" else slot + 1)
-        self._log_line.append(line)
+        self._log_site.append(line << 32 | (slot if kind == "load" else slot + 1))
         self._log_flat.append(flat)
 
     def scalar_recorder(self, space, handle, kind):
@@ -467,13 +464,12 @@ class Instrument:
         if slot is None:
             slot = self._new_slot(space, handle)
         hc = slot if kind == "load" else slot + 1
-        log_g, log_hc = self._log_g.append, self._log_hc.append
-        log_line, log_flat = self._log_line.append, self._log_flat.append
+        log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
         init = handle.initialised
-        # frame.f_lineno walks the code's line table on every call: remember the line of each
-        # bytecode offset of the code object seen last
-        site = [None, None]  # [code, {f_lasti: line}]
-        by_code = self._lines_by_code
+        # frame.f_lineno walks the code's line table on every call: remember the log entry
+        # (line << 32 | hc) of each bytecode offset, per code object (the one seen last first)
+        site = [None, None]  # [code, {f_lasti: line << 32 | hc}]
+        by_code: dict = {}  # id(code) -> (code, {f_lasti: ...})
 
         check = kind == "load" and self.uninit
         store = kind != "load"
@@ -497,12 +493,11 @@ class Instrument:
                 site[0] = code
                 lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
             lasti = frame.f_lasti
-            line = lines.get(lasti)
-            if line is None:
-                line = lines[lasti] = frame.f_lineno
+            entry = lines.get(lasti)
+            if entry is None:
+                entry = lines[lasti] = frame.f_lineno << 32 | hc
             log_g(g)
-            log_hc(hc)
-            log_line(line)
+            log_site(entry)
             log_flat(flat)
         return rec
 
@@ -511,8 +506,7 @@ class Instrument:
         finding (nothing recorded, the same thread, a barrier of the block in between) are
         done inline; anything else goes through `_race1` itself."""
         tpb, wpb = self.tpb, self.wpb
-        log_g, log_hc = self._log_g.append, self._log_hc.append
-        log_line, log_flat = self._log_line.append, self._log_flat.append
+        log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
         init, written, name = handle.initialised, self.written, handle.name
         is_global = space == "global"
         kind = "store" if store else "load"
@@ -536,9 +530,9 @@ class Instrument:
                 site[0] = code
                 lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
             lasti = frame.f_lasti
-            line = lines.get(lasti)
-            if line is None:
-                line = lines[lasti] = frame.f_lineno
+            entry = lines.get(lasti)
+            if entry is None:
+                entry = lines[lasti] = frame.f_lineno << 32 | hc
             if inst._stale1:
                 inst._sync1()
             block = g // tpb
@@ -565,10 +559,9 @@ class Instrument:
                         r[5] = -block - 2
                     r[6], r[7] = ep, wep
             else:
-                race1(space, handle, kind, flat, block, g, line, frame.f_code.co_filename)
+                race1(space, handle, kind, flat, block, g, entry >> 32, frame.f_code.co_filename)
             log_g(g)
-            log_hc(hc)
-            log_line(line)
+            log_site(entry)
             log_flat(flat)
         return rec
 
@@ -916,11 +909,11 @@ class Instrument:
         if not self._log_g:
             return
         g = np.array(self._log_g, np.int64)
-        hc = np.array(self._log_hc, np.int64)
-        line = np.array(self._log_line, np.int64)
+        site = np.array(self._log_site, np.int64)
+        line, hc = site >> 32, site & 0xFFFFFFFF
         flat = np.array(self._log_flat, np.int64)
         info = np.array(self._slot_info, np.int64).reshape(-1, 3)
-        for lst in (self._log_g, self._log_hc, self._log_line, self._log_flat):
+        for lst in (self._log_g, self._log_site, self._log_flat):
             lst.clear()  # the same lists: recorders hold their append methods
         code, slot = hc % 4, hc // 4
         base, item, stride = info[slot, 0], info[slot, 1], info[slot, 2]
