@@ -40,7 +40,7 @@ DEFAULT = ["simt-matmul-counters", "simt-matmul-races", "simt-vadd20-counters",
            "thread-matmul-counters", "thread-matmul-races"]
 
 
-def run_case(name, repeat, profile=False):
+def run_case(name, repeat, profile=False, warmup=1):
     from numba import cuda
 
     import kernels
@@ -53,9 +53,9 @@ def run_case(name, repeat, profile=False):
         grid, block = w.launch(host)
         inputs = [cuda.to_device(h) for h in host[:-1]]
         times, record = [], None
-        for k in range(repeat + 1):
+        for k in range(repeat + warmup):
             out = cuda.to_device(np.zeros_like(host[-1]))
-            prof = cProfile.Profile() if profile and k == repeat else None
+            prof = cProfile.Profile() if profile and k == repeat + warmup - 1 else None
             with sim.trace() as records:
                 t0, c0 = time.perf_counter(), time.process_time()
                 if prof:
@@ -66,7 +66,7 @@ def run_case(name, repeat, profile=False):
                 t = (time.perf_counter() - t0, time.process_time() - c0)
             w.check(host, out.copy_to_host())
             record = records[-1]
-            if k:
+            if k >= warmup:
                 times.append(t)
             if prof:
                 pstats.Stats(prof).sort_stats("tottime").print_stats(25)
@@ -88,8 +88,9 @@ def main():
     args = ap.parse_args()
     out = {}
     for name in args.case or DEFAULT:
-        rep = args.repeat if not name.startswith("thread") else max(1, args.repeat // 3)
-        best, counters, threads = run_case(name, rep, args.profile)
+        thread = name.startswith("thread")  # slow: one cold launch (set-up is small next to it)
+        best, counters, threads = run_case(name, 1 if thread else args.repeat, args.profile,
+                                           warmup=0 if thread else 1)
         print(f"{name:28s} {best[0] * 1000:10.1f} ms wall {best[1] * 1000:10.1f} ms cpu",
               flush=True)
         out[name] = {"counters": counters, "threads": threads}
