@@ -35,5 +35,9 @@ validate: setup
 images: setup
 	docker/build-images.sh
 
+# The simulator against numba's stock simulator, side by side in one run (writes docs/BENCHMARKS.md).
+bench: setup
+	$(PY) benchmarks/bench_sim.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache
