@@ -233,6 +233,7 @@ class Instrument:
         self._patterns: dict = {}
         self._last = None
         self._pending: dict = {}
+        self._pending_lanes = 0  # lanes of the Lanes records held by _pending
         self._sync_ver = 0  # barriers + syncwarps so far (Lanes keep their epochs per version)
         self._fenced = False  # any threadfence yet
 
@@ -847,9 +848,10 @@ class Instrument:
         pk = (id(lanes), key)
         pending = self._pending.get(pk)
         if pending is None:
-            if len(self._pending) >= 256:
-                self._add_pending()
+            if len(self._pending) >= 256 or self._pending_lanes >= 1 << 18:
+                self._add_pending()  # (each entry keeps its Lanes alive)
             self._pending[pk] = [lanes, key, 1]
+            self._pending_lanes += n
         else:
             pending[2] += 1
         if not lanes.ordered:
@@ -902,6 +904,7 @@ class Instrument:
             else:
                 np.add.at(pt, lanes.g, times)
         self._pending.clear()
+        self._pending_lanes = 0
 
     def flush(self) -> None:
         """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
