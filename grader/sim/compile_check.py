@@ -887,6 +887,17 @@ def _isinstance_named(e: BaseException, name: str) -> bool:
     return any(c.__name__ == name for c in type(e).__mro__)
 
 
+def explain_failure(error: BaseException, kernel) -> CompileReport:
+    """The report ``compile_check`` gives when numba raised ``error`` compiling ``kernel`` (a
+    dispatcher or function): the student's file and line, numba's summary, a hint. For a
+    refusal numba's typing made elsewhere (the simulator types kernels before running them)."""
+    py = _py_func(kernel)
+    _, _, files = _walk(py)
+    report = _classify(error, py, files)
+    report.kernel = py.__name__
+    return report
+
+
 def _classify(e: BaseException, py, files: set[str]) -> CompileReport:
     text = str(e)
     # Toolchain problems are "unavailable", never the kernel's fault.

@@ -129,7 +129,7 @@ def _replacement(value, fake_cuda, cache, real_attrs):
             return _MATH_SHIM
         return value
     if patching.is_dispatcher(value):
-        return rebind(value.py_func, fake_cuda, cache)
+        return rebind(value.py_func, fake_cuda, cache, device=True)
     name = real_attrs.get(id(value))
     if name is not None:
         return getattr(fake_cuda, name)
@@ -138,23 +138,39 @@ def _replacement(value, fake_cuda, cache, real_attrs):
     return value
 
 
-def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False):
+def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, typer=None,
+           device: bool = False):
     """`func` with a globals copy in which numba's CUDA names are simulated (see module doc).
 
     `cache` maps original functions to their rebound twins for one launch; it makes shared and
     recursive device functions resolve to one object each. With `mark_end`, the function returns
     `FELL_OFF` when it runs off its end (see `marked_code`; unchanged when no source).
+    `typer` (a `thread_typing.Typer`, kept in `cache` for the device functions): the code follows
+    numba's types, and each device function (`device=True`) becomes the typer's wrapper that
+    does the same for every signature it is called with.
     """
     cache = {} if cache is None else cache
     hit = cache.get(func)
     if hit is not None:
         return hit
+    if typer is not None:
+        cache["__typer__"] = typer
+    typer = cache.get("__typer__")
     real_attrs = cache.setdefault("__real_attrs__", patching.cuda_attribute_names(fake_cuda))
     new_globals = dict(func.__globals__)
     closure = func.__closure__
-    code = (marked_code(func) if mark_end else None) or func.__code__
+    wrapper = device and typer is not None
+    if wrapper:
+        code = func.__code__
+        fn = typer.device(func, new_globals)
+    else:
+        code = typer.kernel_code(func, mark_end) if typer is not None else None
+        code = code or (marked_code(func) if mark_end else None) or func.__code__
+    if typer is not None:
+        new_globals.update(typer.globals)
     new_globals[_END_MARKER] = FELL_OFF
-    fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
+    if not wrapper:
+        fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
     cache[func] = fn  # before recursing: a recursive device function finds itself
     for name in func.__code__.co_names:
         if name in new_globals:
@@ -162,8 +178,13 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False):
     if closure:
         cells = tuple(types.CellType(_replacement(c.cell_contents, fake_cuda, cache, real_attrs))
                       if _has_contents(c) else c for c in closure)
+        if wrapper:
+            fn.closure = cells
+            return fn
         fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, cells)
         cache[func] = fn
+    if wrapper:
+        return fn
     fn.__kwdefaults__ = func.__kwdefaults__
     fn.__qualname__ = func.__qualname__
     return fn

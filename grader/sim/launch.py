@@ -35,6 +35,8 @@ class LaunchRecord:
     warnings: list[str] = field(default_factory=list)
     arrays_written: list[str] = field(default_factory=list)
     compiled: dict = field(default_factory=dict)  # compile check: registers, shared bytes, occupancy
+    # per-thread executor: why values did not follow numba's types (None: they did)
+    typing_note: str | None = None
 
     def thread_table(self, key: str = "global_loads") -> np.ndarray:
         """GPU-Puzzles-style table of one per-thread counter: shape grid (z, y, x) + block
@@ -165,7 +167,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                               device.limits)
     compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
     bound = bind_args(sim, kernel, args, device.id)
-    reason = None
+    reason = typing_note = None
     for name in _executor_order(sim):
         inst = Instrument(kernel.name, kernel.filename, config, sim.checks)
         launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed)
@@ -177,6 +179,8 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
             try:
                 simt_run(launch)
             except (unsupported, ImportError) as exc:
+                if _refused(exc):  # numba's typing refuses it: no executor runs it
+                    raise _typing_error(kernel, exc) from None
                 # ImportError: a part of numba the lockstep typing needs is missing (numba's
                 # built-in CUDA target instead of numba-cuda): the per-thread executor still runs
                 reason = str(exc) if isinstance(exc, unsupported) else \
@@ -188,7 +192,14 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         else:
             from .thread_executor import ThreadExecutor
 
-            ThreadExecutor(launch).run()
+            try:
+                executor = ThreadExecutor(launch)  # types the kernel as numba does
+            except Exception as exc:
+                if _refused(exc):
+                    raise _typing_error(kernel, exc) from None
+                raise
+            executor.run()
+            typing_note = executor.typing_note
         break
     else:
         raise NotSimulatedError(f"kernel {kernel.name!r}: no executor available ({reason})")
@@ -202,7 +213,8 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         _devices.DEVICE_BANDWIDTH_BPS)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
-                          list(inst.warnings), sorted(inst.written), compiled)
+                          list(inst.warnings), sorted(inst.written), compiled,
+                          typing_note=typing_note)
     _publish(record)
 
 
@@ -224,6 +236,25 @@ def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig)
     return {"available": True, "registers": report.registers, "shared_bytes": report.shared_bytes,
             "local_bytes": report.local_bytes, "spill_stores": report.spill_stores,
             "spill_loads": report.spill_loads, "occupancy": occupancy.summary()}
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether `exc` is numba's type inference refusing the kernel (see simt.typing)."""
+    try:
+        from .simt.typing import TypingRefused
+    except ImportError:
+        return False
+    return isinstance(exc, TypingRefused)
+
+
+def _typing_error(kernel: KernelSource, exc) -> CompileError:
+    """numba's typing refused the kernel: the error a launch with the compile check on raises
+    (same message under both executors: the compile check's, naming the student's line)."""
+    from .compile_check import explain_failure
+
+    report = explain_failure(exc.error, exc.py_func)
+    return CompileError(f"kernel {kernel.name!r} would not compile for a GPU: {report.message}",
+                        kernel=kernel.name, filename=report.filename, line=report.lineno)
 
 
 def _simt():

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from greenlet import greenlet
 
-from . import kernel_source, patching
+from . import kernel_source, patching, thread_typing
 from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
                      NotSimulatedError, SimError, WarpOpError, where)
 from .host import DeviceBuffer, _as_dtype
@@ -477,6 +477,11 @@ class ThreadCuda:
         return a if pred else b
 
 
+def _int32(mask: int) -> np.int32:
+    """A 32-bit lane mask as numba's int32 (lane 31 set: negative)."""
+    return np.int32(mask - (1 << 32) if mask & 0x80000000 else mask)
+
+
 # ---------------------------------------------------------------- the executor
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
 
@@ -495,7 +500,11 @@ class ThreadExecutor:
         self.bid = 0
         self.bidx = Dim3(0, 0, 0)
         self.cuda = ThreadCuda(self)
-        self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True)
+        # numba's types for the kernel's values (raises TypingRefused when numba refuses it)
+        typer = thread_typing.for_launch(launch.kernel.py_func, launch.args)
+        self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True,
+                                       typer=typer if typer.enabled else None)
+        self.typing_note = typer.note  # kernel_code notes a kernel without source
         self.thread_idx = [Dim3(*self.config.thread_xyz(t)) for t in range(self.tpb)]
         self.thread_order = list(range(self.tpb))
         self.pool: list[greenlet] = []
@@ -759,19 +768,20 @@ class ThreadExecutor:
             elif op == "shfl_xor_sync":
                 src = st.lane ^ arg
                 st.value = value if src >= WARP else read(st, src)
+            # result types as numba types them: lane masks int32, votes bool
             elif op == "ballot_sync":
-                st.value = sum(1 << s.lane for s in group if s.wait[0][2])
+                st.value = _int32(sum(1 << s.lane for s in group if s.wait[0][2]))
             elif op == "all_sync":
-                st.value = int(all(s.wait[0][2] for s in group))
+                st.value = np.bool_(all(s.wait[0][2] for s in group))
             elif op == "any_sync":
-                st.value = int(any(s.wait[0][2] for s in group))
+                st.value = np.bool_(any(s.wait[0][2] for s in group))
             elif op == "eq_sync":
-                st.value = int(all(s.wait[0][2] == value for s in group))
+                st.value = np.bool_(all(s.wait[0][2] == value for s in group))
             elif op == "match_any_sync":
-                st.value = sum(1 << s.lane for s in group if s.wait[0][2] == value)
+                st.value = _int32(sum(1 << s.lane for s in group if s.wait[0][2] == value))
             elif op == "match_all_sync":
                 same = all(s.wait[0][2] == value for s in group)
-                st.value = (member_mask if same else 0, int(same))
+                st.value = (_int32(member_mask if same else 0), np.bool_(same))
             else:  # syncwarp
                 st.value = None
 

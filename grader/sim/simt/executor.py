@@ -41,11 +41,19 @@ def _py_func(kernel):
     return getattr(kernel, "py_func", kernel)
 
 
+def _holds_array(value) -> bool:
+    return isinstance(value, np.ndarray) or isinstance(value, tuple) and \
+        any(_holds_array(v) for v in value)
+
+
 def _argument(value):
     if hasattr(value, "flat") and hasattr(value, "estrides"):  # a DeviceBuffer
         return global_array(value)
     if isinstance(value, np.ndarray) and value.ndim:
         raise SimtUnsupported("a host array argument the launcher did not turn into a buffer")
+    if isinstance(value, tuple) and _holds_array(value):
+        # typed from its elements it would not be the type numba gives it: no typing refusal
+        raise SimtUnsupported("a tuple argument holding arrays")
     if isinstance(value, (bool, int, float, complex)):
         return np.asarray(value)[()]
     return value

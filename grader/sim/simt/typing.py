@@ -83,6 +83,21 @@ class FunctionTypes:
 _inferred: dict = {}
 
 
+class TypingRefused(SimtUnsupported):
+    """numba's type inference refuses the function (a `TypingError` or `UnsupportedError`
+    of numba's): it would not compile for a GPU, so neither executor runs it. `error` is
+    numba's exception (with its traceback), `py_func` the function being typed."""
+
+    error: BaseException
+    py_func: object
+
+
+def _numba_refuses(err: BaseException) -> bool:
+    return any(cls.__name__ in ("TypingError", "UnsupportedError")
+               and cls.__module__.startswith(("numba.", "numba_cuda."))
+               for cls in type(err).__mro__)
+
+
 def _typing_pipeline():
     from numba.cuda import compiler
     from numba.cuda.core.compiler import _EarlyPipelineCompletion
@@ -141,9 +156,13 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
             state = compiler.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
-    except Exception as err:  # any failure to type is a reason to fall back
+    except Exception as err:  # numba refusing the kernel, or a failure to type it here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SimtUnsupported(f"numba cannot type {py_func.__name__!r} ({first})", line) from err
+        refused = _numba_refuses(err)
+        exc = (TypingRefused if refused else SimtUnsupported)(
+            f"numba cannot type {py_func.__name__!r} ({first})", line)
+        exc.error, exc.py_func = err, py_func
+        raise exc from err
     result = FunctionTypes(return_type=state.return_type)
     typing_context = cuda_target.typing_context
     from numba.cuda.core import ir

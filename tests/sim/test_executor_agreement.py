@@ -1,0 +1,511 @@
+"""The two executors agree: on kernels both run, the same outputs and the same counters; on
+buggy kernels, the same error class naming the same line; on kernels numba refuses, the same
+refusal. The per-thread executor follows numba's types (locals, operations, warp-op results)
+as the SIMT executor does.
+
+Sizes stay small: the per-thread executor costs microseconds per memory access.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda, float32, int32, int64
+
+import grader.sim as sim
+from grader.sim import thread_typing
+from grader.sim.errors import CompileError
+
+EXECUTORS = ("simt", "thread")
+
+# counters that do not depend on how an executor groups accesses into requests
+COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "atomics",
+            "barriers", "warp_ops", "threads_launched", "max_global_loads_per_thread",
+            "max_global_stores_per_thread", "global_load_requests", "global_store_requests",
+            "global_load_sectors", "global_store_sectors", "shared_requests",
+            "bank_conflict_wavefronts")
+
+
+def run_both(kernel, grid, block, make_args, shared=0):
+    """Run the kernel under each executor (no fallback); return {executor: (host copies of the
+    device-array arguments, record)}."""
+    results = {}
+    for executor in EXECUTORS:
+        with sim.installed(executor=executor), sim.trace() as records:
+            args = make_args()
+            kernel[grid, block, 0, shared](*args)
+            outputs = [a.copy_to_host() for a in args if hasattr(a, "copy_to_host")]
+        (record,) = records
+        assert record.executor == executor and record.typing_note is None
+        results[executor] = (outputs, record)
+    return results
+
+
+def assert_agree(results, counters=COUNTERS):
+    (out_s, rec_s), (out_t, rec_t) = results["simt"], results["thread"]
+    assert len(out_s) == len(out_t)
+    for a, b in zip(out_s, out_t):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    for key in counters:
+        assert rec_s.counters[key] == rec_t.counters[key], key
+    for key in ("global_loads", "global_stores", "shared_loads", "shared_stores"):
+        np.testing.assert_array_equal(rec_s.threads[key], rec_t.threads[key], err_msg=key)
+    return out_s
+
+
+def dev(x):
+    return cuda.to_device(np.ascontiguousarray(x))
+
+
+# ---------------------------------------------------------------- kernels both executors run
+@cuda.jit
+def vector_add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+def test_vector_add_with_a_partial_last_block():
+    a, b = np.random.rand(200).astype(np.float32), np.random.rand(200).astype(np.float32)
+    out = assert_agree(run_both(vector_add, 4, 64,
+                                lambda: [dev(a), dev(b), cuda.device_array(200, np.float32)]))
+    np.testing.assert_array_equal(out[-1], a + b)
+
+
+@cuda.jit
+def saxpy_grid_stride(alpha, x, y, out):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, x.size, stride):
+        out[i] = alpha * x[i] + y[i]
+
+
+def test_grid_stride_loop_with_a_float32_scalar():
+    x, y = np.random.rand(300).astype(np.float32), np.random.rand(300).astype(np.float32)
+    out = assert_agree(run_both(saxpy_grid_stride, 2, 32, lambda: [
+        np.float32(2.5), dev(x), dev(y), cuda.device_array(300, np.float32)]))
+    np.testing.assert_array_equal(out[-1], np.float32(2.5) * x + y)
+
+
+TILE = 4
+
+
+@cuda.jit
+def tiled_matmul(a, b, c):
+    sa = cuda.shared.array((TILE, TILE), float32)
+    sb = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    row = cuda.blockIdx.y * TILE + ty
+    col = cuda.blockIdx.x * TILE + tx
+    acc = float32(0)
+    for t in range((a.shape[1] + TILE - 1) // TILE):
+        k = t * TILE
+        sa[ty, tx] = a[row, k + tx] if row < a.shape[0] and k + tx < a.shape[1] else 0
+        sb[ty, tx] = b[k + ty, col] if k + ty < b.shape[0] and col < b.shape[1] else 0
+        cuda.syncthreads()
+        for j in range(TILE):
+            acc += sa[ty, j] * sb[j, tx]
+        cuda.syncthreads()
+    if row < c.shape[0] and col < c.shape[1]:
+        c[row, col] = acc
+
+
+def test_tiled_matmul_with_sizes_not_multiple_of_the_tile():
+    a = np.random.rand(6, 7).astype(np.float32)
+    b = np.random.rand(7, 5).astype(np.float32)
+    out = assert_agree(run_both(tiled_matmul, (2, 2), (TILE, TILE), lambda: [
+        dev(a), dev(b), cuda.device_array((6, 5), np.float32)]))
+    np.testing.assert_allclose(out[-1], a @ b, rtol=1e-5)
+
+
+@cuda.jit
+def tree_sum(a, partial):
+    sh = cuda.shared.array(64, float64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    sh[t] = a[i] if i < a.size else 0.0
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            sh[t] += sh[t + s]
+        cuda.syncthreads()
+        s //= 2
+    if t == 0:
+        partial[cuda.blockIdx.x] = sh[0]
+
+
+float64 = np.float64  # numba accepts numpy dtypes for shared arrays
+
+
+def test_tree_reduction_in_shared_memory():
+    a = np.random.rand(150)
+    out = assert_agree(run_both(tree_sum, 3, 64, lambda: [dev(a), cuda.device_array(3)]))
+    assert math.isclose(out[-1].sum(), a.sum(), rel_tol=1e-12)
+
+
+@cuda.jit
+def shuffle_sum(a, total):
+    i = cuda.grid(1)
+    v = a[i] if i < a.size else 0
+    off = 16
+    while off > 0:
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+        off //= 2
+    if cuda.laneid == 0:
+        cuda.atomic.add(total, 0, v)
+
+
+def test_shuffle_reduction_with_atomics():
+    a = np.arange(100, dtype=np.int64)
+    out = assert_agree(run_both(shuffle_sum, 2, 64, lambda: [dev(a), dev(np.zeros(1, np.int64))]))
+    assert out[-1][0] == a.sum()
+
+
+@cuda.jit
+def atomic_olds(counter, olds, wrap, peak):
+    t = cuda.threadIdx.x
+    olds[t, 0] = cuda.atomic.add(counter, 0, 2)
+    olds[t, 1] = cuda.atomic.inc(wrap, 0, 5)
+    olds[t, 2] = cuda.atomic.max(peak, 0, (t * 7) % 11)
+    olds[t, 3] = cuda.atomic.cas(counter, 1, t, t + 1)
+    olds[t, 4] = cuda.atomic.exch(peak, 1, t)
+
+
+def test_atomics_with_returned_old_values():
+    out = assert_agree(run_both(atomic_olds, 1, 48, lambda: [
+        dev(np.zeros(2, np.int64)), cuda.device_array((48, 5), np.int64),
+        dev(np.zeros(1, np.uint32)), dev(np.zeros(2, np.int32))]))
+    counter, olds = out[0], out[1]
+    assert sorted(olds[:, 0]) == list(range(0, 96, 2)) and counter[0] == 96
+
+
+@cuda.jit
+def divergent(a, out):
+    i = cuda.grid(1)
+    if i >= a.size:
+        return
+    n = a[i]
+    steps = 0
+    while n != 1:
+        if n % 2 == 0:
+            n //= 2
+        else:
+            n = 3 * n + 1
+        steps += 1
+        if steps > 50:
+            break
+    for k in range(i % 5):
+        if k == 2:
+            continue
+        steps += k
+    out[i] = steps if i % 3 else -steps
+
+
+def test_divergent_control_flow():
+    a = np.arange(1, 71, dtype=np.int32)
+    assert_agree(run_both(divergent, 3, 32, lambda: [dev(a), cuda.device_array(70, np.int64)]))
+
+
+@cuda.jit(device=True)
+def clamp_square(x, limit):
+    if x > limit:
+        return limit
+    y = x * x
+    return y if y < limit else limit
+
+
+@cuda.jit(device=True)
+def apply_twice(x, limit):
+    return clamp_square(clamp_square(x, limit), limit)
+
+
+@cuda.jit
+def uses_device_functions(inp, out, limit):
+    i = cuda.grid(1)
+    if i < inp.size:
+        out[i] = apply_twice(inp[i], limit)
+
+
+@pytest.mark.parametrize("limit", [4.0, np.float32(4.0)])
+def test_scalar_argument_passed_to_a_device_function_stays_a_scalar(limit):
+    """Regression: under the per-thread executor a scalar kernel argument passed on to a
+    device function arrived as a ThreadArray ("'>' not supported between instances of 'float'
+    and 'ThreadArray'"; numpy scalars have `.flat`)."""
+    x = np.linspace(-3, 3, 50).astype(np.float32)
+    out = assert_agree(run_both(uses_device_functions, 2, 32, lambda: [
+        dev(x), cuda.device_array_like(x), limit]))
+    ref = np.minimum(np.minimum(x.astype(np.float64) ** 2, 4) ** 2, 4)
+    np.testing.assert_allclose(out[1], ref, rtol=1e-6)
+
+
+@cuda.jit
+def local_prefix(inp, out):
+    i = cuda.grid(1)
+    tmp = cuda.local.array(8, int32)
+    for k in range(8):
+        tmp[k] = inp[i] + k
+    for k in range(1, 8):
+        tmp[k] += tmp[k - 1]
+    out[i] = tmp[7 - i % 8]
+
+
+def test_local_arrays():
+    x = np.arange(64, dtype=np.int32)
+    assert_agree(run_both(local_prefix, 2, 32, lambda: [dev(x), cuda.device_array(64, np.int32)]))
+
+
+@cuda.jit
+def votes(out):
+    t = cuda.threadIdx.x
+    out[t, 0] = cuda.ballot_sync(0xFFFFFFFF, t % 2 == 1)
+    out[t, 1] = cuda.match_any_sync(0xFFFFFFFF, t // 8)
+    out[t, 2] = cuda.any_sync(0xFFFFFFFF, t == 3) + 2 * cuda.all_sync(0xFFFFFFFF, t < 40)
+    ok = cuda.match_all_sync(0xFFFFFFFF, t // 32)
+    out[t, 3] = ok[0]
+    out[t, 4] = ok[1]
+    out[t, 5] = cuda.syncthreads_count(t % 3)
+
+
+def test_ballot_and_match_are_int32_as_numba_types_them():
+    out = assert_agree(run_both(votes, 1, 64, lambda: [cuda.device_array((64, 6), np.int64)]))
+    o = out[0]
+    assert (o[:, 0] == np.uint32(0xAAAAAAAA).view(np.int32)).all()  # negative: int32
+    assert (o[:, 3] == -1).all() and (o[:, 4] == 1).all()
+
+
+@cuda.jit
+def dot_rows(a, b, out, squares):
+    i = cuda.grid(1)
+    if i < out.size:
+        acc = 0.0  # numba types this float64, whatever the arrays hold
+        for k in range(a.shape[1]):
+            acc += a[i, k] * b[i, k]
+        out[i] = acc
+        x = squares[i]
+        squares[i] = x * x // 1000  # int32 * int32 is computed in int64
+    scaled = 0.1 * (i + 1)  # float literal: float64
+    if i < out.size and scaled > float32(0.1) * (i + 1):
+        out[i] += 1
+
+
+def test_float64_accumulation_and_integer_widening_follow_numba():
+    a = (np.random.RandomState(1).rand(6, 400) * 100).astype(np.float32)
+    b = (np.random.RandomState(2).rand(6, 400) * 100).astype(np.float32)
+    squares = np.full(6, 100_000, np.int32)  # 1e10 overflows int32
+    out = assert_agree(run_both(dot_rows, 1, 8, lambda: [
+        dev(a), dev(b), cuda.device_array(6, np.float64), dev(squares)]))
+    exact = np.zeros(6)
+    for k in range(400):
+        exact += (a[:, k] * b[:, k]).astype(np.float64)
+    plus = np.array([0.1 * (i + 1) > np.float64(np.float32(0.1)) * (i + 1) for i in range(6)])
+    np.testing.assert_array_equal(out[2], exact + plus)
+    assert (out[3] == 10_000_000).all()
+
+
+def test_without_numba_cuda_inference_the_record_says_so(monkeypatch):
+    """Where numba's type inference is unavailable, the per-thread executor runs the code as
+    written and the launch record says why."""
+    from grader.sim.simt import typing as simt_typing
+    from grader.sim.simt.unsupported import SimtUnsupported
+
+    def unavailable(*args, **kwargs):
+        raise SimtUnsupported("lockstep typing needs numba-cuda, which is not installed")
+
+    monkeypatch.setattr(simt_typing, "infer", unavailable)
+    x = np.arange(8, dtype=np.float32)
+    with sim.installed(executor="thread"), sim.trace() as records:
+        out = cuda.device_array_like(x)
+        vector_add[1, 8](dev(x), dev(x), out)
+    assert (out.copy_to_host() == 2 * x).all()
+    assert "numba-cuda" in records[0].typing_note and "numpy" in records[0].typing_note
+
+
+def test_typed_code_keeps_the_students_file_and_lines():
+    from grader.sim.simt import typing as simt_typing
+
+    func = dot_rows.py_func
+    argtypes = (simt_typing.array_type(np.dtype(np.float32), 2),) * 2 + (
+        simt_typing.array_type(np.dtype(np.float64), 1),
+        simt_typing.array_type(np.dtype(np.int32), 1))
+    code, _ = thread_typing.typed_code(func, simt_typing.infer(func, argtypes), "kernel")
+    assert code.co_filename == func.__code__.co_filename
+    original = {line for _, _, line in func.__code__.co_lines() if line}
+    assert {line for _, _, line in code.co_lines() if line} <= original | {
+        func.__code__.co_firstlineno + 1}
+
+
+# ---------------------------------------------------------------- buggy kernels
+def raised_by_both(kernel, grid, block, make_args, shared=0):
+    """{executor: the SimError raised}; both must raise."""
+    errors = {}
+    for executor in EXECUTORS:
+        with sim.installed(executor=executor):
+            with pytest.raises(sim.SimError) as info:
+                kernel[grid, block, 0, shared](*make_args())
+        errors[executor] = info.value
+    return errors
+
+
+def assert_same_finding(errors, cls, line_text):
+    """Same class, and both name the same line: the one holding `line_text`."""
+    s, t = errors["simt"], errors["thread"]
+    assert type(s) is type(t) is cls, (type(s), type(t))
+    assert s.line == t.line and s.filename == t.filename, (s.line, t.line)
+    with open(s.filename) as f:
+        assert line_text in f.read().splitlines()[s.line - 1]
+
+
+@cuda.jit
+def unguarded_copy(a, out):
+    i = cuda.grid(1)
+    out[i] = a[i] * 2  # no bounds guard
+    
+
+def test_out_of_bounds_read():
+    errors = raised_by_both(unguarded_copy, 2, 32, lambda: [
+        dev(np.ones(40, np.float32)), cuda.device_array(64, np.float32)])
+    assert_same_finding(errors, sim.OutOfBoundsError, "out[i] = a[i] * 2")
+
+
+@cuda.jit
+def tree_sum_missing_barrier(a, out):
+    sh = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    sh[t] = a[t]
+    cuda.syncthreads()
+    s = 32
+    while s > 0:
+        if t < s:
+            sh[t] += sh[t + s]
+        s //= 2  # missing cuda.syncthreads() in the loop
+    if t == 0:
+        out[0] = sh[0]
+
+
+def test_shared_race_from_a_missing_syncthreads():
+    errors = raised_by_both(tree_sum_missing_barrier, 1, 64, lambda: [
+        dev(np.ones(64, np.float32)), cuda.device_array(1, np.float32)])
+    assert_same_finding(errors, sim.RaceError, "sh[t] += sh[t + s]")
+
+
+@cuda.jit
+def racy_total(a, out):
+    i = cuda.grid(1)
+    v = a[i]
+    out[0] += v
+
+
+def test_global_race_on_one_accumulator():
+    errors = raised_by_both(racy_total, 1, 32, lambda: [
+        dev(np.ones(32, np.float32)), dev(np.zeros(1, np.float32))])
+    assert_same_finding(errors, sim.RaceError, "out[0] += v")
+
+
+@cuda.jit
+def reads_unwritten_shared(out):
+    tile = cuda.shared.array(32, float32)
+    t = cuda.threadIdx.x
+    out[t] = tile[t]
+
+
+def test_uninitialised_shared_read():
+    errors = raised_by_both(reads_unwritten_shared, 1, 32, lambda: [
+        cuda.device_array(32, np.float32)])
+    assert_same_finding(errors, sim.UninitialisedReadError, "out[t] = tile[t]")
+
+
+@cuda.jit
+def barrier_in_branch(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    out[t] = t
+
+
+def test_barrier_divergence():
+    errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
+    assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
+
+
+@cuda.jit
+def shuffle_from_exited_lane(out):
+    t = cuda.threadIdx.x
+    if t >= 16:
+        return
+    out[t] = cuda.shfl_down_sync(0xFFFF, t, 8)
+
+
+def test_shuffle_reading_an_exited_lane():
+    errors = raised_by_both(shuffle_from_exited_lane, 1, 32, lambda: [
+        cuda.device_array(32, np.int64)])
+    assert_same_finding(errors, sim.WarpOpError, "shfl_down_sync(0xFFFF, t, 8)")
+
+
+@cuda.jit
+def shuffle_mask_without_caller(out):
+    t = cuda.threadIdx.x
+    out[t] = cuda.shfl_sync(0x0000FFFF, t, 0)
+
+
+def test_shuffle_with_a_mask_that_excludes_the_caller():
+    errors = raised_by_both(shuffle_mask_without_caller, 1, 32, lambda: [
+        cuda.device_array(32, np.int64)])
+    assert_same_finding(errors, sim.WarpOpError, "shfl_sync(0x0000FFFF, t, 0)")
+
+
+# ---------------------------------------------------------------- kernels numba refuses
+@cuda.jit
+def count_with_bool(out):
+    t = cuda.threadIdx.x
+    out[t] = cuda.syncthreads_count(t % 3 == 0)
+
+
+@cuda.jit
+def inc_on_int64(counter):
+    cuda.atomic.inc(counter, 0, 10)
+
+
+@pytest.mark.parametrize("kernel, make_args, line_text", [
+    (count_with_bool, lambda: [dev(np.zeros(32, np.int32))], "syncthreads_count(t % 3 == 0)"),
+    (inc_on_int64, lambda: [dev(np.zeros(1, np.int64))], "atomic.inc(counter, 0, 10)"),
+], ids=["syncthreads_count_of_a_bool", "atomic_inc_on_int64"])
+def test_kernels_numba_refuses_are_refused_by_both_with_one_message(kernel, make_args, line_text):
+    """Regression: SIMT refused these (numba's typing does) and the launcher then ran them on
+    the per-thread executor; now every executor refuses them with the compile check's message."""
+    messages = []
+    for executor in ("auto", "simt", "thread"):
+        with sim.installed(executor=executor):
+            out = make_args()
+            with pytest.raises(CompileError) as info:
+                kernel[1, 32](*out)
+            assert not out[0].copy_to_host().any()  # nothing ran
+        messages.append(str(info.value))
+        err = info.value
+        with open(err.filename) as f:
+            assert line_text in f.read().splitlines()[err.line - 1]
+    assert messages[0] == messages[1] == messages[2]
+    assert "would not compile for a GPU" in messages[0] and "No implementation" in messages[0]
+
+
+def test_refusal_matches_the_compile_check_report():
+    from grader.sim.compile_check import compile_check, toolchain_status
+
+    if not toolchain_status().compile_ptx:
+        pytest.skip("numba-cuda's compile_ptx is not available")
+    report = compile_check(count_with_bool, (np.zeros(32, np.int32),), use_cache=False)
+    with sim.installed(executor="thread"):
+        with pytest.raises(CompileError) as info:
+            count_with_bool[1, 32](cuda.device_array(32, np.int32))
+    assert str(info.value).endswith(report.message)
+
+
+def test_int64_local_is_not_narrowed():
+    @cuda.jit
+    def big(out):
+        x = int64(1) << 40
+        out[0] = x + cuda.threadIdx.x
+
+    res = assert_agree(run_both(big, 1, 1, lambda: [cuda.device_array(1, np.int64)]))
+    assert res[0][0] == 1 << 40
