@@ -72,6 +72,11 @@ def runner_image(docker_client):
 def make_student(tmp_path, runner_image, docker_client):
     students = []
 
+    def runners() -> set[str]:
+        return {c.id for c in docker_client.containers.list(all=True, filters={"label": RUNNER_LABEL})}
+
+    before = runners()
+
     def make(source: str, timeout: float = 30.0, policy=WIDE_POLICY, limits: Limits | None = None,
              **settings) -> Student:
         work = tmp_path / f"work{len(students)}"
@@ -86,8 +91,7 @@ def make_student(tmp_path, runner_image, docker_client):
     yield make
     for s in students:
         s.close()
-    leftovers = docker_client.containers.list(all=True, filters={"label": RUNNER_LABEL})
-    assert not leftovers, "every runner container is removed when its student is closed"
+    assert not runners() - before, "every runner container is removed when its student is closed"
 
 
 def test_calls_round_trip_through_the_container_and_prints_cannot_forge_a_reply(make_student):
@@ -103,6 +107,31 @@ def test_calls_round_trip_through_the_container_and_prints_cannot_forge_a_reply(
     result = s.call("scale", x, 2)
     assert result.value == 2 * x.sum()
     assert np.array_equal(result.args[0], 2 * x)
+
+
+def test_the_container_is_confined_as_configured(make_student, docker_client):
+    s = make_student("def f():\n    return 0\n")
+    before = {c.id for c in docker_client.containers.list(filters={"label": RUNNER_LABEL})}
+    s.call("f")
+    (container,) = [c for c in docker_client.containers.list(filters={"label": RUNNER_LABEL}) if c.id not in before]
+    host, config = container.attrs["HostConfig"], container.attrs["Config"]
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+    assert host["Memory"] == host["MemorySwap"] == DockerSettings.memory_bytes
+    assert host["PidsLimit"] == DockerSettings.pids and host["NanoCpus"] == int(DockerSettings.cpus * 1e9)
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert not host.get("DeviceRequests"), "no GPU unless --gpus asks for one"
+    assert host["Binds"] == [f"{s.workspace}:/workspace:ro"]
+    assert "/tmp" in host["Tmpfs"] and config["User"] == "65534:65534"
+
+
+def test_gpus_become_device_requests():
+    from grader.docker_sandbox import _gpu_requests
+
+    assert _gpu_requests("") == []
+    (every,) = _gpu_requests("all")
+    assert every["Count"] == -1 and every["Capabilities"] == [["gpu"]]
+    (some,) = _gpu_requests("0, 1")
+    assert some["DeviceIDs"] == ["0", "1"]
 
 
 def test_infinite_loop_times_out_and_the_next_call_gets_a_fresh_container(make_student):
