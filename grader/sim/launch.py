@@ -179,7 +179,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
             try:
                 simt_run(launch)
             except (unsupported, ImportError) as exc:
-                if _refused(exc):  # numba's typing refuses it: no executor runs it
+                if _refused(exc, kernel):  # numba's typing refuses it: no executor runs it
                     raise _typing_error(kernel, exc) from None
                 # ImportError: a part of numba the lockstep typing needs is missing (numba's
                 # built-in CUDA target instead of numba-cuda): the per-thread executor still runs
@@ -195,7 +195,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
             try:
                 executor = ThreadExecutor(launch)  # types the kernel as numba does
             except Exception as exc:
-                if _refused(exc):
+                if _refused(exc, kernel):
                     raise _typing_error(kernel, exc) from None
                 raise
             executor.run()
@@ -238,13 +238,14 @@ def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig)
             "spill_loads": report.spill_loads, "occupancy": occupancy.summary()}
 
 
-def _refused(exc: BaseException) -> bool:
-    """Whether `exc` is numba's type inference refusing the kernel (see simt.typing)."""
+def _refused(exc: BaseException, kernel: KernelSource) -> bool:
+    """Whether `exc` is numba's type inference refusing the kernel itself (see simt.typing);
+    a device function typed while running falls back like any other unsupported feature."""
     try:
         from .simt.typing import TypingRefused
     except ImportError:
         return False
-    return isinstance(exc, TypingRefused)
+    return isinstance(exc, TypingRefused) and exc.py_func is kernel.py_func
 
 
 def _typing_error(kernel: KernelSource, exc) -> CompileError:

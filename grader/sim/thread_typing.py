@@ -388,7 +388,11 @@ class TypedDevice:
         self._fns: dict = {}
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs or len(args) != self.func.__code__.co_argcount:  # as numba folds them
+            bound = inspect.signature(self.func).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args = tuple(bound.arguments.values())
         key = tuple(map(_value_key, args))
         fn = self._fns.get(key)
         if fn is None:

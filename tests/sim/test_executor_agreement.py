@@ -509,3 +509,31 @@ def test_int64_local_is_not_narrowed():
 
     res = assert_agree(run_both(big, 1, 1, lambda: [cuda.device_array(1, np.int64)]))
     assert res[0][0] == 1 << 40
+
+
+
+@cuda.jit(device=True)
+def scaled(x, factor=2.0, offset=0):
+    return x * factor + offset
+
+
+
+@cuda.jit
+def calls_with_keywords_and_defaults(a, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        y = scaled(a[i], offset=1)
+        out[i, 0] = y
+        out[i, 1] = scaled(a[i])
+
+
+def test_device_function_keywords_and_defaults_under_the_per_thread_executor():
+    """Typed per signature as numba folds the arguments (the SIMT executor leaves keyword
+    arguments and defaults of device functions to the per-thread one)."""
+    a = np.arange(8, dtype=np.float32)
+    with sim.installed(executor="thread"), sim.trace() as records:
+        out = cuda.device_array((8, 2), np.float64)
+        calls_with_keywords_and_defaults[1, 8](dev(a), out)
+    assert records[0].typing_note is None
+    np.testing.assert_array_equal(out.copy_to_host()[:, 0], a.astype(np.float64) * 2 + 1)
+    np.testing.assert_array_equal(out.copy_to_host()[:, 1], a.astype(np.float64) * 2)
