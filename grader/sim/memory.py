@@ -466,7 +466,7 @@ class Instrument:
             slot = self._new_slot(space, handle)
         hc = slot if kind == "load" else slot + 1
         log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
-        init = handle.initialised
+        init = _flags(handle.initialised)
         # frame.f_lineno walks the code's line table on every call: remember the log entry
         # (line << 32 | hc) of each bytecode offset, per code object (the one seen last first)
         site = [None, None]  # [code, {f_lasti: line << 32 | hc}]
@@ -508,7 +508,7 @@ class Instrument:
         done inline; anything else goes through `_race1` itself."""
         tpb, wpb = self.tpb, self.wpb
         log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
-        init, written, name = handle.initialised, self.written, handle.name
+        init, written, name = _flags(handle.initialised), self.written, handle.name
         is_global = space == "global"
         kind = "store" if store else "load"
         shadows = self._shadows1.setdefault(handle.buffer_id, {})
@@ -972,6 +972,15 @@ class Instrument:
         shape = (self.config.n_blocks, self.tpb)
         c["threads"] = {k: v.reshape(shape) for k, v in self.per_thread.items()}
         return c
+
+
+def _flags(initialised: np.ndarray):
+    """The initialised flags for indexing one element at a time from Python: a memoryview on
+    the same memory (an item is a Python bool, several times cheaper than a numpy scalar)."""
+    if initialised.dtype == np.bool_ and initialised.ndim == 1 and \
+            initialised.flags.c_contiguous and initialised.flags.writeable:
+        return memoryview(initialised)
+    return initialised
 
 
 def _vector_part(handle, idx, n: int):
