@@ -24,8 +24,8 @@ ENV LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # The dependencies alone (a stub stands in for the grader), so that editing the grader or the
 # course reinstalls nothing heavy.
 FROM python AS deps
-COPY pyproject.toml README.md wheel[s] /opt/gpugrade/build/
-RUN mkdir -p /opt/gpugrade/build/grader && touch /opt/gpugrade/build/grader/__init__.py && \
+COPY pyproject.toml wheel[s] /opt/gpugrade/build/
+RUN mkdir -p /opt/gpugrade/build/grader && touch /opt/gpugrade/build/grader/__init__.py /opt/gpugrade/build/README.md && \
     if ls /opt/gpugrade/build/*.whl >/dev/null 2>&1; then \
         export PIP_NO_INDEX=1 PIP_FIND_LINKS=/opt/gpugrade/build; \
     fi && \
@@ -54,7 +54,10 @@ USER 65534:65534
 ENTRYPOINT ["python", "-I", "-m", "grader.runner"]
 CMD ["--help"]
 
-# The production image (default target): the judge and the course.
+# The production image (default target): the judge and the course. Inside it the runners are in the
+# process sandbox as `grader` (rlimits and timeouts; no namespaces: a container has no
+# CAP_SYS_ADMIN), so a runner could read the course's tests/ and solutions/ here: where that
+# matters, grade from a host with --sandbox docker, whose runner image holds no course at all.
 FROM python AS production
 COPY --from=deps-gpu /opt/gpugrade/venv /opt/gpugrade/venv
 COPY pyproject.toml README.md /opt/gpugrade/src/
