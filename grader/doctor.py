@@ -25,9 +25,18 @@ def _docker() -> Fact:
     try:
         import docker
 
+        from .sandbox import SandboxSpec
+
         client = docker.from_env(timeout=3)
         version = client.version().get("Version", "?")
-        return Fact("docker engine", f"reachable (version {version})")
+        image = SandboxSpec.docker_image
+        try:
+            client.images.get(image)
+            runner = f"runner image {image} present"
+        except docker.errors.ImageNotFound:
+            return Fact("docker engine", f"reachable (version {version}); runner image {image} missing: "
+                                         f"docker/build-images.sh builds it", ok=False)
+        return Fact("docker engine", f"reachable (version {version}); {runner}: --sandbox docker works")
     except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
         return Fact("docker engine", f"not reachable ({type(exc).__name__}); --sandbox docker unavailable", ok=False)
 

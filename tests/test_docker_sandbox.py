@@ -9,6 +9,7 @@ The static policy is widened in most of them, so that the attack really runs ins
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -337,6 +338,11 @@ def test_reference_vector_add_scores_full_marks_in_the_docker_sandbox(runner_ima
     doc = json.loads(out.read_text())
     assert doc["tests"] and all(t["status"] == "passed" for t in doc["tests"]), doc
     assert doc["score"] == sum(t["max_score"] for t in doc["tests"]) > 0
+
+
+def test_sandbox_none_grades_through_the_same_path():
+    done = gpugrade("grade", "solutions", "vector_add", "--sandbox", "none", "--backend", "sim")
+    assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout + done.stderr
 
 
 def test_a_missing_runner_image_is_a_usage_error(docker_client):
