@@ -19,23 +19,62 @@ class CallResult:
     launches: list[dict] = field(default_factory=list)  # one record per kernel launch (sim backend)
 
 
-class Student:
-    """Calls into one exercise module of a submission, through a runner in a sandbox.
+class RunnerConnection:
+    """One runner for one workspace, shared by the `Student`s of all its modules.
 
-    A crashed or timed-out runner is restarted for the next call, so one bad test costs only
-    that test's points.
+    Started on demand (or early, with `start()`, so the interpreter's imports overlap other
+    work), and started afresh after a crash or a timeout: one bad call costs only that call.
     """
 
-    def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
-                 allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS):
-        self.module = module
-        self.allowed_imports = allowed_imports
-        self._violations: list | None = None
+    def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
+                 compile_check: bool = True):
         self.workspace = workspace
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
+        self.compile_check = compile_check  # off only for trusted course code (reference solutions)
         self._runner: Runner | None = None
+        self._configured = True
+
+    def start(self) -> Runner:
+        """Start the runner process; returns at once, its imports go on in the background."""
+        if self._runner is None:
+            self._runner = self.sandbox.start(self.workspace, self.backend, self.devices)
+            self._configured = self.compile_check
+        return self._runner
+
+    def request(self, message: dict, timeout: float | None = None) -> dict:
+        runner = self.start()
+        try:
+            if not self._configured:
+                runner.request({"op": "configure", "compile_check": False}, timeout=timeout)
+                self._configured = True
+            reply = runner.request(message, timeout=timeout)
+        except RunnerError:
+            self.close()
+            raise
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            self.close()
+            raise RunnerError("the runner sent a malformed reply")
+        return reply
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+
+class Student:
+    """Calls into one exercise module of a submission, through a runner in a sandbox."""
+
+    def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
+                 allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS,
+                 connection: RunnerConnection | None = None):
+        self.module = module
+        self.workspace = workspace
+        self.allowed_imports = allowed_imports
+        self._violations: list | None = None
+        self.connection = connection or RunnerConnection(workspace, backend, sandbox, devices)
 
     def _check_policy(self) -> None:
         """Before any student code runs: the static policy check, once per module."""
@@ -50,17 +89,8 @@ class Student:
 
     def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
         self._check_policy()
-        if self._runner is None:
-            self._runner = self.sandbox.start(self.workspace, self.backend, self.devices)
-        try:
-            reply = self._runner.request({"op": "call", "module": self.module, "function": function,
-                                          "args": list(args)}, timeout=timeout)
-        except RunnerError:
-            self.close()
-            raise
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-            self.close()
-            raise RunnerError("the runner sent a malformed reply")
+        reply = self.connection.request({"op": "call", "module": self.module, "function": function,
+                                         "args": list(args)}, timeout=timeout)
         if not reply["ok"]:
             error = reply.get("error") or {}
             if not isinstance(error, dict):
@@ -75,9 +105,7 @@ class Student:
         return CallResult(reply.get("returned"), returned_args, launches)
 
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        self.connection.close()
 
 
 def require_kernel_launch(result: CallResult, backend: str) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from .correctness import WrongAnswer
 from .errors import RunnerError, StudentCodeError
-from .judge import Student
+from .judge import RunnerConnection, Student
 from .results import Results, TestResult
 from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
@@ -101,6 +101,10 @@ class GradingSession:
                                backend=self.backend_name, seed=self.seed)
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}
+        # One runner for the submission and one for the reference solutions, whatever the number
+        # of exercises: each runner start costs an interpreter and numba's imports.
+        self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox)
+        self.reference_connection: RunnerConnection | None = None
         self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
         self.failed_stages: set[tuple[str, int]] = set()
         self._manifest = None
@@ -112,7 +116,8 @@ class GradingSession:
     def student(self, request: pytest.FixtureRequest) -> Student:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
-            self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox)
+            self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox,
+                                              connection=self.connection)
         return self.students[exercise]
 
     @pytest.fixture
@@ -140,14 +145,32 @@ class GradingSession:
         if exercise not in self.references:
             if not os.path.isfile(source):
                 pytest.skip(f"no reference solution {source}: performance is graded where the course has it")
+            connection = self._reference_connection()
+            self.references[exercise] = Student(exercise, connection.workspace, self.backend_name, self.sandbox,
+                                                connection=connection)
+        return self.references[exercise]
+
+    def _reference_connection(self) -> RunnerConnection:
+        """The reference solutions' runner: trusted course code, so no compile check."""
+        if self.reference_connection is None:
             from .course import make_workspace
 
-            if self._tmp is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="gpugrade-reference-")
+            self._tmp = tempfile.TemporaryDirectory(prefix="gpugrade-reference-")
             workspace = os.path.join(self._tmp.name, "reference")
-            make_workspace({exercise: Path(source)}, Path(workspace))
-            self.references[exercise] = Student(exercise, workspace, self.results.backend, self.sandbox)
-        return self.references[exercise]
+            modules = {p.stem: p for p in Path(self.reference_dir).glob("*.py")}
+            make_workspace(modules, Path(workspace))
+            self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox,
+                                                         compile_check=False)
+        return self.reference_connection
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Start the runners now: their imports overlap the first tests instead of delaying them."""
+        if not session.items:
+            return
+        self.connection.start()
+        perf = {exercise_of(i) for i in session.items if i.get_closest_marker("perf") is not None}
+        if any(os.path.isfile(os.path.join(self.reference_dir, f"{e}.py")) for e in perf):
+            self._reference_connection().start()
 
     # -- recording ----------------------------------------------------------------------------
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -200,8 +223,9 @@ class GradingSession:
         ))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for student in [*self.students.values(), *self.references.values()]:
-            student.close()
+        for connection in (self.connection, self.reference_connection):
+            if connection is not None:
+                connection.close()
         if self._tmp is not None:
             self._tmp.cleanup()
         self.results.execution_time = round(time.monotonic() - self.started, 3)

@@ -146,6 +146,14 @@ class Runner:
             return value
         raise TypeError(f"returned a value of type {type(value).__name__}; return a NumPy array or a number")
 
+    def configure(self, request: dict) -> dict:
+        """Settings the judge may change: only the compile check, off for its trusted reference runner."""
+        if self.backend == "sim" and "compile_check" in request:
+            from . import sim
+
+            sim.current().compile_check = bool(request["compile_check"])
+        return {"ok": True}
+
     def serve(self, inp, out) -> None:
         while True:
             try:
@@ -157,6 +165,8 @@ class Runner:
                 reply = self.call(request)
             elif op == "ping":
                 reply = {"ok": True, "backend": self.backend}
+            elif op == "configure":
+                reply = self.configure(request)
             else:
                 reply = {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
                                                 "message": f"unknown op {op!r}", "where": ""}}

@@ -140,10 +140,7 @@ class RunnerProcess:
                 stream.close()
             except OSError:
                 pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        self.kill()  # nothing of the runner's is worth an orderly interpreter shutdown
         self._log.close()
         self._scratch.cleanup()
 
