@@ -19,6 +19,7 @@ import threading
 
 from . import patching
 from .devices import Devices, GpuList
+from .eager import Signatures
 from .errors import (BarrierDivergenceError, Checks, DeadlockError, LaunchConfigError,
                      NotSimulatedError, OutOfBoundsError, RaceError, SimError, SimWarning,
                      UninitialisedReadError, WarpOpError, WrongDeviceError)
@@ -52,6 +53,8 @@ class Simulator:
         # a kernel that runs in Python but not on a GPU fails its launch with CompileError.
         self.compile_check = compile_check
         self.host = HostAPI(self)
+        # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
+        self.signatures = Signatures(lambda: self.devices.current)
 
     def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
         return SimLaunchConfiguration(self, dispatcher, griddim, blockdim, stream, sharedmem)

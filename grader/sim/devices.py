@@ -52,6 +52,10 @@ class VirtualDevice:
         self.MAX_SHARED_MEMORY_PER_BLOCK = self.limits.default_shared_bytes
         self.MULTIPROCESSOR_COUNT = self.limits.multiprocessor_count
         self.WARP_SIZE = self.limits.warp_size
+        # half precision from cc 5.3, bfloat16 from 8.0, fp8 from 8.9 (numba's Device)
+        self.supports_float16 = self.compute_capability >= (5, 3)
+        self.supports_bfloat16 = self.compute_capability >= (8, 0)
+        self.supports_fp8 = self.compute_capability >= (8, 9)
 
     def advance(self, ms: float) -> float:
         with self._lock:

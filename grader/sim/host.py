@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from . import devices as _devices
-from .errors import WrongDeviceError
+from .errors import NotSimulatedError, WrongDeviceError
 
 _ids = itertools.count(1)
 _ADDRESS_ALIGN = 256
@@ -250,6 +251,69 @@ class SimEvent:
         return end.time_ms - self.time_ms
 
 
+class MemoryInfo(NamedTuple):
+    free: int
+    total: int
+
+
+class SimContext:
+    """What `cuda.current_context()` (and numba's `cudadrv.devices.get_context()`) return: the
+    context of a simulated device. It has the device, peer access (every other simulated device:
+    peer copies are simulated), streams, events and synchronisation; anything else a driver
+    context does raises NotSimulatedError naming it."""
+
+    TOTAL_MEMORY = 141 * 1024**3  # an H200's, for get_memory_info
+
+    def __init__(self, sim, device):
+        self._sim = sim
+        self.device = device
+
+    def can_access_peer(self, peer_device) -> bool:
+        peer = int(getattr(peer_device, "id", peer_device))
+        return peer != self.device.id and 0 <= peer < len(self._sim.devices)
+
+    def get_memory_info(self) -> MemoryInfo:
+        return MemoryInfo(self.TOTAL_MEMORY, self.TOTAL_MEMORY)
+
+    def synchronize(self):
+        pass
+
+    def reset(self):
+        pass
+
+    def push(self):
+        pass
+
+    def pop(self):
+        pass
+
+    def prepare_for_use(self):
+        pass
+
+    def get_default_stream(self):
+        return SimStream(self.device.id, self._sim)
+
+    get_legacy_default_stream = get_per_thread_default_stream = get_default_stream
+    create_stream = get_default_stream
+
+    def create_event(self, timing=True):
+        return SimEvent(self._sim, timing)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NotSimulatedError(f"cuda.current_context().{name} is not simulated")
+
+    def __eq__(self, other):
+        return isinstance(other, SimContext) and other.device is self.device
+
+    def __hash__(self):
+        return hash(self.device.id)
+
+    def __repr__(self):
+        return f"<SimContext of device {self.device.id}>"
+
+
 class HostAPI:
     """The functions that replace `numba.cuda.to_device` & co. while the simulator is installed."""
 
@@ -339,6 +403,11 @@ class HostAPI:
 
     def get_current_device(self):
         return self._sim.devices.current
+
+    def current_context(self, devnum=None):
+        """`cuda.current_context()` / numba's `cudadrv.devices.get_context(devnum)`."""
+        devices = self._sim.devices
+        return SimContext(self._sim, devices.current if devnum is None else devices[devnum])
 
     def list_devices(self):
         return list(self._sim.devices)

@@ -19,7 +19,7 @@ import types
 
 import numpy as np
 
-from . import patching
+from . import device_math, patching
 
 
 class KernelSource:
@@ -123,6 +123,8 @@ def _replacement(value, fake_cuda, cache, real_attrs):
     if isinstance(value, types.ModuleType):
         if value is patching.cuda_module():
             return fake_cuda
+        if value.__name__ == "numba.cuda.fp16" and hasattr(fake_cuda, "fp16"):
+            return fake_cuda.fp16
         if value is patching.numba_module():
             return NumbaProxy(fake_cuda)
         if value is math:
@@ -132,7 +134,9 @@ def _replacement(value, fake_cuda, cache, real_attrs):
         return rebind(value.py_func, fake_cuda, cache, device=True)
     name = real_attrs.get(id(value))
     if name is not None:
-        return getattr(fake_cuda, name)
+        for attr in name.split("."):
+            fake_cuda = getattr(fake_cuda, attr)
+        return fake_cuda
     if getattr(value, "__module__", None) == "math" and callable(value):
         return getattr(_MATH_SHIM, value.__name__, value)
     return value
@@ -169,6 +173,8 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     if typer is not None:
         new_globals.update(typer.globals)
     new_globals[_END_MARKER] = FELL_OFF
+    if "round" in func.__code__.co_names and "round" not in new_globals:
+        new_globals["round"] = device_math.kernel_round  # numba's round(x, ndigits)
     if not wrapper:
         fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
     cache[func] = fn  # before recursing: a recursive device function finds itself

@@ -118,7 +118,9 @@ def _scalar(value):
     if isinstance(value, complex):
         return np.complex128(value)
     if isinstance(value, tuple):
-        return tuple(_scalar(v) for v in value)
+        items = tuple(_scalar(v) for v in value)
+        # a namedtuple keeps its class: numba types it as a named tuple (fields by name)
+        return type(value)(*items) if hasattr(type(value), "_fields") else items
     return value
 
 
@@ -156,6 +158,24 @@ class SimLaunchConfiguration:
                    self.sharedmem, args)
 
 
+# Threads one launch may have: the instrument keeps ~40 bytes of records per thread (counters,
+# fences), and a CPU runs far fewer threads a second than a GPU. Beyond this a GPU-sized launch
+# is refused by name instead of exhausting memory.
+MAX_THREADS = 1 << 25
+_RECORD_BYTES_PER_THREAD = 40
+
+
+def check_size(kernel: str, config: LaunchConfig) -> None:
+    threads = config.n_blocks * config.threads_per_block
+    if threads > MAX_THREADS:
+        gib = threads * _RECORD_BYTES_PER_THREAD / 1024**3
+        raise NotSimulatedError(
+            f"kernel {kernel!r}: a launch of {threads:,} threads (grid {config.grid} x block "
+            f"{config.block}) is not simulated: at most {MAX_THREADS:,} threads per launch (its "
+            f"per-thread records alone would need {gib:.1f} GiB); launch a smaller problem",
+            kernel=kernel)
+
+
 def _executor_order(sim) -> list[str]:
     return {"auto": ["simt", "thread"], "simt": ["simt"], "thread": ["thread"]}[sim.executor]
 
@@ -165,6 +185,8 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
     config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
                               device.limits)
+    check_size(kernel.name, config)
+    args = sim.signatures.convert(dispatcher, args)  # to the declared types, as numba does
     compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
     bound = bind_args(sim, kernel, args, device.id)
     reason = typing_note = None

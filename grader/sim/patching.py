@@ -21,7 +21,13 @@ HOST_NAMES = (
     "is_cuda_array", "stream", "default_stream", "legacy_default_stream",
     "per_thread_default_stream", "event", "event_elapsed_time", "select_device",
     "get_current_device", "list_devices", "close", "detect", "pinned", "mapped",
+    "current_context",
 )
+# the same function under the names numba's own modules call it by: {module: {name: HostAPI name}}
+HOST_ALIASES = {
+    "numba.cuda.api": {"current_context": "current_context"},
+    "numba.cuda.cudadrv.devices": {"get_context": "current_context"},
+}
 
 
 class PatchScope:
@@ -96,7 +102,9 @@ def is_dispatcher(obj) -> bool:
 
 def cuda_attribute_names(fake_cuda) -> dict[int, str]:
     """{id(real numba.cuda attribute): name} for each name the fake provides, so that objects
-    a kernel imported by name (`from numba.cuda import syncthreads`) can be swapped."""
+    a kernel imported by name (`from numba.cuda import syncthreads`) can be swapped; names of a
+    namespace the fake provides (`fp16`) are dotted (`from numba.cuda.fp16 import hadd`:
+    "fp16.hadd")."""
     real = cuda_module()
     if real is None:
         return {}
@@ -105,6 +113,12 @@ def cuda_attribute_names(fake_cuda) -> dict[int, str]:
         obj = getattr(real, name, None)
         if obj is not None and not isinstance(obj, (int, float, str, bool)):
             out.setdefault(id(obj), name)
+        space = getattr(fake_cuda, name, None)
+        if isinstance(obj, types.ModuleType) and isinstance(space, types.SimpleNamespace):
+            for attr in vars(space):
+                member = getattr(obj, attr, None)
+                if member is not None:
+                    out.setdefault(id(member), f"{name}.{attr}")
     return out
 
 
@@ -124,6 +138,14 @@ def apply(sim) -> PatchScope:
             _patch_dispatcher(scope, cls, sim)
         for name in HOST_NAMES:
             scope.setattr(cuda, name, getattr(sim.host, name))
+        for modname, names in HOST_ALIASES.items():
+            try:
+                module = importlib.import_module(modname)
+            except Exception:  # numba's built-in CUDA target lays its modules out otherwise
+                continue
+            for name, host_name in names.items():
+                if hasattr(module, name):
+                    scope.setattr(module, name, getattr(sim.host, host_name))
         scope.setattr(cuda, "gpus", sim.gpus)
         # eager compilation (`@cuda.jit("void(float32[:])")`, typed device functions) asks the
         # current device for its compute capability: answer with the simulated device's
@@ -149,11 +171,29 @@ def _patch_dispatcher(scope: PatchScope, cls: type, sim) -> None:
 
     def compile(self, sig):
         # eager `@cuda.jit("void(...)")` compiles at decoration, which needs a driver; a
-        # simulated launch never uses the binary (compile_check builds PTX on its own)
+        # simulated launch never uses the binary (compile_check builds PTX on its own). The
+        # declared types are recorded (launches convert arguments to them) and the kernel is
+        # typed for them: numba's TypingError comes from the decorator, as on a GPU
+        sim.signatures.declare(self, sig)
         return None
+
+    def inspector(kind):
+        original = getattr(cls, f"inspect_{kind}", None)
+
+        def inspect(self, signature=None):
+            # a kernel's code, compiled on the CPU for the simulated device (eager.Signatures);
+            # device functions are compiled by numba itself: their own answer
+            if self.targetoptions.get("device") and original is not None:
+                return original(self, signature)
+            return sim.signatures.inspect(self, kind, signature)
+
+        inspect.__name__ = f"inspect_{kind}"
+        return inspect
 
     scope.setattr(cls, "configure", configure)
     scope.setattr(cls, "compile", compile)
+    for kind in ("llvm", "asm", "lto_ptx"):
+        scope.setattr(cls, f"inspect_{kind}", inspector(kind))
     # ...after which the decorator freezes the dispatcher to its (now absent) overloads
     scope.setattr(cls, "disable_compile", lambda self, val=True: None)
     scope.setattr(cls, "__getitem__", getitem)

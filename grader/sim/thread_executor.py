@@ -15,13 +15,14 @@ from __future__ import annotations
 import linecache
 import re
 import sys
+import types
 from collections import deque
 from typing import NamedTuple
 
 import numpy as np
 from greenlet import greenlet
 
-from . import kernel_source, patching, thread_typing
+from . import device_math, kernel_source, patching, thread_typing
 from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
                      NotSimulatedError, SimError, WarpOpError, where)
 from .host import DeviceBuffer, _as_dtype
@@ -333,8 +334,10 @@ class ThreadCuda:
         "threadfence_system", "syncwarp", "shfl_sync", "shfl_up_sync", "shfl_down_sync",
         "shfl_xor_sync", "ballot_sync", "all_sync", "any_sync", "eq_sync", "match_any_sync",
         "match_all_sync", "activemask", "lanemask_lt", "popc", "brev", "clz", "ffs", "fma",
-        "cbrt", "selp", "nanosleep",
+        "cbrt", "selp", "nanosleep", "fp16",
     )
+    # cuda.fp16: half-precision intrinsics (the same functions as the SIMT executor's)
+    fp16 = types.SimpleNamespace(**device_math.FP16)
 
     def __init__(self, ex: "ThreadExecutor"):
         self._ex = ex
@@ -446,7 +449,8 @@ class ThreadCuda:
     # --- integer and float intrinsics
     @staticmethod
     def popc(x):
-        return bin(int(x) & 0xFFFFFFFFFFFFFFFF).count("1")
+        bits = x.dtype.itemsize * 8 if isinstance(x, np.integer) else 64  # a Python int: int64
+        return bin(int(x) & ((1 << bits) - 1)).count("1")
 
     @staticmethod
     def brev(x):
@@ -714,9 +718,13 @@ class ThreadExecutor:
         n_warps = (self.tpb + WARP - 1) // WARP
         for w in range(n_warps):
             lanes = self.threads[w * WARP:(w + 1) * WARP]
-            converged = [st for st in lanes if st.status == "warp"
-                         and st.wait[0][0] == "activemask"]
-            if converged:
+            # activemask: the lanes waiting at the same call (one line: lanes that took the
+            # other side of a branch wait at another call and are not active here)
+            sites: dict = {}
+            for st in lanes:
+                if st.status == "warp" and st.wait[0][0] == "activemask":
+                    sites.setdefault((st.wait[2], st.wait[1]), []).append(st)
+            for converged in sites.values():
                 mask = sum(1 << st.lane for st in converged)
                 for st in converged:
                     st.status, st.wait, st.value = "ready", None, mask

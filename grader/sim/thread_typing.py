@@ -161,8 +161,9 @@ def value_type(value):
     dtype = _dtype_of_class(cls)
     if dtype is not None:
         return simt_typing.scalar_type(dtype)
-    if cls is tuple:
-        return simt_typing._numba()[0].BaseTuple.from_types([value_type(v) for v in value])
+    if isinstance(value, tuple):
+        return simt_typing._numba()[0].BaseTuple.from_types([value_type(v) for v in value],
+                                                            simt_typing.named_class(value))
     if hasattr(value, "estrides") and hasattr(value, "flat"):  # a launch's DeviceBuffer
         return simt_typing.array_type(value.dtype, len(value.shape),
                                       bool(value.data.flags.c_contiguous))
@@ -174,8 +175,9 @@ def value_type(value):
 
 def _value_key(value):
     cls = value.__class__
-    if cls is tuple:
-        return tuple(_value_key(v) for v in value)
+    if isinstance(value, tuple):
+        key = tuple(_value_key(v) for v in value)
+        return key if cls is tuple else (cls, key)
     if _dtype_of_class(cls) is not None:
         return cls
     return cls, getattr(value, "dtype", None), getattr(value, "ndim", None), \

@@ -231,9 +231,8 @@ class CollectiveOps:
 
     def popc(self, x):
         x = np.asarray(x)
-        bits = np.unpackbits(x.astype(x.dtype.newbyteorder("<")).view(np.uint8).reshape(
-            x.shape + (x.dtype.itemsize,)), axis=-1)
-        return bits.sum(axis=-1).astype(x.dtype)[()]
+        unsigned = x.astype(np.dtype(f"u{x.dtype.itemsize}"))  # two's complement bits
+        return np.bitwise_count(unsigned).astype(x.dtype)[()]  # numba: the argument's type
 
     def clz(self, x):
         x = np.asarray(x)
@@ -252,13 +251,14 @@ class CollectiveOps:
                         ).astype(np.uint32)[()]
 
     def brev(self, x):
+        # numba: uint32 or uint64 (narrower integers are widened to uint32)
         x = np.asarray(x)
-        unsigned = x.astype(np.dtype(f"u{x.dtype.itemsize}"))
-        bits = np.unpackbits(unsigned.astype(unsigned.dtype.newbyteorder(">")).view(np.uint8),
-                             bitorder="big").reshape(x.shape + (-1,))[..., ::-1]
-        packed = np.packbits(bits, axis=-1, bitorder="big")
-        return packed.view(unsigned.dtype.newbyteorder(">")).astype(unsigned.dtype).reshape(
-            x.shape)[()]
+        width = 64 if x.dtype.itemsize == 8 else 32
+        u = x.astype(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+        out = np.zeros(u.shape, np.uint64)
+        for i in range(width):
+            out |= ((u >> np.uint64(i)) & np.uint64(1)) << np.uint64(width - 1 - i)
+        return out.astype(np.dtype(f"u{width // 8}"))[()]
 
     def fma(self, a, b, c):
         return self.binop("Add", self.binop("Mult", a, b), c)

@@ -8,10 +8,13 @@ so `from numba import cuda`, `import numba.cuda as cu` and `from math import sqr
 from __future__ import annotations
 
 import builtins
+import importlib
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..device_math import FP16
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,20 @@ def _build() -> dict:
         add(getattr(builtins, name), Intrinsic("builtin", name))
     for pytype, dtype in ((int, np.int64), (float, np.float64), (bool, np.bool_)):
         add(pytype, Intrinsic("cast", pytype.__name__, np.dtype(dtype)))
+    fp16 = fp16_module()
+    for name, fn in FP16.items():  # typed by numba's signatures (float16), like math
+        real = getattr(fp16, name, None)
+        if real is not None:
+            add(real, Intrinsic("math", name, (real, fn)))
     return table
+
+
+def fp16_module():
+    """numba-cuda's `numba.cuda.fp16` (what `cuda.fp16` is), or None."""
+    try:
+        return importlib.import_module("numba.cuda.fp16")
+    except Exception:  # numba's built-in CUDA target, or no half-precision support
+        return None
 
 
 def lookup(obj) -> Intrinsic | None:

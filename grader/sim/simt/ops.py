@@ -11,6 +11,7 @@ import operator
 
 import numpy as np
 
+from ..device_math import round_ndigits
 from . import typing as simt_typing
 from .typing import BINOPS
 from .unsupported import SimtUnsupported
@@ -141,8 +142,12 @@ class Ops:
         out = np.abs(a)
         return cast(out, sig[1]) if sig is not None else out
 
-    def builtin_round(self, a):
-        return cast(np.round(a), np.dtype(np.int64))
+    def builtin_round(self, a, ndigits=None):
+        if ndigits is None:
+            return cast(np.round(a), np.dtype(np.int64))
+        if _dtype(a).kind != "f":
+            raise SimtUnsupported("round() of an integer with ndigits", self.line)
+        return round_ndigits(a, ndigits)
 
     def builtin_len(self, a):
         shape = getattr(a, "shape", None)

@@ -390,6 +390,10 @@ class Transformer:
             return self.global_value(hit, node)
         if isinstance(node.value, ast.Name) and node.attr in ("shape", "size", "ndim"):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
+        if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
+            fields = getattr(self.types.by_name.get(node.value.id), "fields", None)
+            if isinstance(fields, tuple) and node.attr in fields:
+                return _ctx("item", self.expr(node.value), self.const(fields.index(node.attr)))
         self.fail(f"attribute .{node.attr} of a local value", node)
 
     def expr_Tuple(self, node):
@@ -453,7 +457,19 @@ class Transformer:
             if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
                 self.fail("indexing this expression", node)
             array = self.global_value(hit, base)
-        return array, ast.Tuple([self.expr(p) for p in indices], ast.Load())
+        return array, ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+
+    def index_part(self, node) -> ast.expr:
+        """One part of an index; a tuple-valued local (`g = cuda.grid(2); a[g]`) is unpacked
+        into one index per dimension."""
+        if isinstance(node, ast.Name) and self.is_tuple(node.id):
+            return ast.Starred(self.expr(node), ast.Load())
+        return self.expr(node)
+
+    def is_tuple(self, name: str) -> bool:
+        from numba.core import types
+
+        return isinstance(self.types.by_name.get(name), types.BaseTuple)
 
     def expr_Subscript(self, node):
         value = node.value

@@ -53,13 +53,19 @@ def array_type(dtype: np.dtype, ndim: int, contiguous: bool = True, readonly: bo
     return types.Array(scalar_type(dtype), ndim, "C" if contiguous else "A", readonly=readonly)
 
 
+def named_class(value):
+    """The namedtuple class of a tuple value, None for a plain tuple."""
+    cls = type(value)
+    return cls if cls is not tuple and hasattr(cls, "_fields") else None
+
+
 def type_of(value):
     """numba type of a lockstep value: numpy scalar, lane vector, tuple, or a SIMT array."""
     types = _numba()[0]
     if hasattr(value, "numba_type"):
         return value.numba_type
     if isinstance(value, tuple):
-        return types.BaseTuple.from_types([type_of(v) for v in value])
+        return types.BaseTuple.from_types([type_of(v) for v in value], named_class(value))
     if isinstance(value, (bool, int, float)):
         value = np.asarray(value)[()]
     return scalar_type(value.dtype)
