@@ -71,15 +71,47 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
     got, ref = totals(student_launches), totals(reference_launches)
-    problems = []
+    problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:
             raise RuntimeError(f"the reference's launches have no counter {criterion.counter!r}")
         problem = shortfall(criterion, float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter]))
         if problem:
             problems.append(problem)
+            failed.append(criterion.counter)
     if problems:
         head = f"too slow{f' ({what})' if what else ''}: " + problems[0]
         rest = "\n".join(f"  - {p}" for p in problems)
-        raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}")
+        where = "\n".join(f"  - {w}" for w in hotspots(student_launches, failed))
+        raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
+                                   + (f"\n\nwhere:\n{where}" if where else ""))
     return got
+
+
+# Which per-line figure explains a missed criterion: coalescing -> global sectors per request,
+# bank conflicts -> shared wavefronts per request.
+_EXPLAINED_BY = {
+    "sectors_per_request": "global", "global_load_sectors": "global", "global_store_sectors": "global",
+    "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared",
+}
+_IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
+
+
+def hotspots(launches: list[dict], counters: Iterable[str]) -> list[str]:
+    """The source line with the costliest requests, per memory space a missed criterion is about:
+    'uncoalesced access at line 47 of kernel k: 32.0 sectors per request (4 for ...)'."""
+    notes = []
+    for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if c in _EXPLAINED_BY):
+        unit = "sectors" if space == "global" else "wavefronts"
+        worst = None
+        for launch in launches:
+            for entry in launch.get("lines") or []:
+                if entry.get("space") == space and entry.get("requests"):
+                    cost = entry.get(unit, 0) / entry["requests"]
+                    if worst is None or cost > worst[0]:
+                        worst = (cost, entry["line"], entry.get("kind", ""), launch.get("kernel", "?"))
+        if worst is not None:
+            what = "uncoalesced access" if space == "global" else "bank-conflicted access"
+            notes.append(f"{what} at line {worst[1]} of kernel {worst[3]!r} ({worst[2]}): "
+                         f"{worst[0]:.1f} {unit} per request ({_IDEAL[space]})")
+    return notes

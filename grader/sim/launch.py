@@ -35,6 +35,8 @@ class LaunchRecord:
     warnings: list[str] = field(default_factory=list)
     arrays_written: list[str] = field(default_factory=list)
     compiled: dict = field(default_factory=dict)  # compile check: registers, shared bytes, occupancy
+    # memory requests per source line: {line, space, kind, requests, sectors | wavefronts}
+    lines: list = field(default_factory=list)
     # per-thread executor: why values did not follow numba's types (None: they did)
     typing_note: str | None = None
 
@@ -230,13 +232,14 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
             buf.array.copy_to_host(buf.host)
     counters = inst.finish()
     threads = counters.pop("threads")
+    lines = counters.pop("lines")
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
         counters["global_load_sectors"] + counters["global_store_sectors"]) /
         _devices.DEVICE_BANDWIDTH_BPS)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), compiled,
-                          typing_note=typing_note)
+                          typing_note=typing_note, lines=lines)
     _publish(record)
 
 

@@ -217,6 +217,9 @@ class Instrument:
              "global_load_sectors", "global_store_sectors", "shared_loads", "shared_stores",
              "shared_requests", "bank_conflict_wavefronts", "atomics", "barriers", "warp_ops"), 0)
         self.written: set[str] = set()
+        # per source line: (space, kind, line) -> [requests, sectors or wavefronts], so a
+        # diagnostic can name the line of an uncoalesced or bank-conflicted access
+        self.by_line: dict[tuple[str, str, int], list[int]] = {}
         # scalar path: Python-side twins of the epochs and shadows, and an access log
         self._ep1 = [0] * nb
         self._wep1 = [0] * (nb * self.wpb)
@@ -417,7 +420,21 @@ class Instrument:
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
+        if kind == "atomic" or line is None:
+            self._count_vec(space, handle, kind, flat, lanes, last)
+            return
+        rk, uk = _request_keys(space, kind)
+        r0, u0 = self.counts[rk], self.counts[uk]
         self._count_vec(space, handle, kind, flat, lanes, last)
+        self._note_line(space, kind, line, self.counts[rk] - r0, self.counts[uk] - u0)
+
+    def _note_line(self, space: str, kind: str, line: int, requests: int, units: int) -> None:
+        entry = self.by_line.get((space, kind, line))
+        if entry is None:
+            self.by_line[(space, kind, line)] = [requests, units]
+        else:
+            entry[0] += requests
+            entry[1] += units
 
     def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,
                 filename=None) -> None:
@@ -940,20 +957,22 @@ class Instrument:
             self.counts[key] += int(m.sum())
             per_g = np.bincount(g[m] - g0)  # only the threads logged (one block, usually)
             self.per_thread[key][g0:g0 + per_g.shape[0]] += per_g
-            _, req = np.unique(_combine(line[m], nth[m], warp[m]), return_inverse=True)
-            req = req.reshape(-1)
-            n_req = int(req.max()) + 1
-            if space == "global":
-                self.counts[f"global_{kind}_requests"] += n_req
-                self.counts[f"global_{kind}_sectors"] += np.unique(
-                    _combine(req, addr[m] // SECTOR_BYTES)).shape[0]
-            else:
-                self.counts["shared_requests"] += n_req
-                items = item[m]
-                size = int(items[0])
-                self.counts["bank_conflict_wavefronts"] += (
-                    _wavefronts_sorted(req, n_req, addr[m], size) if (items == size).all()
-                    else _wavefronts(req, addr[m], items))
+            rk, uk = _request_keys(space, kind)
+            for ln in np.unique(line[m]).tolist():  # a request never spans two lines
+                ml = m & (line == ln)
+                _, req = np.unique(_combine(nth[ml], warp[ml]), return_inverse=True)
+                req = req.reshape(-1)
+                n_req = int(req.max()) + 1
+                if space == "global":
+                    units = np.unique(_combine(req, addr[ml] // SECTOR_BYTES)).shape[0]
+                else:
+                    items = item[ml]
+                    size = int(items[0])
+                    units = (_wavefronts_sorted(req, n_req, addr[ml], size) if (items == size).all()
+                             else _wavefronts(req, addr[ml], items))
+                self.counts[rk] += n_req
+                self.counts[uk] += units
+                self._note_line(space, kind, ln, n_req, int(units))
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
@@ -971,7 +990,17 @@ class Instrument:
         c["threads_launched"] = self.config.n_blocks * self.tpb
         shape = (self.config.n_blocks, self.tpb)
         c["threads"] = {k: v.reshape(shape) for k, v in self.per_thread.items()}
+        c["lines"] = [{"line": line, "space": space, "kind": kind, "requests": r,
+                       ("sectors" if space == "global" else "wavefronts"): u}
+                      for (space, kind, line), (r, u) in sorted(self.by_line.items(), key=lambda i: i[0][2])]
         return c
+
+
+def _request_keys(space: str, kind: str) -> tuple[str, str]:
+    """The counters of requests and of their cost (sectors or wavefronts) for an access kind."""
+    if space == "global":
+        return f"global_{kind}_requests", f"global_{kind}_sectors"
+    return "shared_requests", "bank_conflict_wavefronts"
 
 
 def _flags(initialised: np.ndarray):

@@ -1,0 +1,37 @@
+"""Performance criteria on the simulator's counters, and the line a missed criterion points at."""
+
+import pytest
+
+from grader.manifest import Criterion, Stage
+from grader.perf import PerformanceShortfall, expect_performance, hotspots, totals
+
+
+def launch(sectors, requests, lines):
+    return {"kernel": "k", "counters": {"global_load_sectors": sectors, "global_load_requests": requests,
+                                        "global_store_sectors": 0, "global_store_requests": 0},
+            "lines": lines}
+
+
+STRIDED = launch(36 * 32, 64, [{"line": 7, "space": "global", "kind": "load", "requests": 32, "sectors": 128},
+                               {"line": 8, "space": "global", "kind": "load", "requests": 32, "sectors": 1024}])
+COALESCED = launch(4 * 64, 64, [])
+
+
+def test_totals_recompute_ratios_from_sums():
+    assert totals([STRIDED, COALESCED])["sectors_per_request"] == (36 * 32 + 256) / 128
+
+
+def test_hotspot_names_the_worst_line_of_the_missed_criterion():
+    assert hotspots([STRIDED], ["sectors_per_request"]) == [
+        "uncoalesced access at line 8 of kernel 'k' (load): 32.0 sectors per request "
+        "(4 for a warp reading consecutive float32)"]
+    assert hotspots([STRIDED], ["atomics"]) == []
+
+
+def test_a_missed_criterion_says_where():
+    criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=None)
+    with pytest.raises(PerformanceShortfall, match=r"(?s)too slow: coalescing: 18.*where:.*line 8 of kernel 'k'"):
+        expect_performance(stage, [STRIDED], [COALESCED])
+    expect_performance(stage, [COALESCED], [COALESCED])
+
