@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
 
     rel = sub.add_parser("release", help="regenerate exercises/ (stubs) from solutions/")
     rel.add_argument("--course", help="course folder (default: found from the current folder upwards)")
+    rel.add_argument("--no-counters", action="store_true",
+                     help="do not re-record the reference solutions' simulator counters")
 
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
     return p
@@ -99,7 +101,15 @@ def run(argv: list[str] | None = None) -> int:
 
         for path in release(course.root / "solutions", course.root / "exercises"):
             print(f"wrote {path.relative_to(course.root)}")
-        return 0
+        if args.no_counters:
+            return 0
+        from .recorded_reference import RECORD
+
+        # students' copies have no solutions/: their performance tests compare with these counters
+        results = grade(course.root / "solutions", backend="sim", course=course, name="reference solutions",
+                        record_reference=course.root / RECORD)
+        print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
+        return 0 if results.exit_code == 0 else results.exit_code
     backend = resolve(args.backend)
     sandbox = SandboxSpec(args.sandbox, args.docker_image, args.gpus)
     if args.command == "validate":

@@ -16,7 +16,8 @@ from .sandbox import SandboxSpec
 
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
           course: Course | None = None, seed: str = "", timeout: float | None = None,
-          name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec()) -> Results:
+          name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
+          record_reference: str | os.PathLike | None = None) -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
     sandbox.check(backend)
@@ -44,6 +45,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             argv += ["--gpugrade-timeout", str(timeout)]
         if stages:
             argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
+        if record_reference:
+            argv += ["--gpugrade-record-reference", str(record_reference)]
         argv += ["--gpugrade-sandbox", sandbox.name, "--gpugrade-docker-image", sandbox.docker_image,
                  "--gpugrade-gpus", sandbox.gpus]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}

@@ -21,7 +21,9 @@ import pytest
 
 from .correctness import WrongAnswer
 from .errors import RunnerError, StudentCodeError
+from . import recorded_reference
 from .judge import RunnerConnection, Student
+from .recorded_reference import RecordedReference, RecordingReference
 from .results import Results, TestResult
 from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
@@ -44,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
     group.addoption("--gpugrade-reference", default="",
                     help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
+    group.addoption("--gpugrade-record-reference", default="",
+                    help="write the reference's counters of every performance test to this JSON file")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,6 +109,9 @@ class GradingSession:
         # of exercises: each runner start costs an interpreter and numba's imports.
         self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox)
         self.reference_connection: RunnerConnection | None = None
+        self.record_path = config.getoption("gpugrade_record_reference")
+        self.recorded_path = config.rootpath / recorded_reference.RECORD
+        self.recorded = {} if self.record_path else recorded_reference.load(self.recorded_path)
         self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
         self.failed_stages: set[tuple[str, int]] = set()
         self._manifest = None
@@ -138,16 +145,21 @@ class GradingSession:
         return self._manifest.stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
 
     @pytest.fixture
-    def reference(self, request: pytest.FixtureRequest) -> Student:
-        """The reference solution (trusted course code) in its own runner, for performance tests."""
+    def reference(self, request: pytest.FixtureRequest):
+        """The reference solution (trusted course code) in its own runner, for performance tests;
+        where the course has no solutions/ (a student's copy), the counters `gpugrade release`
+        recorded from it."""
         exercise = exercise_of(request.node)
         source = os.path.join(self.reference_dir, f"{exercise}.py")
         if exercise not in self.references:
-            if not os.path.isfile(source):
-                pytest.skip(f"no reference solution {source}: performance is graded where the course has it")
-            connection = self._reference_connection()
-            self.references[exercise] = Student(exercise, connection.workspace, self.backend_name, self.sandbox,
-                                                connection=connection)
+            if os.path.isfile(source):
+                connection = self._reference_connection()
+                live = Student(exercise, connection.workspace, self.backend_name, self.sandbox, connection=connection)
+                self.references[exercise] = RecordingReference(live, self.recorded) if self.record_path else live
+            elif self.recorded_path.is_file():
+                self.references[exercise] = RecordedReference(self.recorded, self.recorded_path)
+            else:
+                pytest.skip(f"no reference solution {source} and no {self.recorded_path}")
         return self.references[exercise]
 
     def _reference_connection(self) -> RunnerConnection:
@@ -232,3 +244,5 @@ class GradingSession:
         path = self.config.getoption("gpugrade_results")
         if path:
             self.results.dump(path)
+        if self.record_path:
+            recorded_reference.dump(self.recorded, Path(self.record_path))

@@ -145,3 +145,30 @@ def test_check_names_the_race_and_its_line_when_a_syncthreads_is_missing(tmp_pat
     assert done.returncode == 1, done.stdout + done.stderr
     assert "data race on shared array" in done.stdout
     assert re.search(rf"matmul\.py:{race_line}\b", done.stdout), (race_line, done.stdout)
+
+
+def test_a_students_copy_without_solutions_still_grades_performance_from_recorded_counters(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    (course / "exercises").mkdir()
+    shutil.copy(known_wrong("matmul_uncoalesced", tmp_path) / "matmul.py", course / "exercises" / "matmul.py")
+    done = gpugrade("check", "matmul", "--stage", "1", "--backend", "sim", cwd=course)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "matmul::naive_is_coalesced" in done.stdout and "uncoalesced access at line" in done.stdout, done.stdout
+    shutil.copy(ROOT / "solutions" / "matmul.py", course / "exercises" / "matmul.py")
+    done = gpugrade("check", "matmul", "--stage", "1", "--backend", "sim", cwd=course)
+    assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout
+
+
+def test_recorded_reference_counters_are_those_of_the_current_solutions(tmp_path):
+    """`gpugrade release` records them; a changed solution or simulator must be re-released."""
+    import json
+
+    out = tmp_path / "counters.json"
+    from grader.course import Course
+    from grader.grading import grade
+
+    grade(ROOT / "solutions", backend="sim", course=Course(ROOT), record_reference=out)
+    committed = json.loads((ROOT / "tests" / "exercises" / "reference_counters.json").read_text())
+    assert json.loads(out.read_text()) == committed, "run `gpugrade release` to re-record the counters"
