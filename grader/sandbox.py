@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from . import isolation, protocol
+from . import cgroups, isolation, protocol
 from .errors import RunnerError, UsageError
 
 SANDBOXES = ("process", "docker", "none")
@@ -29,18 +29,24 @@ SANDBOXES = ("process", "docker", "none")
 class Limits:
     call_timeout_s: float = 120.0   # wall time of one call, judged from the judge's side
     cpu_time_s: int = 900           # CPU seconds for the whole runner process
-    file_size_bytes: int = 64 << 20  # anything the student writes, output included
+    file_size_bytes: int = 64 << 20  # any file the student writes (output goes to a drained pipe)
     output_tail_bytes: int = 4096   # how much of the student's output is kept for messages
     processes: int = 256            # threads + processes of the runner's uid (a fork bomb stops here)
     isolate: bool = True            # as root: own mount + network namespaces, uid nobody
     hidden_paths: tuple[str, ...] = ()  # folders the student must not read (solutions/, tests/)
     confine: bool = True            # False (`--sandbox none`): no rlimits, no namespaces
+    memory_bytes: int = 4 << 30     # the runner's memory, as root (cgroup v1); else RLIMIT_DATA on the sim
 
 
-def _confine(limits: Limits) -> None:  # runs in the child between fork and exec
+def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str) -> None:
+    """Runs in the child between fork and exec."""
     os.setsid()
     if not limits.confine:
         return
+    if groups is not None:
+        groups.join()
+    elif backend == "sim":  # no cgroups (not root): the heap limit. Never with CUDA (huge mappings)
+        resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -65,7 +71,8 @@ class RunnerProcess:
         self.limits = limits
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        self._log = tempfile.TemporaryFile()
+        self._groups = (cgroups.RunnerCgroups(limits.memory_bytes, limits.processes)
+                        if limits.confine and cgroups.available() else None)
         self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
         if limits.isolate and isolation.can_isolate() and _nobody_can_run():
             os.chown(self._scratch.name, isolation.NOBODY, isolation.NOBODY)
@@ -76,19 +83,30 @@ class RunnerProcess:
         env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's
         argv = [sys.executable, "-I", "-m", "grader.runner", "--workspace", workspace, "--backend", backend,
                 "--devices", str(devices), "--in-fd", str(req_r), "--out-fd", str(resp_w)]
-        self.proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+        groups = self._groups
+        self.proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=(req_r, resp_w),
-                                     preexec_fn=lambda: _confine(limits))
+                                     preexec_fn=lambda: _confine(limits, groups, backend))
         os.close(req_r)
         os.close(resp_w)
         self._to = os.fdopen(self._req_w, "wb")
         self._from = os.fdopen(self._resp_r, "rb")
+        # The student's output is drained as it comes and only its tail kept: a flood costs the
+        # student time, never the judge's memory or disk.
+        self._tail = bytearray()
+        self._drain = threading.Thread(target=self._drain_output, daemon=True)
+        self._drain.start()
+
+    def _drain_output(self) -> None:
+        keep = self.limits.output_tail_bytes
+        while chunk := self.proc.stdout.read1(1 << 16):
+            self._tail += chunk
+            if len(self._tail) > 2 * keep:
+                del self._tail[:-keep]
 
     def output_tail(self) -> str:
-        self._log.flush()
-        size = self._log.seek(0, os.SEEK_END)
-        self._log.seek(max(0, size - self.limits.output_tail_bytes))
-        return self._log.read().decode(errors="replace")
+        self._drain.join(0.2)  # what the runner wrote just before it answered or died
+        return bytes(self._tail[-self.limits.output_tail_bytes:]).decode(errors="replace")
 
     def request(self, message: Any, timeout: float | None = None) -> Any:
         timeout = self.limits.call_timeout_s if timeout is None else timeout
@@ -119,6 +137,8 @@ class RunnerProcess:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return f"the runner broke the protocol: {exc}"
+        if self._groups is not None and self._groups.oom_killed():
+            return f"killed: out of memory (limit {self.limits.memory_bytes >> 20} MiB)"
         if code < 0:
             name = signal.Signals(-code).name
             if -code == signal.SIGXCPU:
@@ -132,6 +152,8 @@ class RunnerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self._groups is not None:  # also whatever left the process group (setsid, double fork)
+            self._groups.kill_all()
         self.proc.wait()
 
     def close(self) -> None:
@@ -141,7 +163,10 @@ class RunnerProcess:
             except OSError:
                 pass
         self.kill()  # nothing of the runner's is worth an orderly interpreter shutdown
-        self._log.close()
+        self._drain.join(1)
+        self.proc.stdout.close()
+        if self._groups is not None:
+            self._groups.remove()
         self._scratch.cleanup()
 
 

@@ -177,3 +177,110 @@ def test_no_network_from_the_runner(make_student):
         assert s.call("connect").value != "connected"
     finally:
         server.close()
+
+
+needs_cgroups = pytest.mark.skipif(not __import__("grader.cgroups").cgroups.available(),
+                                   reason="memory and pids limits that bind root need cgroup v1 as root")
+
+
+@needs_cgroups
+def test_memory_bomb_is_killed_and_named(tmp_path):
+    (tmp_path / "ex.py").write_text("def bomb():\n    hog = []\n    while True:\n        hog.append(bytearray(1 << 24))\n")
+    s = Student("ex", str(tmp_path), "gpu", ProcessSandbox(Limits(memory_bytes=256 << 20)))
+    try:
+        with pytest.raises(RunnerError, match=r"killed: out of memory \(limit 256 MiB\)"):
+            s.call("bomb")
+    finally:
+        s.close()
+
+
+@needs_cgroups
+def test_fork_bomb_stops_at_the_process_limit_and_the_judge_survives(tmp_path):
+    (tmp_path / "ex.py").write_text(textwrap.dedent("""
+        import os, signal
+        def bomb():
+            children = 0
+            try:
+                while True:
+                    if os.fork() == 0:
+                        signal.pause()
+                    children += 1
+            except OSError:
+                return children
+    """))
+    s = Student("ex", str(tmp_path), "gpu", ProcessSandbox(Limits(processes=32)), allowed_imports=WIDE_POLICY)
+    try:
+        assert 0 < s.call("bomb").value < 32
+    finally:
+        s.close()  # every forked child dies with the runner's cgroup
+
+
+def test_an_output_flood_is_capped_and_the_answer_still_arrives(make_student):
+    s = make_student("""
+        def flood():
+            for _ in range(20000):
+                print("x" * 1000)
+            print("the end")
+            return 3
+    """)
+    assert s.call("flood").value == 3
+    assert len(s.connection._runner.output_tail()) <= 4096
+
+
+def test_sys_exit_in_host_code_is_an_error_of_that_call(make_student):
+    s = make_student("""
+        import sys
+        def leave():
+            sys.exit(0)
+        def ok():
+            return 1
+    """)
+    with pytest.raises(StudentCodeError, match="SystemExit"):
+        s.call("leave")
+    assert s.call("ok").value == 1
+
+
+def test_monkeypatching_numpy_in_the_student_module_cannot_change_the_judges_numpy(make_student):
+    import numpy as np
+
+    s = make_student("""
+        import numpy as np
+        np.allclose = lambda *a, **k: True
+        np.array_equal = lambda *a, **k: True
+        def f():
+            return np.zeros(3, np.float32)
+    """)
+    got = s.call("f").value
+    assert not np.array_equal(got, np.ones(3, np.float32)), "the judge's numpy is its own"
+
+
+@needs_root
+def test_a_stub_cannot_find_and_import_the_reference_solution(tmp_path):
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "solutions" / "ex.py").write_text("def f():\n    return 'the answer'\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ex.py").write_text(textwrap.dedent(f"""
+        import sys
+        def f():
+            sys.path.insert(0, {str(course / 'solutions')!r})
+            try:
+                import importlib
+                return importlib.import_module("ex_solution_copy") and "found"
+            except ImportError:
+                pass
+            sys.path.insert(0, {str(course)!r})
+            try:
+                from solutions import ex
+                return ex.f()
+            except ImportError as exc:
+                return "hidden"
+    """))
+    policy = WIDE_POLICY | {"importlib", "solutions"}
+    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(course / "solutions"),))),
+                allowed_imports=policy)
+    try:
+        assert s.call("f").value == "hidden"
+    finally:
+        s.close()
