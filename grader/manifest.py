@@ -89,6 +89,8 @@ class Manifest:
     title: str
     exercises: dict[str, Exercise]
     path: str = MANIFEST
+    # modules student code may import beyond grader.policy's defaults ([course] allow_imports)
+    allow_imports: tuple[str, ...] = ()
 
     def exercise(self, name: str) -> Exercise:
         try:
@@ -169,6 +171,9 @@ def parse(data: dict, source: str = MANIFEST) -> Manifest:
     top = _Reader(data, "top level", source)
     course = _Reader(top.get("course", dict, {}), "[course]", source)
     title = course.get("title", str, "")
+    allow = course.get("allow_imports", list, [])
+    if not all(isinstance(m, str) and m.replace(".", "_").isidentifier() for m in allow):
+        raise course.fail("'allow_imports' must be a list of module names")
     course.done()
     exercises_table = top.get("exercises", dict)
     top.done()
@@ -179,7 +184,7 @@ def parse(data: dict, source: str = MANIFEST) -> Manifest:
         exercises[name] = _exercise(name, _Reader(table, f"exercises.{name}", source))
     if not exercises:
         raise CourseError(f"{source}: no exercises")
-    return Manifest(title=title, exercises=exercises, path=source)
+    return Manifest(title=title, exercises=exercises, path=source, allow_imports=tuple(allow))
 
 
 def _exercise(name: str, r: _Reader) -> Exercise:

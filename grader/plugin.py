@@ -23,6 +23,7 @@ from .correctness import WrongAnswer
 from .errors import RunnerError, StudentCodeError
 from . import recorded_reference
 from .judge import RunnerConnection, Student
+from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from .results import Results, TestResult
 from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
@@ -124,8 +125,15 @@ class GradingSession:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
             self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox,
-                                              connection=self.connection)
+                                              connection=self.connection, allowed_imports=self._allowed_imports())
         return self.students[exercise]
+
+    def _allowed_imports(self) -> frozenset[str]:
+        """The static policy's import allowlist, widened by the course's `[course] allow_imports`."""
+        from .manifest import MANIFEST, find
+
+        extra = find(self.config.rootpath).allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
+        return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
 
     @pytest.fixture
     def rng(self, request: pytest.FixtureRequest) -> np.random.Generator:

@@ -80,3 +80,27 @@ def test_unknown_exercise_or_stage_and_bad_toml(tmp_path):
         manifest.find(tmp_path)
     with pytest.raises(CourseError, match="does not exist"):
         manifest.find(tmp_path / "nowhere")
+
+
+def test_a_course_widens_the_import_policy_in_its_manifest(tmp_path):
+    """[course] allow_imports reaches the judge: `import time` is refused by default, allowed here."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    course = tmp_path / "course"
+    shutil.copytree(root / "tests" / "exercises", course / "tests" / "exercises")
+    text = (root / "course.toml").read_text()
+    (course / "exercises").mkdir()
+    source = (root / "solutions" / "vector_add.py").read_text().replace("import numpy as np\n", "import numpy as np\nimport time\n", 1)
+    (course / "exercises" / "vector_add.py").write_text(source)
+
+    def check(manifest: str) -> str:
+        (course / "course.toml").write_text(manifest)
+        done = subprocess.run([sys.executable, "-m", "grader", "check", "vector_add", "--stage", "1", "--backend", "sim"],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+        return done.stdout
+
+    assert "policy: imports time (vector_add.py:" in check(text)
+    assert "policy:" not in check(text.replace("allow_imports = []", 'allow_imports = ["time"]'))
