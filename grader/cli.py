@@ -10,7 +10,7 @@ from . import __version__
 from .backends import BACKENDS, resolve
 from .course import Course
 from .errors import GpugradeError, UsageError
-from .grading import grade
+from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
 from .report import FORMATS, render
 from .results import EXIT_INTERNAL, EXIT_USAGE, Results
 from .sandbox import SANDBOXES, SandboxSpec
@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--course", help="course folder (default: found from the current folder upwards)")
         cmd.add_argument("--seed", default="", help="hex seed to reproduce inputs (default: secret, random)")
         cmd.add_argument("--timeout", type=float, default=None, help="seconds allowed per call into student code")
+        cmd.add_argument("--submission-timeout", type=float, default=DEFAULT_SUBMISSION_TIMEOUT_S,
+                         help="seconds for a whole submission; tests finished by then keep their points")
         cmd.add_argument("--sandbox", choices=SANDBOXES, default=SandboxSpec.name,
                          help="how student code is confined: process (default), docker (a container per "
                               "runner), none (a plain subprocess, for debugging)")
@@ -122,7 +124,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "check":
         exercises = [args.exercise] if args.exercise else None
         results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, name="your exercises/",
+                        timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
                         stages=[args.stage] if args.stage else None, sandbox=sandbox)
         _emit(render(results, "table"), None)
         from .report import first_failure
@@ -134,7 +136,7 @@ def run(argv: list[str] | None = None) -> int:
         return results.exit_code
     try:
         results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, sandbox=sandbox)
+                        timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")

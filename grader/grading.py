@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -10,14 +11,18 @@ import time
 from pathlib import Path
 
 from .course import Course, make_workspace, submission_modules
-from .results import Results
+from .results import NOT_RUN, Results
 from .sandbox import SandboxSpec
+
+# Wall-clock limit of a whole submission: the tests done by then keep their points.
+DEFAULT_SUBMISSION_TIMEOUT_S = 1800.0
 
 
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
           course: Course | None = None, seed: str = "", timeout: float | None = None,
           name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
-          record_reference: str | os.PathLike | None = None) -> Results:
+          record_reference: str | os.PathLike | None = None,
+          submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S) -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
     sandbox.check(backend)
@@ -50,14 +55,30 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         argv += ["--gpugrade-sandbox", sandbox.name, "--gpugrade-docker-image", sandbox.docker_image,
                  "--gpugrade-gpus", sandbox.gpus]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-        done = subprocess.run(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        judge = subprocess.Popen(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        timed_out = False
+        try:
+            output, _ = judge.communicate(timeout=submission_timeout)
+        except subprocess.TimeoutExpired:
+            # Ctrl-C for pytest: it stops, closes the runners and writes what it has; then force.
+            timed_out = True
+            judge.send_signal(signal.SIGINT)
+            try:
+                output, _ = judge.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                judge.kill()
+                output, _ = judge.communicate()
         if results_path.is_file():
             results = Results.load(str(results_path))
         else:
             results = Results(submission=name or str(submission), backend=backend)
-            results.errors.append(f"the judge wrote no results (pytest exit {done.returncode}):\n{done.stdout[-4000:]}")
-        if done.returncode not in (0, 1) and not results.errors:
-            results.errors.append(f"the judge exited with code {done.returncode}:\n{done.stdout[-4000:]}")
+            results.errors.append(f"the judge wrote no results (pytest exit {judge.returncode}):\n{output[-4000:]}")
+        if timed_out:
+            for test in results.tests:
+                if test.output == NOT_RUN:
+                    test.output = f"not run: the submission's time limit of {submission_timeout:g} s was reached"
+        elif judge.returncode not in (0, 1) and not results.errors:
+            results.errors.append(f"the judge exited with code {judge.returncode}:\n{output[-4000:]}")
     results.execution_time = round(time.monotonic() - started, 3)
     return results

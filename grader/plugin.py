@@ -14,6 +14,7 @@ import secrets
 import tempfile
 import time
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from . import recorded_reference
 from .judge import RunnerConnection, Student
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
-from .results import Results, TestResult
+from .results import NOT_RUN, Results, TestResult
 from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
 TEST_PREFIX = "test_"
@@ -115,6 +116,7 @@ class GradingSession:
         self.recorded = {} if self.record_path else recorded_reference.load(self.recorded_path)
         self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
         self.failed_stages: set[tuple[str, int]] = set()
+        self.pending: dict[str, TestResult] = {}  # collected, not yet run
         self._manifest = None
         self._tmp = None
         self.started = time.monotonic()
@@ -202,6 +204,35 @@ class GradingSession:
         for item in items:
             if _marker_arg(item, "points") is None:
                 self.results.errors.append(f"{item.nodeid}: grading test without @pytest.mark.points")
+        # Every test is in the results file from the start, as "not run", and the file is rewritten
+        # after each test: a judge stopped at the submission's time limit still leaves partial credit.
+        self.pending = {item.nodeid: self._result(item, False, NOT_RUN) for item in items}
+        self._write_results()
+
+    def _result(self, item: pytest.Item, passed: bool, output: str) -> TestResult:
+        exercise = exercise_of(item)
+        points = float(_marker_arg(item, "points", 0))
+        return TestResult(
+            name=f"{exercise}::{item.name[len(TEST_PREFIX):] if item.name.startswith(TEST_PREFIX) else item.name}",
+            exercise=exercise,
+            stage=int(_marker_arg(item, "stage", 1)),
+            max_score=points,
+            score=points if passed else 0.0,
+            status="passed" if passed else "failed",
+            output=output,
+            nodeid=item.nodeid,
+            visibility=str(_marker_arg(item, "visibility", "visible")),
+        )
+
+    def _write_results(self) -> None:
+        path = self.config.getoption("gpugrade_results")
+        if path:
+            self.results.execution_time = round(time.monotonic() - self.started, 3)
+            replace(self.results, tests=[*self.results.tests, *self.pending.values()]).dump(path)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped:  # skipped tests (e.g. performance on a GPU without thresholds) are not graded
+            self.pending.pop(report.nodeid, None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -225,22 +256,13 @@ class GradingSession:
         if report.when != "call" and call.excinfo is not None and not isinstance(
                 call.excinfo.value, (StudentCodeError, RunnerError, WrongAnswer)):
             self.results.errors.append(f"{item.nodeid}: error in {report.when}: {report.longreprtext[-2000:]}")
-        exercise = exercise_of(item)
-        points = float(_marker_arg(item, "points", 0))
         passed = report.passed
         if not passed and item.get_closest_marker("perf") is None:
-            self.failed_stages.add((exercise, int(_marker_arg(item, "stage", 1))))
-        self.results.tests.append(TestResult(
-            name=f"{exercise}::{item.name[len(TEST_PREFIX):] if item.name.startswith(TEST_PREFIX) else item.name}",
-            exercise=exercise,
-            stage=int(_marker_arg(item, "stage", 1)),
-            max_score=points,
-            score=points if passed else 0.0,
-            status="passed" if passed else "failed",
-            output="" if passed else failure_message(call.excinfo.value if call.excinfo else None),
-            nodeid=item.nodeid,
-            visibility=str(_marker_arg(item, "visibility", "visible")),
-        ))
+            self.failed_stages.add((exercise_of(item), int(_marker_arg(item, "stage", 1))))
+        self.pending.pop(item.nodeid, None)
+        self.results.tests.append(self._result(
+            item, passed, "" if passed else failure_message(call.excinfo.value if call.excinfo else None)))
+        self._write_results()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for connection in (self.connection, self.reference_connection):
@@ -248,9 +270,6 @@ class GradingSession:
                 connection.close()
         if self._tmp is not None:
             self._tmp.cleanup()
-        self.results.execution_time = round(time.monotonic() - self.started, 3)
-        path = self.config.getoption("gpugrade_results")
-        if path:
-            self.results.dump(path)
+        self._write_results()
         if self.record_path:
             recorded_reference.dump(self.recorded, Path(self.record_path))

@@ -157,12 +157,14 @@ class RunnerProcess:
         self.proc.wait()
 
     def close(self) -> None:
+        # Kill first: a thread may still be blocked reading the reply, holding the stream's lock
+        # until the runner's end of the pipe closes. Nothing of the runner's needs an orderly exit.
+        self.kill()
         for stream in (self._to, self._from):
             try:
                 stream.close()
             except OSError:
                 pass
-        self.kill()  # nothing of the runner's is worth an orderly interpreter shutdown
         self._drain.join(1)
         self.proc.stdout.close()
         if self._groups is not None:

@@ -172,3 +172,22 @@ def test_recorded_reference_counters_are_those_of_the_current_solutions(tmp_path
     grade(ROOT / "solutions", backend="sim", course=Course(ROOT), record_reference=out)
     committed = json.loads((ROOT / "tests" / "exercises" / "reference_counters.json").read_text())
     assert json.loads(out.read_text()) == committed, "run `gpugrade release` to re-record the counters"
+
+
+def test_the_submission_time_limit_keeps_the_points_of_finished_tests(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    source = (ROOT / "solutions" / "vector_add.py").read_text()
+    # stage 1 right and quick; stage 2 never returns (each call would only hit the per-call limit)
+    source = source.replace('def vector_add_grid_stride(a: np.ndarray, b: np.ndarray) -> np.ndarray:\n',
+                            'def vector_add_grid_stride(a: np.ndarray, b: np.ndarray) -> np.ndarray:\n'
+                            '    while True:\n        pass\n', 1)
+    (sub / "vector_add.py").write_text(source)
+    out = tmp_path / "r.json"
+    done = gpugrade("grade", str(sub), "vector_add", "--backend", "sim", "--format", "json", "--output", str(out),
+                    "--timeout", "60", "--submission-timeout", "8")
+    assert done.returncode == 1, done.stdout + done.stderr
+    tests = {t["name"]: t for t in json.loads(out.read_text())["tests"]}
+    assert tests["vector_add::edge_sizes[n=1]"]["status"] == "passed"
+    assert any("time limit of 8 s was reached" in t["output"] for t in tests.values()), tests
+    assert len(tests) == 20, "every test is in the results, run or not"
