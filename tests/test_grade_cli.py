@@ -191,3 +191,4 @@ def test_the_submission_time_limit_keeps_the_points_of_finished_tests(tmp_path):
     assert tests["vector_add::edge_sizes[n=1]"]["status"] == "passed"
     assert any("time limit of 8 s was reached" in t["output"] for t in tests.values()), tests
     assert len(tests) == 20, "every test is in the results, run or not"
+

@@ -284,3 +284,54 @@ def test_a_stub_cannot_find_and_import_the_reference_solution(tmp_path):
         assert s.call("f").value == "hidden"
     finally:
         s.close()
+
+
+@needs_root
+def test_the_judges_results_file_cannot_be_forged(tmp_path):
+    judge = tmp_path / "judge"
+    judge.mkdir(mode=0o700)
+    results = judge / "results.json"
+    results.write_text('{"real": true}')
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ex.py").write_text(textwrap.dedent(f"""
+        import os
+        def forge():
+            try:
+                fd = os.open({str(results)!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.write(fd, b'{{"score": 100}}')
+                os.close(fd)
+                return "forged"
+            except OSError as exc:
+                return type(exc).__name__
+    """))
+    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(judge),))), allowed_imports=WIDE_POLICY)
+    try:
+        assert s.call("forge").value != "forged"
+    finally:
+        s.close()
+    assert results.read_text() == '{"real": true}'
+
+
+def test_an_infinite_loop_in_a_kernel_times_out_on_the_simulator(tmp_path):
+    (tmp_path / "ex.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+
+        @cuda.jit
+        def spin(out):
+            i = cuda.grid(1)
+            while out[0] == 0.0:
+                i += 1
+
+        def run():
+            out = cuda.to_device(np.zeros(1, np.float32))
+            spin[1, 32](out)
+            return out.copy_to_host()
+    """))
+    s = Student("ex", str(tmp_path), "sim", ProcessSandbox(Limits(call_timeout_s=6)))
+    try:
+        with pytest.raises(RunnerError, match="timed out after 6 s"):
+            s.call("run")
+    finally:
+        s.close()
