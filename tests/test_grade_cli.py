@@ -192,3 +192,34 @@ def test_the_submission_time_limit_keeps_the_points_of_finished_tests(tmp_path):
     assert any("time limit of 8 s was reached" in t["output"] for t in tests.values()), tests
     assert len(tests) == 20, "every test is in the results, run or not"
 
+
+
+def test_hostile_submissions_graded_beside_an_honest_one_leave_its_grade_unchanged(tmp_path):
+    """A hang at import, an endless output flood and a crash, graded at the same time as the
+    reference: each costs only its own points."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.course import Course
+    from grader.grading import grade
+
+    hostile = {
+        "hang": "while True:\n    pass\n",
+        "flood": "def vector_add(a, b):\n    while True:\n        print('100/100 ' * 1000)\n",
+        "crash": "import numpy as np\n\ndef vector_add(a, b):\n    return vector_add(a, b)\n",
+    }
+    folders = {}
+    for name, source in hostile.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vector_add.py").write_text(source)
+        folders[name] = tmp_path / name
+    folders["honest"] = ROOT / "solutions"
+    with ThreadPoolExecutor(4) as pool:
+        futures = {name: pool.submit(grade, folder, ["vector_add"], backend="sim", course=Course(ROOT), timeout=3,
+                                     stages=[1]) for name, folder in folders.items()}
+        results = {name: f.result() for name, f in futures.items()}
+    assert results["honest"].score == results["honest"].max_score > 0 and not results["honest"].errors
+    for name in hostile:
+        assert results[name].score == 0 and not results[name].errors, (name, results[name].tests[0].output)
+    assert "timed out after 3 s" in results["hang"].tests[0].output
+    assert "timed out after 3 s" in results["flood"].tests[0].output
+    assert "RecursionError" in results["crash"].tests[0].output
