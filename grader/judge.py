@@ -11,6 +11,8 @@ from .errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .sandbox import Runner, Sandbox
 
+STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
+
 
 @dataclass
 class CallResult:
@@ -34,21 +36,23 @@ class RunnerConnection:
         self.devices = devices
         self.compile_check = compile_check  # off only for trusted course code (reference solutions)
         self._runner: Runner | None = None
-        self._configured = True
+        self._ready = False
 
     def start(self) -> Runner:
         """Start the runner process; returns at once, its imports go on in the background."""
         if self._runner is None:
             self._runner = self.sandbox.start(self.workspace, self.backend, self.devices)
-            self._configured = self.compile_check
+            self._ready = False
         return self._runner
 
     def request(self, message: dict, timeout: float | None = None) -> dict:
         runner = self.start()
         try:
-            if not self._configured:
-                runner.request({"op": "configure", "compile_check": False}, timeout=timeout)
-                self._configured = True
+            if not self._ready:
+                # The interpreter's start and numba's imports are not the student's time: the
+                # call's limit starts once the runner answers.
+                runner.request({"op": "configure", "compile_check": self.compile_check}, timeout=STARTUP_TIMEOUT_S)
+                self._ready = True
             reply = runner.request(message, timeout=timeout)
         except RunnerError:
             self.close()
@@ -74,6 +78,8 @@ class Student:
         self.workspace = workspace
         self.allowed_imports = allowed_imports
         self._violations: list | None = None
+        self._imported = False
+        self._import_failure: Exception | None = None
         self.connection = connection or RunnerConnection(workspace, backend, sandbox, devices)
 
     def _check_policy(self) -> None:
@@ -87,10 +93,20 @@ class Student:
             message = "; ".join(str(v) for v in self._violations)
             raise StudentCodeError("policy", "PolicyViolation", message, traceback="\n".join(map(str, self._violations)))
 
-    def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
-        self._check_policy()
-        reply = self.connection.request({"op": "call", "module": self.module, "function": function,
-                                         "args": list(args)}, timeout=timeout)
+    def _import(self, timeout: float | None) -> None:
+        """Import the module once; a module that cannot be imported (syntax error, a hang or a
+        crash at import) fails every later call at once, with the same reason."""
+        if self._import_failure is None and not self._imported:
+            try:
+                self._raise_for(self.connection.request({"op": "import", "module": self.module}, timeout=timeout))
+                self._imported = True
+            except (StudentCodeError, RunnerError) as exc:
+                self._import_failure = exc
+        if self._import_failure is not None:
+            raise self._import_failure
+
+    @staticmethod
+    def _raise_for(reply: dict) -> None:
         if not reply["ok"]:
             error = reply.get("error") or {}
             if not isinstance(error, dict):
@@ -98,6 +114,13 @@ class Student:
             raise StudentCodeError(str(error.get("kind", "exception")), str(error.get("type", "Error")),
                                    str(error.get("message", "")), str(error.get("where", "")),
                                    str(error.get("traceback", "")))
+
+    def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
+        self._check_policy()
+        self._import(timeout)
+        reply = self.connection.request({"op": "call", "module": self.module, "function": function,
+                                         "args": list(args)}, timeout=timeout)
+        self._raise_for(reply)
         launches = reply.get("launches") or []
         returned_args = reply.get("args") or []
         if not isinstance(launches, list) or not isinstance(returned_args, list):

@@ -146,6 +146,13 @@ class Runner:
             return value
         raise TypeError(f"returned a value of type {type(value).__name__}; return a NumPy array or a number")
 
+    def import_module(self, request: dict) -> dict:
+        try:
+            self._module(str(request["module"]))
+        except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
+            return {"ok": False, "error": self._error(exc, importing=True)}
+        return {"ok": True}
+
     def configure(self, request: dict) -> dict:
         """Settings the judge may change: only the compile check, off for its trusted reference runner."""
         if self.backend == "sim" and "compile_check" in request:
@@ -167,6 +174,8 @@ class Runner:
                 reply = {"ok": True, "backend": self.backend}
             elif op == "configure":
                 reply = self.configure(request)
+            elif op == "import":
+                reply = self.import_module(request)
             else:
                 reply = {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
                                                 "message": f"unknown op {op!r}", "where": ""}}
