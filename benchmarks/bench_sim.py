@@ -32,6 +32,11 @@ CHECKS = {
     "counters": {"off": ["races", "uninitialised"]},
     "races": {"off": []},
 }
+# The workers check results with NumPy (`A @ B` for matmul). A multithreaded BLAS keeps its
+# worker threads spinning for a while after each call: on a small machine they then compete with
+# the next timed launch and show up in its process time (measured: SIMT matmul 128 at 20 ms
+# doubled to 40 ms CPU). No simulator here calls BLAS, so every worker gets a single-threaded one.
+SINGLE_THREADED_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 EXECUTORS = ("simt", "thread")
 WORKLOAD_KEYS = ("matmul128", "vadd16", "vadd20", "reduce16")
 
@@ -106,6 +111,7 @@ def run_cell(mode: str, workload: str, timeout: float, executor: str = "", check
     cmd = [python, str(Path(__file__).resolve()), "--worker", mode, "--workload", workload]
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env.update(SINGLE_THREADED_BLAS)
     if mode == "stock":
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     else:

@@ -120,7 +120,7 @@ class Lanes:
         self.block, self.thread, self.act = block, thread, act
         n = self.n = block.shape[0]
         g = self.g = block * tpb + thread
-        self.warp = w = block * wpb + thread // WARP
+        self.warp = w = block * wpb + (thread >> _WARP_SHIFT)  # thread // WARP
         self.ordered = n <= 1 or bool((g[1:] > g[:-1]).all())
         self.g0 = int(g[0]) if self.ordered and n and int(g[-1]) - int(g[0]) == n - 1 else None
         if self.ordered:
@@ -155,12 +155,16 @@ class _Pattern:
     vectors, bounds-checked once; scalar index parts are added per access) and its counters per
     alignment class."""
 
-    __slots__ = ("refs", "vec_flat", "vec_within", "counted", "dups")
+    __slots__ = ("refs", "vec_flat", "vec_within", "counted", "dups", "scalars", "nonneg",
+                 "squeezed")
 
-    def __init__(self, refs, vec_flat, vec_within):
+    def __init__(self, refs, vec_flat, vec_within, scalars=()):
         self.refs, self.vec_flat, self.vec_within = refs, vec_flat, vec_within
         self.counted: dict = {}
         self.dups = None  # Instrument._dups
+        self.scalars = scalars  # (position in the index, dimension, stride) of each scalar part
+        self.nonneg = False  # every vec_flat entry >= 0 (no negative stride)
+        self.squeezed = None  # _squeeze(vec_flat), made on the pattern's first reuse
 
 
 _PATTERNS = 32  # patterns kept per launch (each holds a few vectors over the lanes)
@@ -279,21 +283,12 @@ class Instrument:
         if len(idx) != len(shape):
             raise SimError(f"{where(self.kernel, filename or self.filename, line)}: array "
                            f"{handle.name!r} has {len(shape)} dimensions, indexed with {len(idx)}")
-        key = (id(handle), id(lanes)) + tuple(
-            id(i) if isinstance(i, np.ndarray) and i.ndim else None for i in idx)
-        pat = self._patterns.get(key)
-        if pat is not None:
-            base = handle.offset
-            for i, dim, st in zip(idx, shape, handle.estrides):
-                if not (isinstance(i, np.ndarray) and i.ndim):
-                    i = int(i)
-                    if not 0 <= i < dim:
-                        break
-                    base += i * st
-            else:
-                flat = pat.vec_flat + base
-                self._last = (flat, pat, base)
-                return flat
+        hit = self._pattern_hit(handle, idx, lanes)
+        if hit is not None:
+            pat, base = hit
+            flat = pat.vec_flat + base
+            self._last = (flat, pat, base)
+            return flat
         self._last = None
         act = lanes.act
         sub = idx if act is None else tuple(
@@ -307,7 +302,11 @@ class Instrument:
             vec = np.zeros(lanes.n, np.int64)
         vec_flat = vec + lanes.block_offset(handle) if space == "shared" else vec
         flat = vec_flat + base
-        pat = _Pattern((handle, lanes) + tuple(idx), vec_flat, vec)
+        pat = _Pattern((handle, lanes) + tuple(idx), vec_flat, vec, tuple(
+            (p, dim, st) for p, (i, dim, st) in enumerate(zip(idx, shape, handle.estrides))
+            if not (isinstance(i, np.ndarray) and i.ndim)))
+        pat.nonneg = min(handle.estrides, default=0) >= 0
+        key = _pattern_key(handle, lanes, idx)
         if all(not (isinstance(i, np.ndarray) and i.ndim) or i.base is None for i in idx):
             for i in idx:  # the key holds their ids: they must not change while cached
                 if isinstance(i, np.ndarray) and i.ndim:
@@ -317,6 +316,54 @@ class Instrument:
             self._patterns[key] = pat
         self._last = (flat, pat, base)
         return flat
+
+    def _pattern_hit(self, handle, idx, lanes):
+        """(pattern, base) when `idx` is a pattern seen before whose scalar parts are in
+        bounds (`base`: the offset plus those parts times their strides), else None."""
+        pat = self._patterns.get(_pattern_key(handle, lanes, idx))
+        if pat is None:
+            return None
+        base = handle.offset
+        for p, dim, st in pat.scalars:
+            i = int(idx[p])
+            if not 0 <= i < dim:
+                return None
+            base += i * st
+        return pat, base
+
+    def load_lanes(self, space, handle, idx, lanes: "Lanes", line, filename=None) -> np.ndarray:
+        """A SIMT load from global or shared memory: `index_lanes`, then `access`, then the
+        lanes' values from `handle.flat`. With neither checker that needs positions on (races,
+        uninitialised reads), a known pattern over ordered lanes is only counted: its positions
+        are never made (the values come from `vec_flat` in a view shifted by `base`)."""
+        if not (self.races or self.uninit) and lanes.ordered and \
+                len(idx) == len(handle.shape):
+            hit = self._pattern_hit(handle, idx, lanes)
+            if hit is not None and hit[0].nonneg:
+                pat, base = hit
+                self._last = None
+                last = (None, pat, base)
+                if line is None:
+                    self._count_vec(space, handle, "load", None, lanes, last)
+                else:
+                    counts = self.counts
+                    rk, uk = _REQUEST_KEYS[space, "load"]
+                    r0, u0 = counts[rk], counts[uk]
+                    self._count_vec(space, handle, "load", None, lanes, last)
+                    self._note_line(space, "load", line, counts[rk] - r0, counts[uk] - u0)
+                sq = pat.squeezed
+                if sq is None:
+                    sq = pat.squeezed = _squeeze(pat.vec_flat)
+                if sq:  # the same values, each element gathered once and then repeated
+                    small, shape = sq
+                    out = np.empty(shape, handle.flat.dtype)
+                    out[...] = handle.flat[base:][small]
+                    return out.reshape(-1)
+                return handle.flat[base:][pat.vec_flat]
+        flat = self.index_lanes(space, handle, idx, lanes, line, filename)
+        self.access(space, handle, "load", flat, lanes.block, lanes.thread, line, filename,
+                    lanes)
+        return handle.flat[flat]
 
     def lanes(self, block, thread, act=None) -> "Lanes":
         """The `Lanes` record of these lanes (for `index_lanes` / `access`)."""
@@ -423,7 +470,7 @@ class Instrument:
         if kind == "atomic" or line is None:
             self._count_vec(space, handle, kind, flat, lanes, last)
             return
-        rk, uk = _request_keys(space, kind)
+        rk, uk = _REQUEST_KEYS[space, kind]
         r0, u0 = self.counts[rk], self.counts[uk]
         self._count_vec(space, handle, kind, flat, lanes, last)
         self._note_line(space, kind, line, self.counts[rk] - r0, self.counts[uk] - u0)
@@ -860,7 +907,7 @@ class Instrument:
         if kind == "atomic":
             self.counts["atomics"] += n
             return
-        key = f"{space}_{'loads' if kind == 'load' else 'stores'}"
+        key = _COUNT_KEYS[space, kind]
         self.counts[key] += n
         pk = (id(lanes), key)
         pending = self._pending.get(pk)
@@ -885,18 +932,21 @@ class Instrument:
             return
         itemsize = handle.dtype.itemsize
         if space == "global":
-            self.counts[f"global_{kind}_requests"] += lanes.n_req
+            rk, sk = _REQUEST_KEYS[space, kind]
+            self.counts[rk] += lanes.n_req
             if last is not None:  # a known pattern: its count for this alignment
                 _, pat, base = last
                 shift = (handle.address + base * itemsize) % SECTOR_BYTES
                 sectors = pat.counted.get(shift)
-                if sectors is None:
-                    sectors = pat.counted[shift] = _distinct_per_request(
-                        lanes, (shift + pat.vec_within * itemsize) // SECTOR_BYTES)
+                if sectors is None:  # (shift + within * itemsize) // SECTOR_BYTES, in place
+                    key = pat.vec_within * itemsize
+                    key += shift
+                    key >>= _SECTOR_SHIFT
+                    sectors = pat.counted[shift] = _distinct_per_request(lanes, key)
             else:
                 sectors = _distinct_per_request(
-                    lanes, self._byte_addr(space, handle, flat) // SECTOR_BYTES)
-            self.counts[f"global_{kind}_sectors"] += sectors
+                    lanes, self._byte_addr(space, handle, flat) >> _SECTOR_SHIFT)
+            self.counts[sk] += sectors
         else:
             self.counts["shared_requests"] += lanes.n_req
             if last is not None:  # shifting every address by whole words keeps the conflicts
@@ -996,11 +1046,22 @@ class Instrument:
         return c
 
 
+_SECTOR_SHIFT = SECTOR_BYTES.bit_length() - 1  # x >> shift == x // SECTOR_BYTES (int64)
+_WARP_SHIFT = WARP.bit_length() - 1
+_BANK_SHIFT = BANK_BYTES.bit_length() - 1
+
+
 def _request_keys(space: str, kind: str) -> tuple[str, str]:
     """The counters of requests and of their cost (sectors or wavefronts) for an access kind."""
     if space == "global":
         return f"global_{kind}_requests", f"global_{kind}_sectors"
     return "shared_requests", "bank_conflict_wavefronts"
+
+
+_REQUEST_KEYS = {(s, k): _request_keys(s, k) for s in ("global", "shared")
+                 for k in ("load", "store", "atomic")}
+_COUNT_KEYS = {(s, k): f"{s}_{'loads' if k == 'load' else 'stores'}"
+               for s in ("global", "shared") for k in ("load", "store")}
 
 
 def _flags(initialised: np.ndarray):
@@ -1010,6 +1071,43 @@ def _flags(initialised: np.ndarray):
             initialised.flags.c_contiguous and initialised.flags.writeable:
         return memoryview(initialised)
     return initialised
+
+
+def _squeeze(vec: np.ndarray):
+    """(positions of shape (a, 1, c), the shape (a, r, c)) when `vec.reshape(a, r, c)` repeats
+    its first row along axis 1 (r > 1: a tile row read by every row of threads, a tile column
+    by every column, a global row by several blocks); else False. Then `vec`'s gather is the
+    small one broadcast to (a, r, c)."""
+    n = vec.shape[0]
+    if n < 256:
+        return False
+    hits = np.flatnonzero(vec[1:] == vec[0])
+    if hits.shape[0] == 0:
+        return False
+    c = int(hits[0]) + 1  # the period of the start
+    differ = np.flatnonzero(vec[c:] != vec[:-c])
+    rc = int(differ[0]) + c if differ.shape[0] else n  # how long the start repeats
+    if rc % c or n % rc or rc // c < 2:
+        return False
+    m = vec.reshape(-1, rc // c, c)
+    first = m[:, :1, :]
+    if not (m == first).all():
+        return False
+    return np.ascontiguousarray(first), m.shape
+
+
+def _pattern_key(handle, lanes, idx) -> tuple:
+    """The `_patterns` key of an index: the handle, the lanes, and each vector part by id
+    (None for a scalar part)."""
+    if len(idx) == 2:
+        i, j = idx
+        return (id(handle), id(lanes), id(i) if isinstance(i, np.ndarray) and i.ndim else None,
+                id(j) if isinstance(j, np.ndarray) and j.ndim else None)
+    if len(idx) == 1:
+        i = idx[0]
+        return (id(handle), id(lanes), id(i) if isinstance(i, np.ndarray) and i.ndim else None)
+    return (id(handle), id(lanes)) + tuple(
+        id(i) if isinstance(i, np.ndarray) and i.ndim else None for i in idx)
 
 
 def _vector_part(handle, idx, n: int):
@@ -1051,12 +1149,14 @@ def _distinct_per_request(lanes: Lanes, key: np.ndarray) -> int:
     if n == 0:
         return 0
     if lanes.rows:
-        m = key.reshape(-1, WARP)
-        d = np.diff(m, axis=1)
+        # np.diff(m, axis=1) with m = key.reshape(-1, WARP), as one contiguous difference
+        # whose pairs across rows are zeroed (a zero changes neither test nor count)
+        d = key[1:] - key[:-1]
+        d[WARP - 1::WARP] = 0
         if int(d.min(initial=0)) < 0:
-            d = np.diff(np.sort(m, axis=1), axis=1)
+            d = np.diff(np.sort(key.reshape(-1, WARP), axis=1), axis=1)
         return lanes.n_req + int(np.count_nonzero(d))
-    d = np.diff(key)
+    d = key[1:] - key[:-1]
     inner = np.ones(n - 1, bool)
     inner[lanes.starts[1:] - 1] = False  # pairs of lanes within one request
     if not (d[inner] < 0).any():
@@ -1075,7 +1175,7 @@ def _wavefronts_lanes(lanes: Lanes, addr: np.ndarray, itemsize: int) -> int:
     within 32 consecutive words (so every word has a bank of its own)."""
     if lanes.n == 0:
         return 0
-    word = addr // BANK_BYTES
+    word = addr >> _BANK_SHIFT  # addr // BANK_BYTES
     extra = max(1, itemsize // BANK_BYTES) - 1
     if lanes.rows:
         m = word.reshape(-1, WARP)

@@ -114,10 +114,15 @@ class ArrayOps:
         if act is not None and act.shape[0] == 0:
             return np.zeros(self.n, array.dtype)
         lanes = self._lane_set()
-        flat = self._position(array, idx, lanes)
-        self.inst.access(array.space, array.handle, "load", flat, block, thread, self.line,
-                         self.filename, lanes)
-        values = array.flat[flat]
+        space = array.space
+        if space == "global" or space == "shared":  # (array.flat is handle.flat)
+            values = self.inst.load_lanes(space, array.handle, idx, lanes, self.line,
+                                          self.filename)
+        else:
+            flat = self._position(array, idx, lanes)
+            self.inst.access(space, array.handle, "load", flat, block, thread, self.line,
+                             self.filename, lanes)
+            values = array.flat[flat]
         if act is None:
             return values
         out = np.zeros(self.n, array.dtype)

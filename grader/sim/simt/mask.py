@@ -205,6 +205,9 @@ class MaskStack:
         return np.where(mask, new, old)
 
     def assign(self, old, new, dtype):
-        if dtype is not None:
-            new = self.cast(new, dtype)
-        return self.merge(old, new, self.levels[-1])
+        if dtype is not None and not (type(new) is np.ndarray and new.dtype == dtype):
+            new = self.cast(new, dtype)  # (a vector of numba's type is kept as it is)
+        mask = self.levels[-1]
+        if mask is None or old is None:
+            return new
+        return self.merge(old, new, mask)

@@ -40,6 +40,20 @@ def _dtype(value) -> np.dtype:
         return np.asarray(value).dtype  # a Python number from a tuple of shape entries
 
 
+_NUMPY_VALUES = (np.ndarray, np.generic)
+_binop_plans: dict = {}  # (operator name, dtype, dtype) -> (numpy ufunc, cast a to, cast b to)
+
+
+def _binop_plan(name, da, db):
+    """How `binop` computes `name` on numpy values of dtypes `da`, `db`: the ufunc and the
+    dtype each operand is cast to (None: it already has it; `cast` would return it as is)."""
+    sig = simt_typing.signature(BINOPS[name], (da, db))
+    if sig is None:
+        return _NUMPY_BINOPS[name], None, None
+    (ta, tb), _ = sig
+    return _NUMPY_BINOPS[name], None if ta == da else ta, None if tb == db else tb
+
+
 class Ops:
     """Mixin of `Ctx`: the expression calls of generated code."""
 
@@ -51,6 +65,19 @@ class Ops:
         return cast(value, dtype)
 
     def binop(self, name, a, b):
+        if isinstance(a, _NUMPY_VALUES) and isinstance(b, _NUMPY_VALUES):
+            # the common case, planned once per (operator, dtypes): the same casts as below,
+            # skipped where the operand already has numba's type
+            key = (name, a.dtype, b.dtype)
+            plan = _binop_plans.get(key)
+            if plan is None:
+                plan = _binop_plans[key] = _binop_plan(*key)
+            fn, ta, tb = plan
+            if ta is not None:
+                a = cast(a, ta)
+            if tb is not None:
+                b = cast(b, tb)
+            return fn(a, b)
         sig = simt_typing.signature(BINOPS[name], (_dtype(a), _dtype(b)))
         if sig is not None:
             (ta, tb), _ = sig
