@@ -356,6 +356,8 @@ class Instrument:
                     sq = pat.squeezed = _squeeze(pat.vec_flat)
                 if sq:  # the same values, each element gathered once and then repeated
                     small, shape = sq
+                    if shape[2] == 1:  # runs of one value: np.repeat is the faster copy
+                        return np.repeat(handle.flat[base:][small.reshape(-1)], shape[1])
                     out = np.empty(shape, handle.flat.dtype)
                     out[...] = handle.flat[base:][small]
                     return out.reshape(-1)
