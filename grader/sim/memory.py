@@ -10,6 +10,20 @@ its threadfence count) and the last reader (or "several readers" of one block ep
 accesses conflict when they come from different threads, at least one writes, they are not both
 atomic, and nothing orders them: the same block with a barrier in between, the same warp with a
 syncwarp in between, or (a write read by another block) a threadfence by the writer after it.
+
+Silent stores: a plain store of the bits its element already holds (bitwise: -0.0 over 0.0, or
+another NaN payload, is a change; an element never written since allocation holds garbage and
+is never silent) changes nothing a thread can observe, so it is no access for the race rule: it
+conflicts with no load and no store, and the shadow stays as it was (the previous writer stays
+the last writer). Counters and initialised flags count it as any store. Executors pass what
+they store (`access(..., values=)`, `access1(..., value=)`, the store recorders' `value`); the
+comparison runs only with the race checker on. Lanes of one store instruction on one element
+count as sequential stores: storing one value, the first changes the element and the others are
+silent; storing different values is a race. The rule judges silence against memory at the
+simulated moment, so it can hide a race that another interleaving would expose: a silent store
+unordered with the element's last writer (it could land first, changing what earlier loads
+see), or a later store of another value ordered after the last writer but not after the silent
+store (the silent store could land after it).
 """
 
 from __future__ import annotations
@@ -444,9 +458,10 @@ class Instrument:
         return out[0] if len(out) == 1 else tuple(out)
 
     def access(self, space, handle, kind, flat, block, thread, line, filename=None,
-               lanes: "Lanes | None" = None) -> None:
+               lanes: "Lanes | None" = None, values=None) -> None:
         """One instruction's accesses by many lanes: checks, then counters. `lanes` (optional)
-        is the `Lanes` record of `block` and `thread`."""
+        is the `Lanes` record of `block` and `thread`; `values` (optional, stores): what the
+        lanes store (a vector over them, or one scalar for all), for the silent-store rule."""
         last, self._last = self._last, None
         if space in ("local", "const"):
             return
@@ -464,7 +479,8 @@ class Instrument:
                              int(lanes.thread[lane]), line, filename)
         if self.races:
             self._race_vec(space, handle, kind, flat, lanes, line, filename,
-                           last[1] if last is not None else None)
+                           last[1] if last is not None else None,
+                           values if kind == "store" else None)
         if kind != "load":
             handle.initialised[flat] = True
             if space == "global":
@@ -486,21 +502,25 @@ class Instrument:
             entry[1] += units
 
     def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,
-                filename=None) -> None:
-        """Scalar twin of `access` for one lane."""
+                filename=None, value=None) -> None:
+        """Scalar twin of `access` for one lane (`value`: what a store stores, optional)."""
         if space == "local" or space == "const":
             return
+        silent = False
         if kind == "load":
             if self.uninit and not handle.initialised[flat]:
                 self._uninit(space, handle, flat, block, thread, line, filename)
         else:
-            if kind == "atomic" and self.uninit and not handle.initialised[flat]:
-                self._uninit(space, handle, flat, block, thread, line, filename)
+            if kind == "atomic":
+                if self.uninit and not handle.initialised[flat]:
+                    self._uninit(space, handle, flat, block, thread, line, filename)
+            elif value is not None and self.races and handle.initialised[flat]:
+                silent = _same_bits1(handle.flat, flat, value)
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
         g = block * self.tpb + thread
-        if self.races:
+        if self.races and not silent:
             self._race1(space, handle, kind, flat, block, g, line, filename)
         if kind == "atomic":
             self.counts["atomics"] += 1
@@ -513,10 +533,11 @@ class Instrument:
         self._log_flat.append(flat)
 
     def scalar_recorder(self, space, handle, kind):
-        """For the per-thread executor: a function `rec(flat, g, frame)` doing what
+        """For the per-thread executor: a function `rec(flat, g, frame, value=None)` doing what
         `access1(space, handle, kind, flat, g // tpb, g % tpb, frame.f_lineno,
-        frame.f_code.co_filename)` does (`g`: global thread id, `frame`: the accessing frame),
-        with what does not change bound once. None for local and constant arrays."""
+        frame.f_code.co_filename, value)` does (`g`: global thread id, `frame`: the accessing
+        frame, `value`: what a store stores), with what does not change bound once. None for
+        local and constant arrays."""
         if space == "local" or space == "const":
             return None
         tpb = self.tpb
@@ -545,7 +566,7 @@ class Instrument:
         if self.races:
             return self._race_recorder(space, handle, store, check, site, by_code, hc)
 
-        def rec(flat, g, frame):
+        def rec(flat, g, frame, value=None):
             if check and not init[flat]:
                 uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
                        frame.f_code.co_filename)
@@ -571,7 +592,8 @@ class Instrument:
     def _race_recorder(self, space, handle, store, check, site, by_code, hc):
         """`scalar_recorder` with the race checker on: the cases `_race1` settles without a
         finding (nothing recorded, the same thread, a barrier of the block in between) are
-        done inline; anything else goes through `_race1` itself."""
+        done inline; anything else goes through `_race1` itself. A silent store (the bits
+        already there, element initialised) skips the race shadow altogether."""
         tpb, wpb = self.tpb, self.wpb
         log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
         init, written, name = _flags(handle.initialised), self.written, handle.name
@@ -581,12 +603,31 @@ class Instrument:
         ep1, wep1, fence1 = self._ep1, self._wep1, self._fence1
         race1, ordered1, uninit = self._race1, self._ordered1, self._uninit
         inst = self
+        same = _same_bits_recorder(handle.flat) if store else None
 
-        def rec(flat, g, frame):
+        def rec(flat, g, frame, value=None):
             if check and not init[flat]:
                 uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
                        frame.f_code.co_filename)
             if store:
+                if init[flat] and value is not None and same(flat, value):
+                    # a silent store: it changes nothing, so it neither races nor orders
+                    if is_global:
+                        written.add(name)
+                    code = frame.f_code
+                    if code is site[0]:
+                        lines = site[1]
+                    else:
+                        site[0] = code
+                        lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
+                    lasti = frame.f_lasti
+                    entry = lines.get(lasti)
+                    if entry is None:
+                        entry = lines[lasti] = frame.f_lineno << 32 | hc
+                    log_g(g)
+                    log_site(entry)
+                    log_flat(flat)
+                    return
                 init[flat] = True
                 if is_global:
                     written.add(name)
@@ -734,10 +775,23 @@ class Instrument:
             lanes.ep_ver = self._sync_ver
         return lanes.ep, lanes.wep
 
-    def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None):
+    def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None,
+                  values=None):
         """The race rule of the module docstring for one instruction. Cheap tests settle most
         lanes (nothing recorded yet, the same thread, a barrier of the block in between); the
-        exact rule runs on the lanes left."""
+        exact rule runs on the lanes left. `values` (stores): what the lanes store; silent
+        lanes (`_quiet`) are left out of the rule and of the shadow."""
+        dups = None
+        if values is not None and flat.shape[0]:
+            if flat.shape[0] > 1:
+                dups = self._dups(flat, lanes, pat)
+            quiet = _quiet(handle, flat, values, dups)
+            if quiet is not None:
+                keep = np.flatnonzero(~quiet)
+                if keep.shape[0] == 0:
+                    return
+                lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
+                flat, pat, dups = flat[keep], None, None
         sh = self._shadow(handle)
         block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
         ep, wep = self._lane_epochs(lanes)
@@ -785,7 +839,7 @@ class Instrument:
                                        int(block[i]), int(thread[i]), line, filename)
             if kind == "store" and flat.shape[0] > 1:
                 # two lanes of one instruction storing to one element
-                pair = self._dups(flat, lanes, pat)[0]
+                pair = (dups or self._dups(flat, lanes, pat))[0]
                 if pair is not None:
                     i, j = pair
                     self._race_msg(space, handle, kind, int(flat[i]), int(g[j]), "store",
@@ -1073,6 +1127,107 @@ def _flags(initialised: np.ndarray):
             initialised.flags.c_contiguous and initialised.flags.writeable:
         return memoryview(initialised)
     return initialised
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # itemsize -> unsigned type
+
+
+def _same_bits1(store: np.ndarray, flat: int, value) -> bool:
+    """Does storing `value` at `store[flat]` (cast as the store casts it) leave its bits as
+    they are? False when the cast fails (the store itself then reports it)."""
+    tmp = np.empty(1, store.dtype)
+    try:
+        with np.errstate(all="ignore"):  # the store itself warns about a bad cast
+            tmp[0] = value
+    except Exception:
+        return False
+    return tmp.tobytes() == store[flat:flat + 1].tobytes()
+
+
+def _same_bits_recorder(store: np.ndarray):
+    """`_same_bits1` for one store, bound once: `same(flat, value)`, comparing the bits as
+    Python ints through memoryviews where the item size allows."""
+    u = _BITS.get(store.dtype.itemsize)
+    if u is None or store.ndim != 1 or not store.flags.c_contiguous:
+        return lambda flat, value: _same_bits1(store, flat, value)
+    tmp = np.empty(1, store.dtype)
+    tmp_bits, bits = memoryview(tmp.view(u)), memoryview(store.view(u))
+    quiet_cast = store.dtype.kind in "iub"  # a float cast to an integer may warn: the store
+    # warns, not this check
+
+    def same(flat, value):
+        try:
+            if quiet_cast and isinstance(value, np.floating):
+                with np.errstate(all="ignore"):
+                    tmp[0] = value
+            else:
+                tmp[0] = value
+        except Exception:
+            return False
+        return tmp_bits[0] == bits[flat]
+    return same
+
+
+def _quiet(handle, flat: np.ndarray, values, dups) -> np.ndarray | None:
+    """The lanes of one store instruction that are not accesses for the race checker, or None
+    when there are none: a lane storing the bits its (initialised) element already holds, and,
+    where several lanes store one value to one element, every lane of that group but the last
+    (sequentially, the first stores and the others are silent; the last is the one whose store
+    lands, kept unless its value is already there). A group storing different values keeps all
+    its lanes: that is a race. `dups`: `Instrument._dups` of the lanes (None for one lane)."""
+    store = handle.flat
+    n = flat.shape[0]
+    try:
+        if isinstance(values, np.ndarray) and values.ndim:
+            if values.shape != (n,):
+                return None
+            if values.dtype == store.dtype:
+                new = values
+            else:
+                with np.errstate(all="ignore"):  # the store itself warns about a bad cast
+                    new = values.astype(store.dtype)
+        else:
+            new = np.empty((), store.dtype)
+            with np.errstate(all="ignore"):
+                new[()] = values
+    except Exception:  # the store itself reports it
+        return None
+    f0 = int(flat[0])
+    if n > 1 and int(flat[-1]) - f0 == n - 1 and bool((np.diff(flat) == 1).all()):
+        old = store[f0:f0 + n]  # one run of elements (`out[i] = ...`): a view, no gather
+    else:
+        old = store[flat]
+    u = _BITS.get(store.dtype.itemsize)
+    if u is not None:
+        old_bits, new_bits = old.view(u), new.view(u)
+    else:  # compare byte rows
+        old_bits = old.view(np.uint8).reshape(n, -1)
+        new_bits = new.reshape(-1).view(np.uint8).reshape(-1, store.dtype.itemsize)
+    eq = old_bits == new_bits
+    if eq.ndim > 1:
+        eq = eq.all(axis=1)
+    pair = dups[0] if dups is not None else None
+    if pair is None:
+        if not eq.any():
+            return None
+        eq = eq & handle.initialised[flat]
+        return eq if eq.any() else None
+    eq = np.broadcast_to(eq, (n,)) & handle.initialised[flat]
+    # groups of lanes on one element, in element order (stable: lane order within a group)
+    idx = np.flatnonzero(dups[1])
+    order = idx[np.argsort(flat[idx], kind="stable")]
+    fs = flat[order]
+    same = fs[1:] == fs[:-1]
+    gid = np.concatenate((np.zeros(1, np.int64), np.cumsum(~same)))
+    vs = np.broadcast_to(new_bits, (n,) + new_bits.shape[1:])[order]
+    differ = vs[1:] != vs[:-1]
+    if differ.ndim > 1:
+        differ = differ.any(axis=1)
+    mixed = np.zeros(int(gid[-1]) + 1, bool)
+    mixed[gid[1:][same & differ]] = True
+    quiet = eq.copy()
+    quiet[order] = ~mixed[gid] & (np.append(same, False) | eq[order])
+    return quiet if quiet.any() else None
 
 
 def _squeeze(vec: np.ndarray):

@@ -98,8 +98,9 @@ class ThreadArray:
     def __len__(self):
         return self.shape[0]
 
-    def _flat(self, key, kind, frame):
-        """Flat position of a full index (checked and recorded), or None for a view key."""
+    def _flat(self, key, kind, frame, value=None):
+        """Flat position of a full index (checked and recorded), or None for a view key.
+        `value`: what a store stores (the race checker's silent-store rule)."""
         if type(key) is not tuple:
             key = (key,)
         if len(key) != self.ndim:
@@ -114,7 +115,7 @@ class ThreadArray:
             if any(isinstance(k, slice) for k in key):
                 return None
             raise
-        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename)
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename, value)
         return flat
 
     def _fast(self, key):
@@ -191,11 +192,11 @@ class ThreadArray:
             elif key.__class__ is int and self.ndim == 1 and 0 <= key < self.shape[0]:
                 flat = self._off + key * self._strides[0]
             if flat is not None:
-                rec(flat, self._ex.cur.g, frame)
+                rec(flat, self._ex.cur.g, frame, value)
                 self._store[flat] = value
                 self._ex.progress += 1
                 return
-        flat = self._flat(key, "store", frame)
+        flat = self._flat(key, "store", frame, value)
         if flat is None:
             raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
                                     "simulated; store element by element")

@@ -138,11 +138,11 @@ class ArrayOps:
         lanes = self._lane_set()
         flat = self._position(array, idx, lanes)
         self.before_write(array)
-        self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
-                         self.filename, lanes)
         if isinstance(value, np.ndarray) and act is not None:
             value = value[act]
-        # duplicate positions: the last lane wins (the instrument reports it as a race)
+        self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
+                         self.filename, lanes, value)
+        # duplicate positions: the last lane wins (a race unless they store one value)
         array.flat[flat] = value
 
     def before_write(self, array):
