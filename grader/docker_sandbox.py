@@ -20,7 +20,7 @@ from typing import Any
 
 from . import protocol
 from .errors import RunnerError, UsageError
-from .sandbox import Limits
+from .sandbox import Limits, exchange_within
 
 WORKSPACE = "/workspace"
 RUNNER_LABEL = "gpugrade.runner"
@@ -177,23 +177,7 @@ class DockerRunner:
 
     def request(self, message: Any, timeout: float | None = None) -> Any:
         timeout = self.limits.call_timeout_s if timeout is None else timeout
-        reply: list[Any] = []
-
-        def exchange() -> None:
-            try:
-                protocol.send(self._to, message)
-                reply.append(protocol.receive(self._stream))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                reply.append(exc)
-
-        worker = threading.Thread(target=exchange, daemon=True)
-        worker.start()
-        worker.join(timeout)
-        if worker.is_alive():
-            self.kill()
-            worker.join(5)
-            raise RunnerError(f"timed out after {timeout:g} s", self.output_tail())
-        result = reply[0]
+        result = exchange_within(lambda: protocol.exchange(self._to, self._stream, message), timeout, self)
         if isinstance(result, BaseException):
             reason = self._death_reason(result)
             raise RunnerError(reason, self.output_tail())

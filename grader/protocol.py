@@ -98,3 +98,9 @@ def receive(stream: BinaryIO) -> Any:
         raise ProtocolError("array frames over the limit")
     frames = [_read_exact(stream, s) for s in sizes]
     return _decode(doc["message"], frames)
+
+
+def exchange(out: BinaryIO, inp: BinaryIO, message: Any) -> Any:
+    """One request and its reply."""
+    send(out, message)
+    return receive(inp)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from . import cgroups, isolation, protocol
 from .errors import RunnerError, UsageError
@@ -62,6 +62,30 @@ def _nobody_can_run() -> bool:
     import numpy
 
     return all(isolation.reachable_by_others(p) for p in (sys.executable, __file__, numpy.__file__))
+
+
+def exchange_within(exchange: Callable[[], Any], timeout: float, runner: "Runner") -> Any:
+    """Run `exchange()` (send a request, read its reply) with a deadline judged from this side.
+
+    Past the deadline the runner is killed (which ends the blocked read) and RunnerError raised.
+    Returns the reply, or the exception the exchange ended with, for the caller to explain.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(exchange())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        runner.kill()
+        worker.join(5)
+        raise RunnerError(f"timed out after {timeout:g} s", runner.output_tail())
+    return outcome[0]
 
 
 class RunnerProcess:
@@ -110,23 +134,7 @@ class RunnerProcess:
 
     def request(self, message: Any, timeout: float | None = None) -> Any:
         timeout = self.limits.call_timeout_s if timeout is None else timeout
-        reply: list[Any] = []
-
-        def exchange() -> None:
-            try:
-                protocol.send(self._to, message)
-                reply.append(protocol.receive(self._from))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                reply.append(exc)
-
-        worker = threading.Thread(target=exchange, daemon=True)
-        worker.start()
-        worker.join(timeout)
-        if worker.is_alive():
-            self.kill()
-            worker.join(5)
-            raise RunnerError(f"timed out after {timeout:g} s", self.output_tail())
-        result = reply[0]
+        result = exchange_within(lambda: protocol.exchange(self._to, self._from, message), timeout, self)
         if isinstance(result, BaseException):
             self.kill()
             raise RunnerError(self._death_reason(result), self.output_tail())
