@@ -113,6 +113,7 @@ def test_check_grades_the_students_own_exercises_folder(tmp_path):
     course = tmp_path / "course"
     shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
     shutil.copytree(ROOT / "solutions", course / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
     done = gpugrade("check", "vector_add", "--backend", "sim", cwd=course / "exercises")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "your exercises/" in done.stdout and re.search(r"Total: (\d+)/\1 ", done.stdout)

@@ -41,6 +41,7 @@ def test_check_grades_on_the_simulator_with_numba_alone(bare_python, tmp_path):
     course = tmp_path / "course"
     shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
     shutil.copytree(ROOT / "solutions", course / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run([bare_python, "-m", "grader", "check", "vector_add", "--backend", "auto"], cwd=course,
                           capture_output=True, text=True, env=env, timeout=600)
