@@ -609,26 +609,12 @@ class Instrument:
             if check and not init[flat]:
                 uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
                        frame.f_code.co_filename)
+            silent = False
             if store:
                 if init[flat] and value is not None and same(flat, value):
-                    # a silent store: it changes nothing, so it neither races nor orders
-                    if is_global:
-                        written.add(name)
-                    code = frame.f_code
-                    if code is site[0]:
-                        lines = site[1]
-                    else:
-                        site[0] = code
-                        lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
-                    lasti = frame.f_lasti
-                    entry = lines.get(lasti)
-                    if entry is None:
-                        entry = lines[lasti] = frame.f_lineno << 32 | hc
-                    log_g(g)
-                    log_site(entry)
-                    log_flat(flat)
-                    return
-                init[flat] = True
+                    silent = True  # it changes nothing, so it neither races nor orders
+                else:
+                    init[flat] = True
                 if is_global:
                     written.add(name)
             code = frame.f_code
@@ -641,33 +627,34 @@ class Instrument:
             entry = lines.get(lasti)
             if entry is None:
                 entry = lines[lasti] = frame.f_lineno << 32 | hc
-            if inst._stale1:
-                inst._sync1()
-            block = g // tpb
-            r = shadows.get(flat)
-            if r is None:
-                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
-            ep = ep1[block]
-            wt = r[0]
-            rt = r[5]
-            if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
-                    not store or rt == -1 or rt == g or r[6] != ep and (
-                        -rt - 2 == block if rt <= -2 else rt // tpb == block)):
-                wep = wep1[block * wpb + (g % tpb) // WARP]
-                if store:
-                    r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
-                else:
-                    if rt == -1 or rt == g:
-                        r[5] = g
-                    elif rt <= -2:
-                        r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
-                    elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
-                        r[5] = g
+            if not silent:
+                if inst._stale1:
+                    inst._sync1()
+                block = g // tpb
+                r = shadows.get(flat)
+                if r is None:
+                    r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+                ep = ep1[block]
+                wt = r[0]
+                rt = r[5]
+                if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
+                        not store or rt == -1 or rt == g or r[6] != ep and (
+                            -rt - 2 == block if rt <= -2 else rt // tpb == block)):
+                    wep = wep1[block * wpb + (g % tpb) // WARP]
+                    if store:
+                        r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
                     else:
-                        r[5] = -block - 2
-                    r[6], r[7] = ep, wep
-            else:
-                race1(space, handle, kind, flat, block, g, entry >> 32, frame.f_code.co_filename)
+                        if rt == -1 or rt == g:
+                            r[5] = g
+                        elif rt <= -2:
+                            r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
+                        elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
+                            r[5] = g
+                        else:
+                            r[5] = -block - 2
+                        r[6], r[7] = ep, wep
+                else:
+                    race1(space, handle, kind, flat, block, g, entry >> 32, frame.f_code.co_filename)
             log_g(g)
             log_site(entry)
             log_flat(flat)
