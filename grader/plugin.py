@@ -130,11 +130,19 @@ class GradingSession:
                                               connection=self.connection, allowed_imports=self._allowed_imports())
         return self.students[exercise]
 
+    def _course_manifest(self):
+        """course.toml, read once per session (a CourseError if the course has none)."""
+        from .manifest import find
+
+        if self._manifest is None:
+            self._manifest = find(self.config.rootpath)
+        return self._manifest
+
     def _allowed_imports(self) -> frozenset[str]:
         """The static policy's import allowlist, widened by the course's `[course] allow_imports`."""
-        from .manifest import MANIFEST, find
+        from .manifest import MANIFEST
 
-        extra = find(self.config.rootpath).allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
+        extra = self._course_manifest().allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
         return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
 
     @pytest.fixture
@@ -148,11 +156,7 @@ class GradingSession:
     @pytest.fixture
     def stage_spec(self, request: pytest.FixtureRequest):
         """The test's stage from the course manifest (course.toml): function, criteria, thresholds."""
-        from .manifest import find
-
-        if self._manifest is None:
-            self._manifest = find(self.config.rootpath)
-        return self._manifest.stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
+        return self._course_manifest().stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
 
     @pytest.fixture
     def reference(self, request: pytest.FixtureRequest):
