@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import thread_access
 from .errors import (Checks, OutOfBoundsError, RaceError, UninitialisedReadError, SimError,
                      where)
 
@@ -41,6 +42,10 @@ BANK_BYTES = 4
 WARP = 32
 _CODES = (("global", "load"), ("global", "store"), ("shared", "load"), ("shared", "store"))
 _CODE = {sk: i for i, sk in enumerate(_CODES)}
+# the per-thread executor's packed log entries: line << 49 | slot code << 32 | flat index
+_PACK_LINE_SHIFT, _PACK_CODE_SHIFT = thread_access.LINE_SHIFT, thread_access.CODE_SHIFT
+_PACK_CODE_MASK = (1 << (_PACK_LINE_SHIFT - _PACK_CODE_SHIFT)) - 1
+_PACK_FLAT_MASK = (1 << _PACK_CODE_SHIFT) - 1
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,7 @@ class Instrument:
         self._log_flat: list[int] = []
         self._slots: dict[int, int] = {}
         self._slot_info: list[tuple[int, int, int]] = []  # (address, itemsize, block stride)
+        self._slot_global: dict[int, object] = {}  # slot number -> handle, global arrays
         # vector path: access patterns seen before, the pattern of the last `index_lanes`
         # result, and per-thread counts not yet added ((id(lanes), key) -> [lanes, key, times])
         self._patterns: dict = {}
@@ -665,6 +671,8 @@ class Instrument:
         k = len(self._slot_info)
         stride = getattr(handle, "block_stride", 0) if space == "shared" else 0
         self._slot_info.append((handle.address, handle.dtype.itemsize, stride))
+        if space == "global":
+            self._slot_global[k] = handle
         slot = self._slots[handle.buffer_id] = k * 4 + _CODE[space, "load"]
         return slot
 
@@ -1016,18 +1024,24 @@ class Instrument:
         self._pending.clear()
         self._pending_lanes = 0
 
-    def flush(self) -> None:
+    def flush(self, threads=None) -> None:
         """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
-        counts. Requests: the n-th execution of one line by the lanes of one warp."""
-        if not self._log_g:
-            return
+        counts. Requests: the n-th execution of one line by the lanes of one warp.
+        `threads`: (global thread id, list of packed entries) of every thread of a block, in
+        thread order: the per-thread executor's compiled accesses (`thread_access`)."""
+        if threads:
+            threads = self._count_warps(threads)
         g = np.array(self._log_g, np.int64)
         site = np.array(self._log_site, np.int64)
-        line, hc = site >> 32, site & 0xFFFFFFFF
         flat = np.array(self._log_flat, np.int64)
-        info = np.array(self._slot_info, np.int64).reshape(-1, 3)
         for lst in (self._log_g, self._log_site, self._log_flat):
             lst.clear()  # the same lists: recorders hold their append methods
+        if threads:
+            g, site, flat = self._unpack_logs(threads, g, site, flat)
+        if not g.shape[0]:
+            return
+        line, hc = site >> 32, site & 0xFFFFFFFF
+        info = np.array(self._slot_info, np.int64).reshape(-1, 3)
         code, slot = hc % 4, hc // 4
         base, item, stride = info[slot, 0], info[slot, 1], info[slot, 2]
         within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)
@@ -1066,6 +1080,94 @@ class Instrument:
                 self.counts[rk] += n_req
                 self.counts[uk] += units
                 self._note_line(space, kind, ln, n_req, int(units))
+
+    def _count_warps(self, threads) -> list:
+        """Count the warps whose lanes logged the same sites in the same order (no divergence,
+        the common case) column by column: column c of the lanes' logs is the warp's c-th
+        request. Returns the (g, log) of the other warps' lanes, for the general path."""
+        rest: list = []
+        batches: dict = {}
+        for w0 in range(0, len(threads), WARP):
+            lanes = threads[w0:w0 + WARP]
+            n = len(lanes[0][1])
+            if any(len(log) != n for _, log in lanes):
+                rest += lanes
+                continue
+            if n == 0:
+                continue
+            packed = np.array([log for _, log in lanes], np.int64)
+            sites = packed[0] >> _PACK_CODE_SHIFT
+            if not (packed >> _PACK_CODE_SHIFT == sites).all():
+                rest += lanes
+                continue
+            batches.setdefault((len(lanes), sites.tobytes()), []).append((packed, lanes))
+        for items in batches.values():
+            self._count_columns(np.stack([p for p, _ in items]),
+                                np.array([g for _, lanes in items for g, _ in lanes], np.int64))
+        return rest
+
+    def _count_columns(self, packed: np.ndarray, g: np.ndarray) -> None:
+        """`packed`: (warps, lanes, n) entries of warps whose lanes logged the same n sites;
+        `g`: their global thread ids, warp by warp."""
+        n_w, n_l, n = packed.shape
+        site = packed[0, 0] >> _PACK_CODE_SHIFT
+        hc, line = site & _PACK_CODE_MASK, site >> (_PACK_LINE_SHIFT - _PACK_CODE_SHIFT)
+        code, k = hc % 4, hc // 4
+        info = np.array(self._slot_info, np.int64).reshape(-1, 3)[k]
+        base, item, stride = info[:, 0], info[:, 1], info[:, 2]
+        flat = packed & _PACK_FLAT_MASK
+        within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)
+        addr = (base + within * item).transpose(0, 2, 1)  # (warps, n, lanes): a row a request
+        units = np.zeros((n_w, n), np.int64)
+        is_global = code < 2
+        if is_global.any():
+            sectors = np.sort(addr[:, is_global] // SECTOR_BYTES, axis=-1)
+            units[:, is_global] = 1 + (sectors[..., 1:] != sectors[..., :-1]).sum(-1)
+        for size in np.unique(item[~is_global]).tolist():
+            cols = ~is_global & (item == size)
+            units[:, cols] = _wavefronts_rows(addr[:, cols], size)
+        by_site, inverse = np.unique(line * 4 + code, return_inverse=True)
+        requests = np.bincount(inverse) * n_w
+        cost = np.bincount(inverse, weights=units.sum(0)).astype(np.int64)
+        for key, r, u in zip(by_site.tolist(), requests.tolist(), cost.tolist()):
+            space, kind = _CODES[key % 4]
+            rk, uk = _REQUEST_KEYS[space, kind]
+            self.counts[rk] += r
+            self.counts[uk] += u
+            self._note_line(space, kind, key // 4, r, u)
+        for c, (space, kind) in enumerate(_CODES):
+            times = int((code == c).sum())
+            if times:
+                key = _COUNT_KEYS[space, kind]
+                self.counts[key] += times * n_w * n_l
+                self.per_thread[key][g] += times
+        stores = code == _CODE["global", "store"]
+        for kk in np.unique(k[stores]).tolist():
+            handle = self._slot_global[kk]
+            handle.initialised[flat[:, :, stores & (k == kk)].reshape(-1)] = True
+            self.written.add(handle.name)
+
+    def _unpack_logs(self, threads, g, site, flat):
+        """The per-thread logs of packed entries (line << 49 | code << 32 | flat), after the
+        scalar log's entries; what the compiled stores wrote is marked as recorders mark it."""
+        lengths = np.fromiter((len(log) for _, log in threads), np.int64, len(threads))
+        entries: list = []
+        for _, log in threads:
+            entries += log
+        packed = np.array(entries, np.int64)
+        del entries
+        code = (packed >> _PACK_CODE_SHIFT) & _PACK_CODE_MASK
+        t_site = (packed >> _PACK_LINE_SHIFT) << 32 | code
+        t_flat = packed & _PACK_FLAT_MASK
+        t_g = np.repeat(np.fromiter((t for t, _ in threads), np.int64, len(threads)), lengths)
+        stores = (code % 4 == _CODE["global", "store"])
+        if stores.any():
+            for c in np.unique(code[stores]).tolist():
+                handle = self._slot_global[c // 4]
+                handle.initialised[t_flat[code == c]] = True
+                self.written.add(handle.name)
+        return (np.concatenate([g, t_g]), np.concatenate([site, t_site]),
+                np.concatenate([flat, t_flat]))
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
@@ -1330,6 +1432,22 @@ def _wavefronts_lanes(lanes: Lanes, addr: np.ndarray, itemsize: int) -> int:
     if int((hi - lo).max()) + extra < BANKS:
         return lanes.n_req
     return _wavefronts_sorted(lanes.request_index(), lanes.n_req, addr, itemsize)
+
+
+def _wavefronts_rows(addr: np.ndarray, itemsize: int) -> np.ndarray:
+    """Shared-memory wavefronts of each request, one request per row of `addr` (..., lanes):
+    the most distinct words any one bank serves."""
+    words_per = max(1, itemsize // BANK_BYTES)
+    word = addr // BANK_BYTES
+    if words_per > 1:
+        word = (word[..., None] + np.arange(words_per)).reshape(*word.shape[:-1], -1)
+    word = np.sort(word, axis=-1)
+    first = np.ones(word.shape, bool)
+    first[..., 1:] = word[..., 1:] != word[..., :-1]
+    rows = int(np.prod(word.shape[:-1]))
+    req = np.broadcast_to(np.arange(rows).reshape(*word.shape[:-1], 1), word.shape)
+    per_bank = np.bincount((req * BANKS + word % BANKS)[first], minlength=rows * BANKS)
+    return per_bank.reshape(rows, BANKS).max(axis=1).reshape(word.shape[:-1])
 
 
 def _wavefronts_sorted(req: np.ndarray, n_req: int, addr: np.ndarray, itemsize: int) -> int:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from greenlet import greenlet
 
-from . import device_math, kernel_source, patching, thread_typing
+from . import device_math, kernel_source, patching, thread_access, thread_typing
 from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
                      NotSimulatedError, SimError, WarpOpError, where)
 from .host import DeviceBuffer, _as_dtype
@@ -46,7 +46,7 @@ class Dim3(NamedTuple):
 
 class ThreadState:
     __slots__ = ("lin", "idx", "lane", "warp", "glet", "status", "wait", "value", "loads",
-                 "explicit_exit", "g")
+                 "explicit_exit", "g", "log")
 
     def __init__(self, lin: int, idx: Dim3, g: int = 0):
         self.lin, self.idx = lin, idx
@@ -58,6 +58,7 @@ class ThreadState:
         self.value = None  # what its blocking call returns when resumed
         self.loads = 0
         self.explicit_exit = False
+        self.log: list = []  # packed entries of the compiled accesses (thread_access)
 
 
 class _View:
@@ -75,7 +76,7 @@ class ThreadArray:
     """An array as one simulated thread indexes it: every element access is instrumented."""
 
     __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype", "_store", "_off",
-                 "_strides", "_bid", "_load1", "_store1")
+                 "_strides", "_bid", "_load1", "_store1", "_unpacked")
 
     def __init__(self, handle, space: str, ex: "ThreadExecutor"):
         self._h, self._space, self._ex = handle, space, ex
@@ -94,6 +95,7 @@ class ThreadArray:
             self._off += (ex.bid - handle.first_block) * handle.block_stride
         self._load1 = ex.inst.scalar_recorder(space, handle, "load")
         self._store1 = ex.inst.scalar_recorder(space, handle, "store")
+        self._unpacked = None  # what compiled accesses unpack (ThreadExecutor.unpack), once
 
     def __len__(self):
         return self.shape[0]
@@ -494,6 +496,8 @@ _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
 class ThreadExecutor:
     """Runs one launch (a `launch.Launch`) thread by thread."""
 
+    compile_accesses = True  # off: every access through ThreadArray (tests compare the two)
+
     def __init__(self, launch):
         self.launch = launch
         self.config = launch.config
@@ -507,6 +511,16 @@ class ThreadExecutor:
         self.cuda = ThreadCuda(self)
         # numba's types for the kernel's values (raises TypingRefused when numba refuses it)
         typer = thread_typing.for_launch(launch.kernel.py_func, launch.args)
+        if typer.enabled:
+            # element accesses compiled inline where the checkers that need every access in
+            # order (races, uninitialised reads) are off
+            typer.fast = self.compile_accesses and not (self.inst.races or self.inst.uninit)
+            typer.globals.update(
+                __gg_ex=self, __gg_unpack=self.unpack, __gg_spin=self.spin,
+                __gg_unbound={n: thread_access.unbound(n) for n in range(1, 33)},
+                __gg_thread_log=self.thread_log)
+        self._sink: list = []  # what local and constant arrays' compiled accesses log
+        self._site_lines: dict = {}  # (id(code), f_lasti) -> line of a blocking call
         self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True,
                                        typer=typer if typer.enabled else None)
         self.typing_note = typer.note  # kernel_code notes a kernel without source
@@ -583,7 +597,8 @@ class ThreadExecutor:
                         runnable.append(st)
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in self.threads):
-                    self.inst.flush()
+                    self.inst.flush([(st.g, st.log) for st in self.threads])
+                    self._sink.clear()
                     completed = True
                     return
                 if self._complete_warps(runnable) or self._complete_barrier(runnable):
@@ -601,7 +616,12 @@ class ThreadExecutor:
     def block_on(self, status: str, request, frame):
         st = self.cur
         st.status = status
-        st.wait = (request, frame.f_lineno, frame.f_code.co_filename)
+        # f_lineno walks the code's line table: look each call site up once
+        site = (id(frame.f_code), frame.f_lasti)  # (a code object hashes its contents)
+        line = self._site_lines.get(site)
+        if line is None:
+            line = self._site_lines[site] = frame.f_lineno
+        st.wait = (request, line, frame.f_code.co_filename)
         if status == "warp":
             op, mask = request[0], request[1]
             if not mask >> st.lane & 1:
@@ -616,6 +636,42 @@ class ThreadExecutor:
 
     def yield_(self) -> None:
         self.hub.switch("yield")
+
+    def spin(self) -> None:
+        """A loop's yield (thread_access.tick): judged like the load budget's."""
+        self.hub.switch("yield_loads")
+
+    # --- compiled accesses (thread_access)
+    def thread_log(self):
+        return self.cur.log.append
+
+    def unpack(self, ary, log, ndim: int, contiguous: bool) -> tuple:
+        """The locals a compiled access reads for `ary` (see `thread_access.fields`); code
+        compiled for a C-contiguous array reads its last stride as 1."""
+        if ary.__class__ is not ThreadArray or ary.ndim != ndim or \
+                contiguous and ary._strides[-1] != 1:
+            return thread_access.unbound(ndim)
+        fast = ary._unpacked
+        if fast is None:
+            fast = ary._unpacked = self._fast_fields(ary)
+        head, logged = fast
+        return head + (log if logged else self._sink.append,)
+
+    def _fast_fields(self, ary):
+        if ary._store.shape[0] > thread_access.MAX_FLAT + 1:
+            return thread_access.unbound(ary.ndim)[:-1], False
+        hl = hs = 0
+        logged = ary._space in ("global", "shared")
+        if logged:
+            h = ary._h
+            slot = self.inst._slots.get(h.buffer_id)
+            if slot is None:
+                slot = self.inst._new_slot(ary._space, h)
+            if slot + 1 > thread_access.MAX_CODE:
+                return thread_access.unbound(ary.ndim)[:-1], False
+            hl, hs = slot << thread_access.CODE_SHIFT, (slot + 1) << thread_access.CODE_SHIFT
+        return (ary._store, ary._off, *ary._strides, *ary.shape, hl, hs,
+                ary._space != "const"), logged
 
     def fence(self) -> None:
         self.inst.fence(self.bid, self.cur.lin)

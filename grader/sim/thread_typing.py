@@ -35,6 +35,7 @@ import types as pytypes
 
 import numpy as np
 
+from . import thread_access
 from .kernel_source import _END_MARKER
 from .simt import typing as simt_typing
 from .simt.typing import TypingRefused
@@ -79,21 +80,35 @@ def _wrap(value: int, t):
     return t(value)
 
 
+# what a value of numba's type `t` is held as: Python ints for the integer types numba
+# promotes to int64, numpy scalars otherwise (float64 as np.float64: a Python float is "weak"
+# in numpy's promotion, np.float64 * float32 would give float32)
+REPRESENTATION = {t: int for t in _PY_INT_RANGE}
+REPRESENTATION[np.float64] = np.float64
+
+
+def representation(t):
+    """The class a local of numba's (numpy) type `t` holds after `cast`."""
+    return REPRESENTATION.get(t, t)
+
+
 def cast(value, t):
-    """`value` as numba's type `t` (a numpy scalar type) holds it."""
+    """`value` as numba's type `t` (a numpy scalar type) holds it, in `representation(t)`."""
     cls = value.__class__
+    bounds = _PY_INT_RANGE.get(t)
+    if bounds is not None:
+        if cls is not int:
+            if cls is bool or isinstance(value, (np.integer, np.bool_)):
+                value = int(value)
+            else:  # a float: converted as numba converts it (truncation)
+                return int(t(value))
+        if bounds[0] <= value <= bounds[1]:
+            return value
+        return int(_wrap(value, t))
     if cls is t:
         return value
-    if cls is int:
-        bounds = _PY_INT_RANGE.get(t)
-        if bounds is not None:
-            if bounds[0] <= value <= bounds[1]:
-                return value
-            return int(_wrap(value, t))
-        if issubclass(t, np.integer):
-            return _wrap(value, t)
-    elif cls is float and t is np.float64 or cls is bool and t is np.bool_:
-        return value
+    if cls is int and issubclass(t, np.integer):
+        return _wrap(value, t)
     return t(value)
 
 
@@ -120,6 +135,37 @@ def _plan(fn, classes):
     if result_cast is None and all(k is None for k in casts):
         return _DIRECT
     return casts, result_cast
+
+
+_static: dict = {}
+
+
+def static_plan(fn, classes):
+    """(`_plan`, class of the result) of `fn` on operands of `classes`, for code that is
+    rewritten once rather than decided per call; None where the class depends on the values
+    (a power of integers is a float for a negative exponent) or cannot be learnt."""
+    key = (fn, *classes)
+    if key in _static:
+        return _static[key]
+    answer = None
+    if not (fn is operator.pow and all(c is int or issubclass(c, (np.integer, bool, np.bool_))
+                                       for c in classes)):
+        plan = _plans.get(key)
+        if plan is None:
+            plan = _plans[key] = _plan(fn, classes)
+        try:
+            samples = [c(1) for c in classes]
+            if plan is _DIRECT:
+                out = fn(*samples)
+            else:
+                casts, result_cast = plan
+                out = fn(*(s if k is None else k(s) for s, k in zip(samples, casts)))
+                out = out if result_cast is None else result_cast(out)
+            answer = (plan, out.__class__)
+        except Exception:  # noqa: BLE001 - decided per call instead
+            answer = None
+    _static[key] = answer
+    return answer
 
 
 def binop(fn, a, b):
@@ -185,26 +231,168 @@ def _value_key(value):
 
 
 # ---------------------------------------------------------------- the rewrite
+class _Scan:
+    """How each name of a function is bound (read before the rewrite): what the static classes
+    and the compiled accesses may assume."""
+
+    def __init__(self, fdef: ast.FunctionDef):
+        args = fdef.args
+        self.params = [a.arg for a in (*args.posonlyargs, *args.args)]
+        self.cast_lines: dict = {}  # name -> lines of the bindings the rewrite casts
+        self.other: set = {a.arg for a in args.kwonlyargs}  # bound in ways nothing is assumed of
+        self.other.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+        self.not_by_assign: set = set()  # bound by a `for`, `+=` or annotated assignment
+        self.bound = set(self.params) | self.other
+        self.has_while = False
+        for stmt in fdef.body:
+            self._visit(stmt)
+        self.bound |= self.other
+
+    def _cast_targets(self, target, line):
+        """Names the rewrite casts: a name, or names directly in a tuple; deeper ones: other."""
+        direct = [target] if isinstance(target, ast.Name) else \
+            [e for e in getattr(target, "elts", ()) if isinstance(e, ast.Name)]
+        for n in direct:
+            self.cast_lines.setdefault(n.id, []).append(line)
+        self.other.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name) and
+                          isinstance(n.ctx, ast.Store) and n not in direct)
+
+    def _visit(self, node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            # a nested scope may rebind our names (nonlocal): assume nothing of any name in it
+            self.other.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+            if not isinstance(node, ast.Lambda):
+                self.other.add(node.name)
+                self.bound.add(node.name)
+            return
+        if isinstance(node, ast.While):
+            self.has_while = True
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                self._cast_targets(target, node.lineno)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            if isinstance(node.target, ast.Name):
+                self.not_by_assign.add(node.target.id)
+                if isinstance(node, ast.AnnAssign) and node.value is None:
+                    pass
+                elif isinstance(node, ast.AugAssign) and type(node.op) not in _BINOPS:
+                    self.other.add(node.target.id)
+                else:
+                    self.cast_lines.setdefault(node.target.id, []).append(node.lineno)
+        elif isinstance(node, ast.For):
+            self._cast_targets(node.target, node.lineno)
+            self.not_by_assign.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            self.other.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            self.other.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            self.other.add(node.name)
+        elif isinstance(node, (ast.NamedExpr, ast.withitem, ast.Delete, ast.AsyncFor,
+                               ast.comprehension)):
+            self.other.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and
+                              not isinstance(n.ctx, ast.Load))
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            self.bound.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            self._visit(child)
+
+
+def _cls(node):
+    """The class of the value an expression of the rewritten code evaluates to, when it is
+    known before running (None: only the running code knows)."""
+    return getattr(node, "_gg_cls", None)
+
+
+def _known(node, cls):
+    node._gg_cls = cls
+    return node
+
+
 class _Rewrite(ast.NodeTransformer):
-    def __init__(self, types: simt_typing.FunctionTypes, kind: str):
-        self.types, self.kind = types, kind
+    def __init__(self, func, types: simt_typing.FunctionTypes, kind: str, scan: _Scan,
+                 fast: bool):
+        self.func, self.types, self.kind, self.scan = func, types, kind, scan
         self.consts: dict = {}
         self._temps = 0
+        self.classes = self._local_classes()
+        self.arrays = self._compiled_arrays() if fast else {}
+        self.compiled = False  # any access compiled (the function needs the thread's log)
+
+    # --- what is known before running
+    def _dtype(self, nbtype):
+        dtype = simt_typing.as_dtype(nbtype) if nbtype is not None else None
+        return dtype if dtype is not None and dtype.kind in "biufc" else None
+
+    def _local_classes(self) -> dict:
+        """name -> the class its value always has (every binding casts to one representation)."""
+        scan, out = self.scan, {}
+        for name in scan.bound:
+            if name in scan.other:
+                continue
+            reps = set()
+            for line in scan.cast_lines.get(name, ()):
+                dtype = self._dtype(self.types.local(name, line))
+                reps.add(representation(dtype.type) if dtype is not None else None)
+            if name in scan.params:
+                dtype = self._dtype(self.types.by_name.get(name))
+                reps.add(representation(dtype.type) if dtype is not None else None)
+            if len(reps) == 1 and None not in reps:
+                out[name] = reps.pop()
+        return out
+
+    def _compiled_arrays(self) -> dict:
+        """name -> (ndim, element class, C-contiguous) of the array locals whose accesses are
+        compiled: bound only as parameters or by `=`, with one number of dimensions."""
+        types = simt_typing._numba()[0]
+        scan, out = self.scan, {}
+        for name in scan.bound:
+            nbtype = self.types.by_name.get(name)
+            if not isinstance(nbtype, types.Array) or name in scan.other or \
+                    name in scan.not_by_assign:
+                continue
+            if any(not isinstance(self.types.by_line.get((name, line), nbtype), types.Array) or
+                   self.types.by_line.get((name, line), nbtype).ndim != nbtype.ndim
+                   for line in scan.cast_lines.get(name, ())):
+                continue
+            dtype = self._dtype(nbtype.dtype)
+            out[name] = (nbtype.ndim, dtype.type if dtype is not None else None,
+                         nbtype.layout == "C")
+        return out
+
+    def _global_class(self, name):
+        if name in self.scan.bound or name in self.func.__code__.co_freevars:
+            return None
+        value = self.func.__globals__.get(name, _MISSING)
+        cls = value.__class__
+        if cls in (int, float, bool) or isinstance(value, (np.number, np.bool_)):
+            return cls
+        return None
+
+    # --- emitted helpers
+    def _type_const(self, t) -> str:
+        name = f"__gg_t_{np.dtype(t).name}"
+        self.consts[name] = np.dtype(t).type
+        return name
 
     def _type_name(self, nbtype):
-        dtype = simt_typing.as_dtype(nbtype) if nbtype is not None else None
-        if dtype is None or dtype.kind not in "biufc":
-            return None
-        name = f"__gg_t_{dtype.name}"
-        self.consts[name] = dtype.type
-        return name
+        dtype = self._dtype(nbtype)
+        return self._type_const(dtype.type) if dtype is not None else None
 
     def _local(self, name: str, line: int):
         return self._type_name(self.types.local(name, line))
 
-    def _cast(self, value, type_name, like):
-        call = ast.Call(ast.Name("__gg_cast", ast.Load()), [value, ast.Name(type_name, ast.Load())], [])
+    def _convert(self, value, t, like):
+        call = ast.Call(ast.Name(self._type_const(t), ast.Load()), [value], [])
         return ast.copy_location(call, like)
+
+    def _cast(self, value, type_name, like):
+        t = self.consts[type_name]
+        rep = representation(t)
+        if _cls(value) is rep and rep is not int:  # ints: the cast wraps them to the type
+            return value
+        call = ast.Call(ast.Name("__gg_cast", ast.Load()), [value, ast.Name(type_name, ast.Load())], [])
+        return _known(ast.copy_location(call, like), rep)
 
     def _cast_stmts(self, targets, node) -> list:
         out = []
@@ -224,46 +412,157 @@ class _Rewrite(ast.NodeTransformer):
                         [ast.Name(f"__gg_op_{op.__name__}", ast.Load()), *args], [])
         return ast.copy_location(call, like)
 
+    def _typed(self, op, fn, node, operands, rebuild):
+        """`node` computing `fn(*operands)` as numba does: as written where the operand classes
+        are known and numpy already agrees, with conversions where it does not, else through
+        `__gg_bin` / `__gg_un` (which decide per call)."""
+        classes = tuple(_cls(o) for o in operands)
+        static = static_plan(fn, classes) if None not in classes else None
+        if static is None:
+            helper = "__gg_bin" if len(operands) == 2 else "__gg_un"
+            return self._call(helper, op, list(operands), node)
+        plan, result = static
+        if plan is not _DIRECT:
+            casts, result_cast = plan
+            operands = [o if k is None else self._convert(o, k, o)
+                        for o, k in zip(operands, casts)]
+        out = rebuild(operands)
+        if plan is not _DIRECT and result_cast is not None:
+            out = self._convert(out, result_cast, node)
+        return _known(out, result)
+
     # nested functions are not numba's (nor typed here): left as written
     def visit_FunctionDef(self, node):
         return node
 
     visit_Lambda = visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            cls = self.classes.get(node.id) if node.id in self.scan.bound else \
+                self._global_class(node.id)
+            if cls is not None:
+                node._gg_cls = cls
+        return node
+
     def visit_Constant(self, node):
         if type(node.value) is float:
             name = f"__gg_f_{node.value.hex().replace('-', 'm').replace('.', '_')}"
             name = name.replace("+", "p")
             self.consts[name] = np.float64(node.value)
-            return ast.copy_location(ast.Name(name, ast.Load()), node)
+            return _known(ast.copy_location(ast.Name(name, ast.Load()), node), np.float64)
+        if type(node.value) in (int, bool):
+            node._gg_cls = type(node.value)
         return node
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
-        if type(node.op) not in _BINOPS:
+        op = type(node.op)
+        if op not in _BINOPS:
             return node
-        return self._call("__gg_bin", type(node.op), [node.left, node.right], node)
+        return self._binop(op, node.left, node.right, node)
+
+    def _binop(self, op, left, right, like):
+        def rebuild(operands):
+            return ast.copy_location(ast.BinOp(operands[0], op(), operands[1]), like)
+        return self._typed(op, _BINOPS[op], like, (left, right), rebuild)
 
     def visit_UnaryOp(self, node):
         self.generic_visit(node)
-        if type(node.op) not in _UNOPS:
+        op = type(node.op)
+        if op is ast.Not:
+            return _known(node, bool)
+        if op not in _UNOPS:
             return node
-        return self._call("__gg_un", type(node.op), [node.operand], node)
+
+        def rebuild(operands):
+            return ast.copy_location(ast.UnaryOp(op(), operands[0]), node)
+        return self._typed(op, _UNOPS[op], node, (node.operand,), rebuild)
 
     def visit_Compare(self, node):
         self.generic_visit(node)
         if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARES:
             return node
-        return self._call("__gg_bin", type(node.ops[0]), [node.left, node.comparators[0]], node)
+        op = type(node.ops[0])
+
+        def rebuild(operands):
+            return ast.copy_location(ast.Compare(operands[0], [op()], [operands[1]]), node)
+        return self._typed(op, _COMPARES[op], node, (node.left, node.comparators[0]), rebuild)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _WIDTH_SENSITIVE:
+            # locals hold integers as Python ints; these intrinsics need the type's width
+            node.args = [self._convert(a, dtype.type, a) if isinstance(a, ast.Name) and
+                         (dtype := self._dtype(self.types.by_name.get(a.id))) is not None and
+                         dtype.kind in "iu" else a for a in node.args]
+        return node
+
+    # --- array accesses
+    def _compilable(self, node) -> tuple | None:
+        """(name, ndim, index expressions) of a subscript whose access can be compiled."""
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays or \
+                node.lineno > thread_access.MAX_LINE:
+            return None
+        ndim = self.arrays[node.value.id][0]
+        index = node.slice
+        elts = index.elts if isinstance(index, ast.Tuple) else [index]
+        if len(elts) != ndim or not all(thread_access.pure(e) for e in elts) or \
+                any(isinstance(e, (ast.Slice, ast.Starred)) for e in elts):
+            return None
+        for e in elts:  # a name must be an integer (not a slice or a tuple held in a local)
+            if isinstance(e, ast.Name) and e.id in self.scan.bound:
+                dtype = self._dtype(self.types.by_name.get(e.id))
+                if dtype is None or dtype.kind not in "iub":
+                    return None
+            if isinstance(e, ast.Constant) and type(e.value) is not int:
+                return None
+        return node.value.id, ndim, elts
+
+    def visit_Subscript(self, node):
+        target = self._compilable(node) if isinstance(node.ctx, ast.Load) else None
+        self.generic_visit(node)
+        if target is None:
+            value = node.value
+            if isinstance(value, ast.Attribute) and value.attr in ("shape", "strides") and \
+                    isinstance(value.value, ast.Name) and value.value.id in self.arrays:
+                node._gg_cls = int  # an array's shape: Python ints
+            return node
+        return self._load(target[0], node)
+
+    def _load(self, name, node):
+        index = node.slice
+        elts = index.elts if isinstance(index, ast.Tuple) else [index]
+        self.compiled = True
+        _, cls, contiguous = self.arrays[name]
+        out = thread_access.load(name, elts, contiguous, node)
+        return _known(out, cls) if cls is not None else out
+
+    def _store(self, name, target, value, like):
+        index = target.slice
+        elts = index.elts if isinstance(index, ast.Tuple) else [index]
+        self.compiled = True
+        return thread_access.store(name, elts, self.arrays[name][2], value, like)
+
+    def _bind_arrays(self, targets, like) -> list:
+        names = [n.id for t in targets for n in ast.walk(t)
+                 if isinstance(n, ast.Name) and n.id in self.arrays]
+        return [thread_access.bind(n, self.arrays[n][0], self.arrays[n][2], like) for n in names]
 
     def visit_Assign(self, node):
+        target = node.targets[0]
+        compiled = (self._compilable(target) if len(node.targets) == 1 and
+                    isinstance(target, ast.Subscript) else None)
         self.generic_visit(node)
+        if compiled is not None:
+            return self._store(compiled[0], target, node.value, node)
+        binds = self._bind_arrays(node.targets, node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             t = self._local(node.targets[0].id, node.lineno)
             if t is not None:
                 node.value = self._cast(node.value, t, node.value)
-            return node
-        return [node, *self._cast_stmts(node.targets, node)]
+            return [node, *binds] if binds else node
+        return [node, *self._cast_stmts(node.targets, node), *binds]
 
     def visit_AnnAssign(self, node):
         self.generic_visit(node)
@@ -274,18 +573,27 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
     def visit_AugAssign(self, node):
-        self.generic_visit(node)
         op = type(node.op)
+        target = node.target
+        compiled = self._compilable(ast.copy_location(
+            ast.Subscript(target.value, target.slice, ast.Load()), target)) \
+            if isinstance(target, ast.Subscript) and op in _BINOPS else None
+        self.generic_visit(node)
         if op not in _BINOPS:
             return node
-        target = node.target
         if isinstance(target, ast.Name):
             t = self._local(target.id, node.lineno)
             if t is None:
                 return node
-            value = self._call("__gg_bin", op, [ast.Name(target.id, ast.Load()), node.value], node)
+            current = self.visit_Name(ast.copy_location(ast.Name(target.id, ast.Load()), target))
+            value = self._binop(op, current, node.value, node)
             stmt = ast.Assign([ast.Name(target.id, ast.Store())], self._cast(value, t, node))
             return ast.copy_location(stmt, node)
+        if compiled is not None:  # a[i] op= e  ->  a[i] = a[i] op e, both compiled
+            name = compiled[0]
+            current = self._load(name, ast.copy_location(
+                ast.Subscript(ast.Name(name, ast.Load()), target.slice, ast.Load()), target))
+            return self._store(name, target, self._binop(op, current, node.value, node), node)
         if isinstance(target, ast.Subscript):
             base, index = self._temp(), self._temp()
             load = ast.Subscript(ast.Name(base, ast.Load()), ast.Name(index, ast.Load()), ast.Load())
@@ -302,10 +610,19 @@ class _Rewrite(ast.NodeTransformer):
         return f"__gg_s{self._temps}"
 
     def visit_For(self, node):
+        ranged = isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) and \
+            node.iter.func.id == "range" and "range" not in self.scan.bound and \
+            "range" not in self.func.__globals__
         self.generic_visit(node)
         casts = self._cast_stmts([node.target], node)
-        if casts:
-            node.body[:0] = casts
+        if ranged and isinstance(node.target, ast.Name) and self.classes.get(node.target.id) is int:
+            casts = []  # range() yields Python ints, within the loop variable's type
+        node.body[:0] = casts
+        return node
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        node.body[:0] = thread_access.tick(node)
         return node
 
     def visit_Return(self, node):
@@ -316,35 +633,59 @@ class _Rewrite(ast.NodeTransformer):
                 node.value = self._cast(node.value, t, node.value)
         return node
 
+    def preamble(self, fdef) -> list:
+        """Statements run at entry: parameters cast to numba's types, the thread's log and
+        loop budget, the compiled arrays' locals."""
+        out = []
+        for name in self.scan.params:
+            t = self._type_name(self.types.by_name.get(name))
+            if t is not None:
+                stmt = ast.Assign([ast.Name(name, ast.Store())],
+                                  self._cast(ast.Name(name, ast.Load()), t, fdef))
+                out.append(ast.copy_location(stmt, fdef))
+        out += thread_access.preamble(self.scan.has_while, self.compiled, fdef)
+        if self.compiled:
+            for name, (ndim, _, contiguous) in self.arrays.items():
+                out.append(thread_access.bind(name, ndim, contiguous, fdef)
+                           if name in self.scan.params else thread_access.unbind(name, ndim, fdef))
+        return out
 
+
+_MISSING = object()
+_WIDTH_SENSITIVE = {"popc", "brev", "clz", "ffs"}  # cuda.<name>: the result depends on the width
 _codes: dict = {}
 
 
-def typed_code(func, types: simt_typing.FunctionTypes, kind: str, mark_end: bool = False):
+def typed_code(func, types: simt_typing.FunctionTypes, kind: str, mark_end: bool = False,
+               fast: bool = False):
     """(code, constants it reads as globals) of `func` rewritten for `types`, or None when it
-    has no source (or its closure cannot be rebuilt). `kind`: "kernel" | "device"."""
-    key = (func.__code__, id(types), kind, mark_end)
+    has no source (or its closure cannot be rebuilt). `kind`: "kernel" | "device"; `fast`:
+    compile element accesses (`thread_access`)."""
+    key = (func.__code__, id(types), kind, mark_end, fast)
     hit = _codes.get(key)
     if hit is not None or key in _codes:
         return hit
     result = None
     try:
-        result = _build(func, types, kind, mark_end)
+        result = _build(func, types, kind, mark_end, fast)
     except (OSError, TypeError, SyntaxError, IndexError, KeyError, ValueError):
         result = None
     _codes[key] = result
     return result
 
 
-def _build(func, types, kind, mark_end):
+def _build(func, types, kind, mark_end, fast):
     code = func.__code__
     tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef) or fdef.name != func.__name__:
         return None
     fdef.decorator_list = []
-    rewrite = _Rewrite(types, kind)
-    fdef.body = [s for stmt in fdef.body for s in _as_list(rewrite.visit(stmt))]
+    # the lines of the file: numba's types are keyed by them, and so are the compiled accesses
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    rewrite = _Rewrite(func, types, kind, _Scan(fdef), fast)
+    body = [s for stmt in fdef.body for s in _as_list(rewrite.visit(stmt))]
+    fdef.body = rewrite.preamble(fdef) + body
     if mark_end:
         last = fdef.body[-1]
         ret = ast.Return(ast.Name(_END_MARKER, ast.Load()))
@@ -353,7 +694,6 @@ def _build(func, types, kind, mark_end):
         ast.copy_location(ret.value, ret)
         fdef.body.append(ret)
     ast.fix_missing_locations(tree)
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
     if code.co_freevars:  # rebuild inside a factory so the free variables stay free
         params = ast.arguments(posonlyargs=[], args=[ast.arg(v) for v in code.co_freevars],
                                vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
@@ -383,10 +723,11 @@ class TypedDevice:
     """A device function under the per-thread executor: its code follows numba's types for
     each argument-type signature it is called with (typed on first use, like numba compiles)."""
 
-    __slots__ = ("func", "globals", "closure", "_fns", "__name__", "__qualname__")
+    __slots__ = ("func", "globals", "closure", "fast", "_fns", "__name__", "__qualname__")
 
-    def __init__(self, func, new_globals):
+    def __init__(self, func, new_globals, fast: bool = False):
         self.func, self.globals, self.closure = func, new_globals, func.__closure__
+        self.fast = fast
         self._fns: dict = {}
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
 
@@ -406,7 +747,7 @@ class TypedDevice:
         code = func.__code__
         try:
             types = simt_typing.infer(func, tuple(value_type(a) for a in args))
-            typed = typed_code(func, types, "device")
+            typed = typed_code(func, types, "device", fast=self.fast)
         except (SimtUnsupported, TypeError, ImportError):
             typed = None  # the kernel was typed; this call runs as written
         if typed is not None:
@@ -424,13 +765,16 @@ class Typer:
     def __init__(self, types: simt_typing.FunctionTypes | None, note: str | None = None):
         self.types, self.note = types, note
         self.globals = dict(HELPERS)
+        # compile element accesses (`thread_access`): set by the executor, which then provides
+        # the helpers that code calls (`__gg_thread_log`, `__gg_unpack`, ...) in `globals`
+        self.fast = False
 
     @property
     def enabled(self) -> bool:
         return self.types is not None
 
     def kernel_code(self, func, mark_end: bool):
-        typed = typed_code(func, self.types, "kernel", mark_end)
+        typed = typed_code(func, self.types, "kernel", mark_end, self.fast)
         if typed is None:
             self.note = (f"no source for {func.__name__!r}: values follow Python's and numpy's "
                          f"promotion rules, not numba's types")
@@ -440,7 +784,7 @@ class Typer:
         return code
 
     def device(self, func, new_globals) -> TypedDevice:
-        return TypedDevice(func, new_globals)
+        return TypedDevice(func, new_globals, self.fast)
 
 
 def for_launch(py_func, args) -> Typer:

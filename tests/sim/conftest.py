@@ -11,3 +11,16 @@ def simulator():
         yield s
     finally:
         sim.uninstall()
+
+
+@pytest.fixture(params=["recorded", "compiled"])
+def thread_sim(request):
+    """The per-thread executor with every checker on (accesses through the recorders), and
+    with the race and uninitialised-read checkers off (accesses compiled inline,
+    grader/sim/thread_access.py): tests of what both must do."""
+    checks = None if request.param == "recorded" else sim.Checks(off={"races", "uninitialised"})
+    s = sim.install(executor="thread", checks=checks)
+    try:
+        yield s
+    finally:
+        sim.uninstall()

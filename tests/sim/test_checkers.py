@@ -321,6 +321,38 @@ def test_spin_lock_makes_progress(simulator):
         assert counter.copy_to_host()[0] == 4
 
 
+@cuda.jit
+def loops_forever(out):
+    i = 0
+    while True:
+        i += 1
+    out[0] = i
+
+
+def test_loop_that_never_ends_is_reported_not_a_hang(thread_sim, monkeypatch):
+    from grader.sim import thread_executor
+
+    monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
+    with pytest.raises(sim.DeadlockError, match=f":{line_of(loops_forever, 'while True')},"):
+        loops_forever[1, 1](cuda.device_array(1, np.int64))
+
+
+def test_spin_loops_with_compiled_accesses(monkeypatch):
+    """Compiled accesses do not count loads: a `while` loop yields every few iterations."""
+    from grader.sim import thread_executor
+
+    monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
+    with sim.installed(executor="thread", checks=sim.Checks(off={"races", "uninitialised"})):
+        flag = cuda.to_device(np.zeros(1, np.int32))
+        with pytest.raises(sim.DeadlockError,
+                           match=f":{line_of(spin_on_plain_load, 'flag[0]')},"):
+            spin_on_plain_load[1, 1](flag)
+        lock = cuda.to_device(np.zeros(1, np.int32))
+        counter = cuda.to_device(np.zeros(1, np.int32))
+        spin_lock_counter[2, 64](lock, counter)
+        assert counter.copy_to_host()[0] == 4
+
+
 # ---------------------------------------------------------------- downgrade to warnings
 def test_checks_downgrade_to_warnings():
     with sim.installed(executor="thread", checks=sim.Checks(warn={"races"})):

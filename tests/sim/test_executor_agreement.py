@@ -17,6 +17,9 @@ from grader.sim import thread_typing
 from grader.sim.errors import CompileError
 
 EXECUTORS = ("simt", "thread")
+# the per-thread executor with the race and uninitialised-read checkers off: element accesses
+# are compiled inline (grader/sim/thread_access.py) instead of going through the recorders
+COMPILED = sim.Checks(off={"races", "uninitialised"})
 
 # counters that do not depend on how an executor groups accesses into requests
 COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "atomics",
@@ -27,30 +30,35 @@ COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "a
 
 
 def run_both(kernel, grid, block, make_args, shared=0):
-    """Run the kernel under each executor (no fallback); return {executor: (host copies of the
+    """Run the kernel under each executor (no fallback), the per-thread one also with its
+    accesses compiled; return {"simt" | "thread" | "compiled": (host copies of the
     device-array arguments, record)}."""
     results = {}
-    for executor in EXECUTORS:
-        with sim.installed(executor=executor), sim.trace() as records:
+    for name, executor, checks in (*((e, e, None) for e in EXECUTORS),
+                                   ("compiled", "thread", COMPILED)):
+        with sim.installed(executor=executor, checks=checks), sim.trace() as records:
             args = make_args()
             kernel[grid, block, 0, shared](*args)
             outputs = [a.copy_to_host() for a in args if hasattr(a, "copy_to_host")]
         (record,) = records
         assert record.executor == executor and record.typing_note is None
-        results[executor] = (outputs, record)
+        results[name] = (outputs, record)
     return results
 
 
 def assert_agree(results, counters=COUNTERS):
-    (out_s, rec_s), (out_t, rec_t) = results["simt"], results["thread"]
-    assert len(out_s) == len(out_t)
-    for a, b in zip(out_s, out_t):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
-    for key in counters:
-        assert rec_s.counters[key] == rec_t.counters[key], key
-    for key in ("global_loads", "global_stores", "shared_loads", "shared_stores"):
-        np.testing.assert_array_equal(rec_s.threads[key], rec_t.threads[key], err_msg=key)
+    out_s, rec_s = results["simt"]
+    for name in ("thread", "compiled"):
+        out_t, rec_t = results[name]
+        assert len(out_s) == len(out_t)
+        for a, b in zip(out_s, out_t):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        for key in counters:
+            assert rec_s.counters[key] == rec_t.counters[key], (name, key)
+        for key in ("global_loads", "global_stores", "shared_loads", "shared_stores"):
+            np.testing.assert_array_equal(rec_s.threads[key], rec_t.threads[key],
+                                          err_msg=f"{name} {key}")
     return out_s
 
 
@@ -337,22 +345,26 @@ def test_typed_code_keeps_the_students_file_and_lines():
 
 
 # ---------------------------------------------------------------- buggy kernels
-def raised_by_both(kernel, grid, block, make_args, shared=0):
-    """{executor: the SimError raised}; both must raise."""
+def raised_by_both(kernel, grid, block, make_args, shared=0, compiled=True):
+    """{executor: the SimError raised}; both must raise, and so must the per-thread executor
+    with compiled accesses (`compiled`: for findings of checkers it keeps on)."""
     errors = {}
-    for executor in EXECUTORS:
-        with sim.installed(executor=executor):
+    runs = [*((e, e, None) for e in EXECUTORS)] + \
+        ([("compiled", "thread", COMPILED)] if compiled else [])
+    for name, executor, checks in runs:
+        with sim.installed(executor=executor, checks=checks):
             with pytest.raises(sim.SimError) as info:
                 kernel[grid, block, 0, shared](*make_args())
-        errors[executor] = info.value
+        errors[name] = info.value
     return errors
 
 
 def assert_same_finding(errors, cls, line_text):
-    """Same class, and both name the same line: the one holding `line_text`."""
-    s, t = errors["simt"], errors["thread"]
-    assert type(s) is type(t) is cls, (type(s), type(t))
-    assert s.line == t.line and s.filename == t.filename, (s.line, t.line)
+    """Same class, and all name the same line: the one holding `line_text`."""
+    s = errors["simt"]
+    for name, t in errors.items():
+        assert type(s) is type(t) is cls, (name, type(s), type(t))
+        assert s.line == t.line and s.filename == t.filename, (name, s.line, t.line)
     with open(s.filename) as f:
         assert line_text in f.read().splitlines()[s.line - 1]
 
@@ -386,7 +398,7 @@ def tree_sum_missing_barrier(a, out):
 
 def test_shared_race_from_a_missing_syncthreads():
     errors = raised_by_both(tree_sum_missing_barrier, 1, 64, lambda: [
-        dev(np.ones(64, np.float32)), cuda.device_array(1, np.float32)])
+        dev(np.ones(64, np.float32)), cuda.device_array(1, np.float32)], compiled=False)
     assert_same_finding(errors, sim.RaceError, "sh[t] += sh[t + s]")
 
 
@@ -399,7 +411,7 @@ def racy_total(a, out):
 
 def test_global_race_on_one_accumulator():
     errors = raised_by_both(racy_total, 1, 32, lambda: [
-        dev(np.ones(32, np.float32)), dev(np.zeros(1, np.float32))])
+        dev(np.ones(32, np.float32)), dev(np.zeros(1, np.float32))], compiled=False)
     assert_same_finding(errors, sim.RaceError, "out[0] += v")
 
 
@@ -412,7 +424,7 @@ def reads_unwritten_shared(out):
 
 def test_uninitialised_shared_read():
     errors = raised_by_both(reads_unwritten_shared, 1, 32, lambda: [
-        cuda.device_array(32, np.float32)])
+        cuda.device_array(32, np.float32)], compiled=False)
     assert_same_finding(errors, sim.UninitialisedReadError, "out[t] = tile[t]")
 
 

@@ -19,7 +19,7 @@ def indices(out):
                      + 0 * (w + h + cuda.warpsize + cuda.blockDim.z + cuda.gridDim.z))
 
 
-def test_grid_2d_indices(simulator):
+def test_grid_2d_indices(thread_sim):
     out = cuda.device_array((5, 7), np.int64)
     indices[(2, 3), (4, 2)](out)
     got = out.copy_to_host()
@@ -39,7 +39,7 @@ def two_shared_on_one_line(out):
     out[cuda.blockIdx.x, t] = a[3 - t] + b[t]
 
 
-def test_two_shared_arrays_on_one_line_do_not_alias(simulator):
+def test_two_shared_arrays_on_one_line_do_not_alias(thread_sim):
     out = cuda.device_array((2, 4), np.float32)
     two_shared_on_one_line[2, 4](out)
     np.testing.assert_array_equal(out.copy_to_host(), [[13, 13, 13, 13]] * 2)
@@ -70,7 +70,7 @@ def dynamic_shared(inp, out):
     out[t] = buf[buf.size - 1 - t]
 
 
-def test_dynamic_shared_sized_by_launch(simulator):
+def test_dynamic_shared_sized_by_launch(thread_sim):
     inp = cuda.to_device(np.arange(16, dtype=np.float32))
     out = cuda.device_array(16, np.float32)
     dynamic_shared[1, 16, 0, 16 * 4](inp, out)
@@ -86,7 +86,7 @@ def local_and_const(out, table):
     out[cuda.threadIdx.x] = loc[0] + loc[1] + loc[2]
 
 
-def test_local_and_const_arrays(simulator):
+def test_local_and_const_arrays(thread_sim):
     out = cuda.device_array(4, np.int32)
     local_and_const[1, 4](out, np.array([1, 2, 3], np.int32))
     np.testing.assert_array_equal(out.copy_to_host(), [0, 6, 12, 18])
@@ -105,7 +105,7 @@ def sync_predicates(out):
         out[2] = o
 
 
-def test_syncthreads_count_and_or(simulator):
+def test_syncthreads_count_and_or(thread_sim):
     out = cuda.device_array(3, np.int32)
     sync_predicates[1, 10](out)
     np.testing.assert_array_equal(out.copy_to_host(), [4, 1, 1])
@@ -121,7 +121,7 @@ def atomics(counter, olds, bits, mx, wrap):
     cuda.atomic.cas(counter, 2, 0, 99)
 
 
-def test_atomics_return_old_values(simulator):
+def test_atomics_return_old_values(thread_sim):
     counter = cuda.to_device(np.zeros(3, np.int64))
     olds = cuda.device_array(8, np.int64)
     bits = cuda.to_device(np.zeros(1, np.int64))
@@ -148,7 +148,7 @@ def warp_reduce(inp, out):
         cuda.atomic.add(out, 0, v)
 
 
-def test_shuffle_reduction(simulator):
+def test_shuffle_reduction(thread_sim):
     inp = cuda.to_device(np.arange(128, dtype=np.float32))
     out = cuda.to_device(np.zeros(1, np.float32))
     warp_reduce[2, 64](inp, out)
@@ -177,7 +177,7 @@ def warp_votes(out):
     out[t, 7] = cuda.activemask()
 
 
-def test_warp_votes_and_shuffles(simulator):
+def test_warp_votes_and_shuffles(thread_sim):
     out = cuda.device_array((32, 8), np.int64)
     warp_votes[1, 32](out)
     o = out.copy_to_host()
@@ -199,7 +199,7 @@ def partial_warp_ballot(out):
     out[cuda.threadIdx.x] = cuda.ballot_sync(0xFFFFFFFF, True)
 
 
-def test_partial_last_warp_lanes_do_not_take_part(simulator):
+def test_partial_last_warp_lanes_do_not_take_part(thread_sim):
     out = cuda.device_array(40, np.int64)
     partial_warp_ballot[1, 40](out)
     o = out.copy_to_host()
@@ -212,7 +212,7 @@ def float_math(inp, out):
     out[i] = math.sqrt(inp[i]) + math.exp(float32(0.0))
 
 
-def test_math_keeps_float32(simulator):
+def test_math_keeps_float32(thread_sim):
     inp = cuda.to_device(np.array([4.0, 9.0], np.float32))
     out = cuda.device_array(2, np.float32)
     float_math[1, 2](inp, out)
@@ -255,13 +255,13 @@ def too_much_shared(out):
     out[0] = s[0]
 
 
-def test_static_shared_over_48k_is_a_launch_error(simulator):
+def test_static_shared_over_48k_is_a_launch_error(thread_sim):
     out = cuda.device_array(1, np.float32)
     with pytest.raises(sim.LaunchConfigError, match="52000 bytes of static"):
         too_much_shared[1, 1](out)
 
 
-def test_streams_events_and_devices(simulator):
+def test_streams_events_and_devices(thread_sim):
     start, end = cuda.event(), cuda.event()
     s = cuda.stream()
     start.record(s)
@@ -283,13 +283,13 @@ def uses_unsimulated(out):
     g.sync()
 
 
-def test_unsimulated_feature_is_named(simulator):
+def test_unsimulated_feature_is_named(thread_sim):
     out = cuda.device_array(1)
     with pytest.raises(sim.NotSimulatedError, match="cuda.cg"):
         uses_unsimulated[1, 1](out)
 
 
-def test_forall(simulator):
+def test_forall(thread_sim):
     a = cuda.to_device(np.arange(1000, dtype=np.float64))
     out = cuda.device_array(1000)
     grid_stride.forall(1000)(a, out)
