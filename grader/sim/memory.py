@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import thread_access
 from .errors import (Checks, OutOfBoundsError, RaceError, UninitialisedReadError, SimError,
                      where)
 
@@ -42,10 +41,6 @@ BANK_BYTES = 4
 WARP = 32
 _CODES = (("global", "load"), ("global", "store"), ("shared", "load"), ("shared", "store"))
 _CODE = {sk: i for i, sk in enumerate(_CODES)}
-# the per-thread executor's packed log entries: line << 49 | slot code << 32 | flat index
-_PACK_LINE_SHIFT, _PACK_CODE_SHIFT = thread_access.LINE_SHIFT, thread_access.CODE_SHIFT
-_PACK_CODE_MASK = (1 << (_PACK_LINE_SHIFT - _PACK_CODE_SHIFT)) - 1
-_PACK_FLAT_MASK = (1 << _PACK_CODE_SHIFT) - 1
 
 
 @dataclass(frozen=True)
@@ -1024,20 +1019,19 @@ class Instrument:
         self._pending.clear()
         self._pending_lanes = 0
 
-    def flush(self, threads=None) -> None:
+    def flush(self, sites=None) -> None:
         """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
-        counts. Requests: the n-th execution of one line by the lanes of one warp.
-        `threads`: (global thread id, list of packed entries) of every thread of a block, in
-        thread order: the per-thread executor's compiled accesses (`thread_access`)."""
-        if threads:
-            threads = self._count_warps(threads)
-        g = np.array(self._log_g, np.int64)
-        site = np.array(self._log_site, np.int64)
-        flat = np.array(self._log_flat, np.int64)
+        counts. Requests: the n-th execution of one line on one array by the lanes of one warp.
+        `sites`: the per-thread executor's compiled accesses (`_count_sites`)."""
+        g = [np.array(self._log_g, np.int64)]
+        site = [np.array(self._log_site, np.int64)]
+        flat = [np.array(self._log_flat, np.int64)]
         for lst in (self._log_g, self._log_site, self._log_flat):
             lst.clear()  # the same lists: recorders hold their append methods
-        if threads:
-            g, site, flat = self._unpack_logs(threads, g, site, flat)
+        if sites:
+            more = self._count_sites(sites)
+            g, site, flat = g + more[0], site + more[1], flat + more[2]
+        g, site, flat = np.concatenate(g), np.concatenate(site), np.concatenate(flat)
         if not g.shape[0]:
             return
         line, hc = site >> 32, site & 0xFFFFFFFF
@@ -1047,8 +1041,8 @@ class Instrument:
         within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)
         addr = base + within * item
         n = g.shape[0]
-        # nth execution of (thread, code, line): rank within each group, in log order
-        group = _combine(g, code, line)
+        # nth execution of (thread, array and kind, line): rank within each group, in log order
+        group = _combine(g, hc, line)
         order = np.argsort(group, kind="stable")
         sorted_group = group[order]
         starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
@@ -1067,7 +1061,7 @@ class Instrument:
             rk, uk = _request_keys(space, kind)
             for ln in np.unique(line[m]).tolist():  # a request never spans two lines
                 ml = m & (line == ln)
-                _, req = np.unique(_combine(nth[ml], warp[ml]), return_inverse=True)
+                _, req = np.unique(_combine(nth[ml], warp[ml], hc[ml]), return_inverse=True)
                 req = req.reshape(-1)
                 n_req = int(req.max()) + 1
                 if space == "global":
@@ -1081,93 +1075,91 @@ class Instrument:
                 self.counts[uk] += units
                 self._note_line(space, kind, ln, n_req, int(units))
 
-    def _count_warps(self, threads) -> list:
-        """Count the warps whose lanes logged the same sites in the same order (no divergence,
-        the common case) column by column: column c of the lanes' logs is the warp's c-th
-        request. Returns the (g, log) of the other warps' lanes, for the general path."""
-        rest: list = []
-        batches: dict = {}
-        for w0 in range(0, len(threads), WARP):
-            lanes = threads[w0:w0 + WARP]
-            n = len(lanes[0][1])
-            if any(len(log) != n for _, log in lanes):
-                rest += lanes
-                continue
-            if n == 0:
-                continue
-            packed = np.array([log for _, log in lanes], np.int64)
-            sites = packed[0] >> _PACK_CODE_SHIFT
-            if not (packed >> _PACK_CODE_SHIFT == sites).all():
-                rest += lanes
-                continue
-            batches.setdefault((len(lanes), sites.tobytes()), []).append((packed, lanes))
-        for items in batches.values():
-            self._count_columns(np.stack([p for p, _ in items]),
-                                np.array([g for _, lanes in items for g, _ in lanes], np.int64))
-        return rest
+    def _count_sites(self, sites) -> tuple:
+        """Count the per-thread executor's compiled accesses: `sites` holds (global thread id,
+        line, slot code, list of flat positions) per site and thread (thread_access). Where
+        every lane of a warp that reached a site did so equally often, the n-th entries of its
+        lanes are one request, counted for many warps at once; the rest is returned as the
+        (g, site, flat) arrays of the general count."""
+        gs, lines, codes, logs = zip(*sites)
+        lengths = np.fromiter(map(len, logs), np.int64, len(logs))
+        g = np.array(gs, np.int64)
+        key = np.array(lines, np.int64) << 32 | np.array(codes, np.int64)
+        used = np.flatnonzero(lengths)
+        if not used.shape[0]:
+            return [], [], []
+        order = used[np.lexsort((g[used], key[used]))]
+        k_s, g_s = key[order], g[order]
+        if ((k_s[1:] == k_s[:-1]) & (g_s[1:] == g_s[:-1])).any():
+            # a site reached more than once by a thread (a device function called again):
+            # its lists, in the order they were made, are one
+            merged: dict = {}
+            for i in order.tolist():
+                merged.setdefault((int(key[i]), int(g[i])), []).extend(logs[i])
+            logs = list(merged.values())
+            k_s = np.array([k for k, _ in merged], np.int64)
+            g_s = np.array([x for _, x in merged], np.int64)
+            lengths = np.fromiter(map(len, logs), np.int64, len(logs))
+            order = np.arange(len(logs))
+        lengths = lengths[order]
+        rest_g, rest_site, rest_flat = [], [], []
+        bounds = np.flatnonzero(np.r_[True, k_s[1:] != k_s[:-1], True])
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            site = int(k_s[a])
+            line, hc = site >> 32, site & 0xFFFFFFFF
+            gg, ll, rows = g_s[a:b], lengths[a:b], order[a:b].tolist()
+            warp = gg // self.tpb * self.wpb + (gg % self.tpb) // WARP
+            starts = np.flatnonzero(np.r_[True, warp[1:] != warp[:-1]])
+            ends = np.r_[starts[1:], gg.shape[0]].tolist()
+            same = (np.minimum.reduceat(ll, starts) == np.maximum.reduceat(ll, starts)).tolist()
+            batches: dict = {}
+            ragged: list = []
+            for s0, s1, uniform in zip(starts.tolist(), ends, same):
+                if uniform:
+                    batches.setdefault((s1 - s0, int(ll[s0])), []).append((s0, s1))
+                else:
+                    ragged.append((s0, s1))
+            for (n_l, n), spans in batches.items():
+                picked = [i for s0, s1 in spans for i in range(s0, s1)]
+                flat = np.array([logs[rows[i]] for i in picked], np.int64).reshape(-1, n_l, n)
+                self._count_columns(line, hc, flat, gg[picked])
+            if ragged:
+                picked = [i for s0, s1 in ragged for i in range(s0, s1)]
+                flat = np.array([v for i in picked for v in logs[rows[i]]], np.int64)
+                self._mark_stores(hc, flat)
+                rest_g.append(np.repeat(gg[picked], ll[picked]))
+                rest_site.append(np.full(flat.shape[0], site, np.int64))
+                rest_flat.append(flat)
+        return rest_g, rest_site, rest_flat
 
-    def _count_columns(self, packed: np.ndarray, g: np.ndarray) -> None:
-        """`packed`: (warps, lanes, n) entries of warps whose lanes logged the same n sites;
-        `g`: their global thread ids, warp by warp."""
-        n_w, n_l, n = packed.shape
-        site = packed[0, 0] >> _PACK_CODE_SHIFT
-        hc, line = site & _PACK_CODE_MASK, site >> (_PACK_LINE_SHIFT - _PACK_CODE_SHIFT)
-        code, k = hc % 4, hc // 4
-        info = np.array(self._slot_info, np.int64).reshape(-1, 3)[k]
-        base, item, stride = info[:, 0], info[:, 1], info[:, 2]
-        flat = packed & _PACK_FLAT_MASK
-        within = np.where(stride > 0, flat % np.maximum(stride, 1), flat)
+    def _count_columns(self, line: int, hc: int, flat: np.ndarray, g: np.ndarray) -> None:
+        """One site's `flat` positions, (warps, lanes, n): request k of a warp is column k of
+        its lanes; `g`: the lanes' global thread ids, warp by warp."""
+        n_w, n_l, n = flat.shape
+        space, kind = _CODES[hc % 4]
+        base, item, stride = self._slot_info[hc // 4]
+        within = flat % stride if stride > 0 else flat
         addr = (base + within * item).transpose(0, 2, 1)  # (warps, n, lanes): a row a request
-        units = np.zeros((n_w, n), np.int64)
-        is_global = code < 2
-        if is_global.any():
-            sectors = np.sort(addr[:, is_global] // SECTOR_BYTES, axis=-1)
-            units[:, is_global] = 1 + (sectors[..., 1:] != sectors[..., :-1]).sum(-1)
-        for size in np.unique(item[~is_global]).tolist():
-            cols = ~is_global & (item == size)
-            units[:, cols] = _wavefronts_rows(addr[:, cols], size)
-        by_site, inverse = np.unique(line * 4 + code, return_inverse=True)
-        requests = np.bincount(inverse) * n_w
-        cost = np.bincount(inverse, weights=units.sum(0)).astype(np.int64)
-        for key, r, u in zip(by_site.tolist(), requests.tolist(), cost.tolist()):
-            space, kind = _CODES[key % 4]
-            rk, uk = _REQUEST_KEYS[space, kind]
-            self.counts[rk] += r
-            self.counts[uk] += u
-            self._note_line(space, kind, key // 4, r, u)
-        for c, (space, kind) in enumerate(_CODES):
-            times = int((code == c).sum())
-            if times:
-                key = _COUNT_KEYS[space, kind]
-                self.counts[key] += times * n_w * n_l
-                self.per_thread[key][g] += times
-        stores = code == _CODE["global", "store"]
-        for kk in np.unique(k[stores]).tolist():
-            handle = self._slot_global[kk]
-            handle.initialised[flat[:, :, stores & (k == kk)].reshape(-1)] = True
-            self.written.add(handle.name)
+        if space == "global":
+            sectors = np.sort(addr // SECTOR_BYTES, axis=-1)
+            units = int((1 + (sectors[..., 1:] != sectors[..., :-1]).sum(-1)).sum())
+        else:
+            units = int(_wavefronts_rows(addr, item).sum())
+        rk, uk = _REQUEST_KEYS[space, kind]
+        self.counts[rk] += n_w * n
+        self.counts[uk] += units
+        self._note_line(space, kind, line, n_w * n, units)
+        key = _COUNT_KEYS[space, kind]
+        self.counts[key] += n_w * n_l * n
+        self.per_thread[key][g] += n
+        self._mark_stores(hc, flat.reshape(-1))
 
-    def _unpack_logs(self, threads, g, site, flat):
-        """The per-thread logs of packed entries (line << 49 | code << 32 | flat), after the
-        scalar log's entries; what the compiled stores wrote is marked as recorders mark it."""
-        lengths = np.fromiter((len(log) for _, log in threads), np.int64, len(threads))
-        entries: list = []
-        for _, log in threads:
-            entries += log
-        packed = np.array(entries, np.int64)
-        del entries
-        code = (packed >> _PACK_CODE_SHIFT) & _PACK_CODE_MASK
-        t_site = (packed >> _PACK_LINE_SHIFT) << 32 | code
-        t_flat = packed & _PACK_FLAT_MASK
-        t_g = np.repeat(np.fromiter((t for t, _ in threads), np.int64, len(threads)), lengths)
-        stores = (code % 4 == _CODE["global", "store"])
-        if stores.any():
-            for c in np.unique(code[stores]).tolist():
-                handle = self._slot_global[c // 4]
-                handle.initialised[t_flat[code == c]] = True
-                self.written.add(handle.name)
-        return (np.concatenate([g, t_g]), np.concatenate([site, t_site]),
-                np.concatenate([flat, t_flat]))
+    def _mark_stores(self, hc: int, flat: np.ndarray) -> None:
+        """What the recorders mark for a global store: the elements written, and the array."""
+        if hc % 4 == _CODE["global", "store"]:
+            handle = self._slot_global[hc // 4]
+            handle.initialised[flat] = True
+            self.written.add(handle.name)
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""

@@ -12,6 +12,7 @@ scheduler before each switch (explicit context, no thread-local lookups).
 
 from __future__ import annotations
 
+import gc
 import linecache
 import re
 import sys
@@ -35,6 +36,7 @@ IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
 IDLE_LOAD_YIELDS = 16384  # load-budget yields in a row (4M loads without any store)
 LOADS_PER_YIELD = 256
 FULL_MASK = 0xFFFFFFFF
+_SYNC = ("sync", None)  # the request of a plain syncthreads()
 _getframe = sys._getframe
 
 
@@ -46,7 +48,7 @@ class Dim3(NamedTuple):
 
 class ThreadState:
     __slots__ = ("lin", "idx", "lane", "warp", "glet", "status", "wait", "value", "loads",
-                 "explicit_exit", "g", "log")
+                 "explicit_exit", "g")
 
     def __init__(self, lin: int, idx: Dim3, g: int = 0):
         self.lin, self.idx = lin, idx
@@ -58,7 +60,6 @@ class ThreadState:
         self.value = None  # what its blocking call returns when resumed
         self.loads = 0
         self.explicit_exit = False
-        self.log: list = []  # packed entries of the compiled accesses (thread_access)
 
 
 class _View:
@@ -386,7 +387,7 @@ class ThreadCuda:
 
     # --- barriers and fences
     def syncthreads(self):
-        self._ex.block_on("barrier", ("sync", None), sys._getframe(1))
+        self._ex.sync(sys._getframe(1))
 
     def syncthreads_count(self, pred):
         return self._ex.block_on("barrier", ("count", bool(pred)), sys._getframe(1))
@@ -515,10 +516,7 @@ class ThreadExecutor:
             # element accesses compiled inline where the checkers that need every access in
             # order (races, uninitialised reads) are off
             typer.fast = self.compile_accesses and not (self.inst.races or self.inst.uninit)
-            typer.globals.update(
-                __gg_ex=self, __gg_unpack=self.unpack, __gg_spin=self.spin,
-                __gg_unbound={n: thread_access.unbound(n) for n in range(1, 33)},
-                __gg_thread_log=self.thread_log)
+            typer.globals.update(__gg_ex=self, __gg_unpack=self.unpack, __gg_spin=self.spin)
         self._sink: list = []  # what local and constant arrays' compiled accesses log
         self._site_lines: dict = {}  # (id(code), f_lasti) -> line of a blocking call
         self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True,
@@ -537,8 +535,17 @@ class ThreadExecutor:
         blocks = np.arange(self.config.n_blocks)
         if self.rng is not None:
             self.rng.shuffle(blocks)
-        for b in blocks.tolist():
-            self._run_block(b)
+        # a launch makes lists (access logs, waits) by the hundred thousand, and the cyclic
+        # garbage collector would scan them again and again (~10% of a launch); what cycles a
+        # launch leaves are collected after it
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for b in blocks.tolist():
+                self._run_block(b)
+        finally:
+            if collecting:
+                gc.enable()
 
     def _worker(self, _first):
         """Body of a pooled greenlet: runs one thread after another (a fresh greenlet per
@@ -555,6 +562,8 @@ class ThreadExecutor:
         self.shared_offset = 0
         self.threads = [ThreadState(t, idx, b * self.tpb + t)
                         for t, idx in enumerate(self.thread_idx)]
+        self.site_logs: list = []  # (g, line, slot code, log list) of the compiled accesses
+        self.warp_waiters = 0  # threads blocked in a warp collective
         order = self.thread_order
         if self.rng is not None:
             order = list(order)
@@ -562,7 +571,7 @@ class ThreadExecutor:
         self.order = order
         self.hub = greenlet.getcurrent()
         pool = self.pool
-        runnable = deque(self.threads[t] for t in order)
+        runnable = self.runnable = deque(self.threads[t] for t in order)
         self.progress = 0
         seen = -1  # progress at the last yield
         idle_sync = idle_loads = 0
@@ -578,6 +587,7 @@ class ThreadExecutor:
                         event = st.glet.switch(st)
                     else:
                         event = st.glet.switch(st.value)
+                    st = self.cur  # who switched back: threads hand over at barriers (`sync`)
                     if event.__class__ is tuple:  # ("exit", fell_off)
                         st.status = "exited"
                         if event[1]:
@@ -597,11 +607,12 @@ class ThreadExecutor:
                         runnable.append(st)
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in self.threads):
-                    self.inst.flush([(st.g, st.log) for st in self.threads])
+                    self.inst.flush(self.site_logs)
                     self._sink.clear()
                     completed = True
                     return
-                if self._complete_warps(runnable) or self._complete_barrier(runnable):
+                if self.warp_waiters and self._complete_warps(runnable) or \
+                        self._complete_barrier(runnable):
                     self.progress += 1
                     continue
                 self._deadlock()
@@ -623,6 +634,7 @@ class ThreadExecutor:
             line = self._site_lines[site] = frame.f_lineno
         st.wait = (request, line, frame.f_code.co_filename)
         if status == "warp":
+            self.warp_waiters += 1
             op, mask = request[0], request[1]
             if not mask >> st.lane & 1:
                 self._warp_error(st, frame, f"{op} called with mask {mask:#010x}, which does "
@@ -634,52 +646,74 @@ class ThreadExecutor:
         self.hub.switch("blocked")
         return st.value
 
+    def sync(self, frame) -> None:
+        """`block_on("barrier", _SYNC, frame)`, for the most common blocking call."""
+        st = self.cur
+        st.status = "barrier"
+        site = (id(frame.f_code), frame.f_lasti)
+        line = self._site_lines.get(site)
+        if line is None:
+            line = self._site_lines[site] = frame.f_lineno
+        st.wait = (_SYNC, line, frame.f_code.co_filename)
+        st.value = None
+        runnable = self.runnable
+        if not runnable or runnable[0].glet is None:
+            # the last to arrive (the scheduler completes the barrier), or the next thread has
+            # not started (a greenlet started from this one would count its Python stack on
+            # top of this one's)
+            self.hub.switch("blocked")
+            return
+        # hand over to the next runnable thread directly: one switch instead of two
+        nxt = self.cur = runnable.popleft()
+        nxt.glet.switch(nxt.value)
+
     def yield_(self) -> None:
         self.hub.switch("yield")
+
+    def fence(self) -> None:
+        self.inst.fence(self.bid, self.cur.lin)
+        self.yield_()
 
     def spin(self) -> None:
         """A loop's yield (thread_access.tick): judged like the load budget's."""
         self.hub.switch("yield_loads")
 
     # --- compiled accesses (thread_access)
-    def thread_log(self):
-        return self.cur.log.append
-
-    def unpack(self, ary, log, ndim: int, contiguous: bool) -> tuple:
-        """The locals a compiled access reads for `ary` (see `thread_access.fields`); code
-        compiled for a C-contiguous array reads its last stride as 1."""
+    def unpack(self, ary, ndim: int, contiguous: bool, sites: tuple) -> tuple:
+        """The locals the compiled accesses of `ary` read (`thread_access.ArrayAccesses`):
+        layout, then one fresh log list (its append) per site ((line, is_store)), registered
+        for the block's count; code compiled for a C-contiguous array reads its last stride
+        as 1. An array the fast path does not cover fails every bounds test."""
         if ary.__class__ is not ThreadArray or ary.ndim != ndim or \
                 contiguous and ary._strides[-1] != 1:
-            return thread_access.unbound(ndim)
+            return (None, 0, *(0,) * (2 * ndim), False, *(None,) * len(sites))
         fast = ary._unpacked
         if fast is None:
             fast = ary._unpacked = self._fast_fields(ary)
-        head, logged = fast
-        return head + (log if logged else self._sink.append,)
+        head, codes = fast
+        if codes is None:
+            return head + (self._sink.append,) * len(sites)
+        g, register, logs = self.cur.g, self.site_logs.append, []
+        for line, store in sites:
+            log = []
+            register((g, line, codes[store], log))
+            logs.append(log.append)
+        return head + tuple(logs)
 
     def _fast_fields(self, ary):
-        if ary._store.shape[0] > thread_access.MAX_FLAT + 1:
-            return thread_access.unbound(ary.ndim)[:-1], False
-        hl = hs = 0
-        logged = ary._space in ("global", "shared")
-        if logged:
+        """(layout fields, (load code, store code) of its log entries or None: not counted)."""
+        codes = None
+        if ary._space in ("global", "shared"):
             h = ary._h
             slot = self.inst._slots.get(h.buffer_id)
             if slot is None:
                 slot = self.inst._new_slot(ary._space, h)
-            if slot + 1 > thread_access.MAX_CODE:
-                return thread_access.unbound(ary.ndim)[:-1], False
-            hl, hs = slot << thread_access.CODE_SHIFT, (slot + 1) << thread_access.CODE_SHIFT
-        return (ary._store, ary._off, *ary._strides, *ary.shape, hl, hs,
-                ary._space != "const"), logged
-
-    def fence(self) -> None:
-        self.inst.fence(self.bid, self.cur.lin)
-        self.yield_()
+            codes = (slot, slot + 1)
+        return (ary._store, ary._off, *ary._strides, *ary.shape, ary._space != "const"), codes
 
     # --- memory spaces
     def shared_array(self, shape, dtype, frame):
-        key = (frame.f_code, frame.f_lasti)
+        key = (id(frame.f_code), frame.f_lasti)  # (a code object hashes its contents)
         arr = self.shared.get(key)
         if arr is not None:
             return arr
@@ -742,8 +776,9 @@ class ThreadExecutor:
         live = [st for st in self.threads if st.status != "exited"]
         if not live or any(st.status != "barrier" for st in live):
             return False
-        lines = {(st.wait[2], st.wait[1]) for st in live}
-        if len(lines) > 1:
+        _, line, filename = live[0].wait
+        if any(st.wait[1] != line or st.wait[2] != filename for st in live):
+            lines = {(st.wait[2], st.wait[1]) for st in live}
             (f1, l1), (f2, l2) = sorted(lines)[:2]
             st = next(s for s in live if (s.wait[2], s.wait[1]) == (f2, l2))
             self._barrier_error(st, f"threads of the block wait at different syncthreads() "
@@ -756,12 +791,13 @@ class ThreadExecutor:
                                 f"inside a condition that not all threads take)",
                                 at=(live[0].wait[2], live[0].wait[1]))
             self.fell_off = []
-        kinds = {st.wait[0][0] for st in live}
-        preds = [st.wait[0][1] for st in live]
-        kind = next(iter(kinds))
-        result = {"sync": None, "count": sum(bool(p) for p in preds),
-                  "and": int(all(preds)), "or": int(any(preds))}[kind]
-        self.inst.barrier([self.bid], live[0].wait[1])
+        kind = live[0].wait[0][0]
+        result = None
+        if kind != "sync":
+            preds = [st.wait[0][1] for st in live]
+            result = {"count": sum(bool(p) for p in preds), "and": int(all(preds)),
+                      "or": int(any(preds))}[kind]
+        self.inst.barrier([self.bid], line)
         self.fell_off = []
         for t in self.order:
             st = self.threads[t]
@@ -808,6 +844,7 @@ class ThreadExecutor:
                     runnable.append(st)
                 done = True
                 waiting = [st for st in lanes if st.status == "warp"]
+        self.warp_waiters = sum(st.status == "warp" for st in self.threads)
         return done
 
     def _warp_results(self, w, op, group):

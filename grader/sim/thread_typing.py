@@ -316,8 +316,10 @@ class _Rewrite(ast.NodeTransformer):
         self.consts: dict = {}
         self._temps = 0
         self.classes = self._local_classes()
-        self.arrays = self._compiled_arrays() if fast else {}
-        self.compiled = False  # any access compiled (the function needs the thread's log)
+        self.arrays = self._array_locals()  # name -> (ArrayAccesses, element class)
+        if not fast:
+            self.arrays = {}
+        self.array_names = set(self._array_locals())
 
     # --- what is known before running
     def _dtype(self, nbtype):
@@ -341,8 +343,8 @@ class _Rewrite(ast.NodeTransformer):
                 out[name] = reps.pop()
         return out
 
-    def _compiled_arrays(self) -> dict:
-        """name -> (ndim, element class, C-contiguous) of the array locals whose accesses are
+    def _array_locals(self) -> dict:
+        """name -> (its ArrayAccesses, element class) of the array locals whose accesses can be
         compiled: bound only as parameters or by `=`, with one number of dimensions."""
         types = simt_typing._numba()[0]
         scan, out = self.scan, {}
@@ -356,8 +358,8 @@ class _Rewrite(ast.NodeTransformer):
                    for line in scan.cast_lines.get(name, ())):
                 continue
             dtype = self._dtype(nbtype.dtype)
-            out[name] = (nbtype.ndim, dtype.type if dtype is not None else None,
-                         nbtype.layout == "C")
+            out[name] = (thread_access.ArrayAccesses(name, nbtype.ndim, nbtype.layout == "C"),
+                         dtype.type if dtype is not None else None)
         return out
 
     def _global_class(self, name):
@@ -501,10 +503,9 @@ class _Rewrite(ast.NodeTransformer):
     # --- array accesses
     def _compilable(self, node) -> tuple | None:
         """(name, ndim, index expressions) of a subscript whose access can be compiled."""
-        if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays or \
-                node.lineno > thread_access.MAX_LINE:
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays:
             return None
-        ndim = self.arrays[node.value.id][0]
+        ndim = self.arrays[node.value.id][0].ndim
         index = node.slice
         elts = index.elts if isinstance(index, ast.Tuple) else [index]
         if len(elts) != ndim or not all(thread_access.pure(e) for e in elts) or \
@@ -525,7 +526,7 @@ class _Rewrite(ast.NodeTransformer):
         if target is None:
             value = node.value
             if isinstance(value, ast.Attribute) and value.attr in ("shape", "strides") and \
-                    isinstance(value.value, ast.Name) and value.value.id in self.arrays:
+                    isinstance(value.value, ast.Name) and value.value.id in self.array_names:
                 node._gg_cls = int  # an array's shape: Python ints
             return node
         return self._load(target[0], node)
@@ -533,21 +534,19 @@ class _Rewrite(ast.NodeTransformer):
     def _load(self, name, node):
         index = node.slice
         elts = index.elts if isinstance(index, ast.Tuple) else [index]
-        self.compiled = True
-        _, cls, contiguous = self.arrays[name]
-        out = thread_access.load(name, elts, contiguous, node)
+        array, cls = self.arrays[name]
+        out = thread_access.load(array, elts, node)
         return _known(out, cls) if cls is not None else out
 
     def _store(self, name, target, value, like):
         index = target.slice
         elts = index.elts if isinstance(index, ast.Tuple) else [index]
-        self.compiled = True
-        return thread_access.store(name, elts, self.arrays[name][2], value, like)
+        return thread_access.store(self.arrays[name][0], elts, value, like)
 
     def _bind_arrays(self, targets, like) -> list:
         names = [n.id for t in targets for n in ast.walk(t)
                  if isinstance(n, ast.Name) and n.id in self.arrays]
-        return [thread_access.bind(n, self.arrays[n][0], self.arrays[n][2], like) for n in names]
+        return [self.arrays[n][0].bind(like) for n in names]
 
     def visit_Assign(self, node):
         target = node.targets[0]
@@ -634,8 +633,8 @@ class _Rewrite(ast.NodeTransformer):
         return node
 
     def preamble(self, fdef) -> list:
-        """Statements run at entry: parameters cast to numba's types, the thread's log and
-        loop budget, the compiled arrays' locals."""
+        """Statements run at entry (parameters cast to numba's types, the loop budget, the
+        compiled arrays' locals); completes the compiled arrays' bindings."""
         out = []
         for name in self.scan.params:
             t = self._type_name(self.types.by_name.get(name))
@@ -643,11 +642,12 @@ class _Rewrite(ast.NodeTransformer):
                 stmt = ast.Assign([ast.Name(name, ast.Store())],
                                   self._cast(ast.Name(name, ast.Load()), t, fdef))
                 out.append(ast.copy_location(stmt, fdef))
-        out += thread_access.preamble(self.scan.has_while, self.compiled, fdef)
-        if self.compiled:
-            for name, (ndim, _, contiguous) in self.arrays.items():
-                out.append(thread_access.bind(name, ndim, contiguous, fdef)
-                           if name in self.scan.params else thread_access.unbind(name, ndim, fdef))
+        out += thread_access.preamble(self.scan.has_while, fdef)
+        for name, (array, _) in self.arrays.items():
+            if array.sites:
+                out.append(array.bind(fdef, unbound=name not in self.scan.params))
+        for array, _ in self.arrays.values():
+            array.finish()
         return out
 
 
