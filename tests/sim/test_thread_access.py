@@ -106,8 +106,15 @@ def rows_through_a_view(a, out):
 def test_a_view_bound_to_a_name():
     a = np.random.rand(40, 7).astype(np.float32)
     _, out = assert_same_as_recorded(rows_through_a_view, 2, 32, lambda: [
-        dev(a), cuda.device_array(40, np.float32)], simt=False)  # (SIMT: no views)
+        dev(a), cuda.device_array(40, np.float32)], simt=False)
     np.testing.assert_allclose(out, a.sum(1), rtol=1e-5)
+    # the SIMT executor has no views: "auto" runs the kernel on the per-thread executor
+    with sim.installed(), sim.trace() as records:
+        out = cuda.device_array(40, np.float32)
+        rows_through_a_view[2, 32](dev(a), out)
+    assert records[0].executor == "thread"
+    assert "partial indexing" in records[0].fallback_reason
+    np.testing.assert_allclose(out.copy_to_host(), a.sum(1), rtol=1e-5)
 
 
 @cuda.jit
@@ -221,19 +228,26 @@ def test_shared_float64_tiles_count_wavefronts_of_two_words():
 
 
 @cuda.jit
-def dynamic_reverse(a, out):
-    buf = cuda.shared.array(0, float32)
+def dynamic_block_sums(a, out):
+    buf = cuda.shared.array(0, float64)
     t = cuda.threadIdx.x
-    buf[t] = a[t]
+    buf[t] = a[cuda.grid(1)]
     cuda.syncthreads()
-    out[t] = buf[buf.size - 1 - t]
+    half = cuda.blockDim.x // 2
+    while half > 0:
+        if t < half:
+            buf[t] += buf[t + half]
+        cuda.syncthreads()
+        half //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = buf[0]
 
 
-def test_dynamic_shared_memory():
-    a = np.arange(64, dtype=np.float32)
-    _, out = assert_same_as_recorded(dynamic_reverse, 1, 64, lambda: [
-        dev(a), cuda.device_array(64, np.float32)], shared=64 * 4)
-    np.testing.assert_array_equal(out, a[::-1])
+def test_dynamic_shared_memory_and_a_while_loop():
+    a = np.random.rand(4 * 64)
+    _, out = assert_same_as_recorded(dynamic_block_sums, 4, 64, lambda: [
+        dev(a), cuda.device_array(4, np.float64)], shared=64 * 8)
+    np.testing.assert_allclose(out, a.reshape(4, 64).sum(1), rtol=1e-12)
 
 
 @cuda.jit

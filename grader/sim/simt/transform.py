@@ -451,6 +451,10 @@ class Transformer:
         if isinstance(base, ast.Name) and (base.id in self.params or base.id in self.locals):
             if not self.is_array(base.id):
                 self.fail(f"indexing {base.id!r}, which is not an array", node)
+            ndim = getattr(self.types.by_name.get(base.id), "ndim", None)
+            if ndim is not None and len(indices) < ndim and not any(
+                    isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices):
+                self.fail("partial indexing (a view of an array)", node)
             array = _name(base.id)
         else:
             hit = self.resolve(base)
