@@ -1019,6 +1019,10 @@ class Instrument:
         self._pending.clear()
         self._pending_lanes = 0
 
+    def pending(self) -> int:
+        """Accesses of the scalar path logged and not yet counted (`flush`)."""
+        return len(self._log_g)
+
     def flush(self, sites=None) -> None:
         """Turn the scalar path's access log into requests, sectors, wavefronts and per-thread
         counts. Requests: the n-th execution of one line on one array by the lanes of one warp.
@@ -1121,7 +1125,11 @@ class Instrument:
                     ragged.append((s0, s1))
             for (n_l, n), spans in batches.items():
                 picked = [i for s0, s1 in spans for i in range(s0, s1)]
-                flat = np.array([logs[rows[i]] for i in picked], np.int64).reshape(-1, n_l, n)
+                if n == 1:  # (numpy converts a list of one-element lists slowly)
+                    flat = np.array([logs[rows[i]][0] for i in picked], np.int64)
+                else:
+                    flat = np.array([logs[rows[i]] for i in picked], np.int64)
+                flat = flat.reshape(-1, n_l, n)
                 self._count_columns(line, hc, flat, gg[picked])
             if ragged:
                 picked = [i for s0, s1 in ragged for i in range(s0, s1)]
@@ -1433,6 +1441,17 @@ def _wavefronts_rows(addr: np.ndarray, itemsize: int) -> np.ndarray:
     word = addr // BANK_BYTES
     if words_per > 1:
         word = (word[..., None] + np.arange(words_per)).reshape(*word.shape[:-1], -1)
+    # a request whose words span fewer than BANKS words meets each bank at most once
+    narrow = word.max(axis=-1) - word.min(axis=-1) < BANKS
+    if narrow.all():
+        return np.ones(word.shape[:-1], np.int64)
+    out = np.ones(word.shape[:-1], np.int64)
+    out[~narrow] = _wavefronts_wide(word[~narrow])
+    return out
+
+
+def _wavefronts_wide(word: np.ndarray) -> np.ndarray:
+    """`_wavefronts_rows` of rows of words (requests, words)."""
     word = np.sort(word, axis=-1)
     first = np.ones(word.shape, bool)
     first[..., 1:] = word[..., 1:] != word[..., :-1]

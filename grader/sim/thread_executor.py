@@ -35,6 +35,8 @@ from .memory import WARP, LocalArray, SharedArray
 IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
 IDLE_LOAD_YIELDS = 16384  # load-budget yields in a row (4M loads without any store)
 LOADS_PER_YIELD = 256
+# the access logs are counted every this many site lists (compiled accesses) or recorded accesses
+FLUSH_SITES, FLUSH_ACCESSES = 16384, 1 << 20
 FULL_MASK = 0xFFFFFFFF
 _SYNC = ("sync", None)  # the request of a plain syncthreads()
 _getframe = sys._getframe
@@ -540,12 +542,22 @@ class ThreadExecutor:
         # launch leaves are collected after it
         collecting = gc.isenabled()
         gc.disable()
+        self.site_logs: list = []  # (g, line, slot code, log list) of the compiled accesses
         try:
             for b in blocks.tolist():
                 self._run_block(b)
+                # counted in batches of blocks: a count has a fixed cost of its own
+                if len(self.site_logs) >= FLUSH_SITES or self.inst.pending() >= FLUSH_ACCESSES:
+                    self._flush()
+            self._flush()
         finally:
             if collecting:
                 gc.enable()
+
+    def _flush(self) -> None:
+        self.inst.flush(self.site_logs)
+        self.site_logs = []
+        self._sink.clear()
 
     def _worker(self, _first):
         """Body of a pooled greenlet: runs one thread after another (a fresh greenlet per
@@ -562,7 +574,6 @@ class ThreadExecutor:
         self.shared_offset = 0
         self.threads = [ThreadState(t, idx, b * self.tpb + t)
                         for t, idx in enumerate(self.thread_idx)]
-        self.site_logs: list = []  # (g, line, slot code, log list) of the compiled accesses
         self.warp_waiters = 0  # threads blocked in a warp collective
         order = self.thread_order
         if self.rng is not None:
@@ -607,8 +618,6 @@ class ThreadExecutor:
                         runnable.append(st)
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in self.threads):
-                    self.inst.flush(self.site_logs)
-                    self._sink.clear()
                     completed = True
                     return
                 if self.warp_waiters and self._complete_warps(runnable) or \

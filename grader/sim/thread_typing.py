@@ -447,6 +447,13 @@ class _Rewrite(ast.NodeTransformer):
                 node._gg_cls = cls
         return node
 
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if node.attr in ("size", "ndim") and isinstance(node.value, ast.Name) and \
+                node.value.id in self.array_names:
+            node._gg_cls = int  # ThreadArray.size / .ndim: Python ints
+        return node
+
     def visit_Constant(self, node):
         if type(node.value) is float:
             name = f"__gg_f_{node.value.hex().replace('-', 'm').replace('.', '_')}"
