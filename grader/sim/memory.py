@@ -554,24 +554,20 @@ class Instrument:
             slot = self._new_slot(space, handle)
         hc = slot if kind == "load" else slot + 1
         log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
-        init = _flags(handle.initialised)
         # frame.f_lineno walks the code's line table on every call: remember the log entry
         # (line << 32 | hc) of each bytecode offset, per code object (the one seen last first)
         site = [None, None]  # [code, {f_lasti: line << 32 | hc}]
         by_code: dict = {}  # id(code) -> (code, {f_lasti: ...})
-
-        check = kind == "load" and self.uninit
-        store = kind != "load"
-        written, name, is_global = self.written, handle.name, space == "global"
-        uninit = self._uninit
-        if self.races:
-            return self._race_recorder(space, handle, store, check, site, by_code, hc)
+        check = self.scalar_checker(space, handle, kind)
+        if check is None:  # counters only
+            init = _flags(handle.initialised)
+            store = kind != "load"
+            written, name, is_global = self.written, handle.name, space == "global"
 
         def rec(flat, g, frame, value=None):
-            if check and not init[flat]:
-                uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
-                       frame.f_code.co_filename)
-            if store:
+            if check is not None:
+                check(flat, g, frame, value)
+            elif store:
                 init[flat] = True
                 if is_global:
                     written.add(name)
@@ -590,13 +586,38 @@ class Instrument:
             log_flat(flat)
         return rec
 
-    def _race_recorder(self, space, handle, store, check, site, by_code, hc):
-        """`scalar_recorder` with the race checker on: the cases `_race1` settles without a
+    def scalar_checker(self, space, handle, kind):
+        """The checkers of one scalar access, nothing counted: `check(flat, g, frame,
+        value=None)` (see `scalar_recorder`; `frame` needs `f_lineno` and
+        `f_code.co_filename`, read only to report). None when neither the race nor the
+        uninitialised-read checker is on, and for local and constant arrays."""
+        if space == "local" or space == "const" or not (self.races or self.uninit):
+            return None
+        tpb = self.tpb
+        init = _flags(handle.initialised)
+        uninit_check = kind == "load" and self.uninit
+        store = kind != "load"
+        written, name, is_global = self.written, handle.name, space == "global"
+        uninit = self._uninit
+        if self.races:
+            return self._race_checker(space, handle, store, uninit_check)
+
+        def check(flat, g, frame, value=None):
+            if uninit_check and not init[flat]:
+                uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
+                       frame.f_code.co_filename)
+            if store:
+                init[flat] = True
+                if is_global:
+                    written.add(name)
+        return check
+
+    def _race_checker(self, space, handle, store, uninit_check):
+        """`scalar_checker` with the race checker on: the cases `_race1` settles without a
         finding (nothing recorded, the same thread, a barrier of the block in between) are
         done inline; anything else goes through `_race1` itself. A silent store (the bits
         already there, element initialised) skips the race shadow altogether."""
         tpb, wpb = self.tpb, self.wpb
-        log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
         init, written, name = _flags(handle.initialised), self.written, handle.name
         is_global = space == "global"
         kind = "store" if store else "load"
@@ -606,60 +627,45 @@ class Instrument:
         inst = self
         same = _same_bits_recorder(handle.flat) if store else None
 
-        def rec(flat, g, frame, value=None):
-            if check and not init[flat]:
+        def check(flat, g, frame, value=None):
+            if uninit_check and not init[flat]:
                 uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
                        frame.f_code.co_filename)
-            silent = False
             if store:
                 if init[flat] and value is not None and same(flat, value):
-                    silent = True  # it changes nothing, so it neither races nor orders
-                else:
-                    init[flat] = True
+                    return  # it changes nothing, so it neither races nor orders
+                init[flat] = True
                 if is_global:
                     written.add(name)
-            code = frame.f_code
-            if code is site[0]:
-                lines = site[1]
-            else:
-                site[0] = code
-                lines = site[1] = by_code.setdefault(id(code), (code, {}))[1]
-            lasti = frame.f_lasti
-            entry = lines.get(lasti)
-            if entry is None:
-                entry = lines[lasti] = frame.f_lineno << 32 | hc
-            if not silent:
-                if inst._stale1:
-                    inst._sync1()
-                block = g // tpb
-                r = shadows.get(flat)
-                if r is None:
-                    r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
-                ep = ep1[block]
-                wt = r[0]
-                rt = r[5]
-                if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
-                        not store or rt == -1 or rt == g or r[6] != ep and (
-                            -rt - 2 == block if rt <= -2 else rt // tpb == block)):
-                    wep = wep1[block * wpb + (g % tpb) // WARP]
-                    if store:
-                        r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
-                    else:
-                        if rt == -1 or rt == g:
-                            r[5] = g
-                        elif rt <= -2:
-                            r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
-                        elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
-                            r[5] = g
-                        else:
-                            r[5] = -block - 2
-                        r[6], r[7] = ep, wep
+            if inst._stale1:
+                inst._sync1()
+            block = g // tpb
+            r = shadows.get(flat)
+            if r is None:
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+            ep = ep1[block]
+            wt = r[0]
+            rt = r[5]
+            if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
+                    not store or rt == -1 or rt == g or r[6] != ep and (
+                        -rt - 2 == block if rt <= -2 else rt // tpb == block)):
+                wep = wep1[block * wpb + (g % tpb) // WARP]
+                if store:
+                    r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
                 else:
-                    race1(space, handle, kind, flat, block, g, entry >> 32, frame.f_code.co_filename)
-            log_g(g)
-            log_site(entry)
-            log_flat(flat)
-        return rec
+                    if rt == -1 or rt == g:
+                        r[5] = g
+                    elif rt <= -2:
+                        r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
+                    elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
+                        r[5] = g
+                    else:
+                        r[5] = -block - 2
+                    r[6], r[7] = ep, wep
+            else:
+                race1(space, handle, kind, flat, block, g, frame.f_lineno,
+                      frame.f_code.co_filename)
+        return check
 
     def _new_slot(self, space, handle) -> int:
         """Register a handle in the access log: slot * 4 + its load code (store = +1)."""

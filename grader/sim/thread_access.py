@@ -24,8 +24,9 @@ Anything else (an index out of bounds, an array the fast path does not cover) ta
 subscript, which checks, reports and records as before; the index is evaluated again there,
 which is why only side-effect-free indices are compiled.
 
-This path is used when the race and uninitialised-read checkers are off (counters and bounds
-only): those need every access in order, through the recorders.
+With the race or uninitialised-read checker on, each compiled access also calls the array's
+checker (`Instrument.scalar_checker`) with the thread's id and a `Site` for the frame, before
+the element is read or written: the checkers see every access, in order, as on the recorded path.
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ TICK = "__gg_n"  # loop iterations left before the next yield
 
 class ArrayAccesses:
     """The compiled accesses of one array local: its sites, and the statements that bind its
-    locals (completed by `finish` once every site is known)."""
+    locals (completed by `finish` once every site is known).
 
-    def __init__(self, name: str, ndim: int, contiguous: bool):
+    `recording` (the race or uninitialised-read checker on): each access also calls the
+    array's checker (`Instrument.scalar_checker`: `check(flat, g, frame, value)`) with the
+    thread's id and a `Site` standing for the frame, so the checkers see every access in
+    order, as on `ThreadArray`'s path. `site_name(line)`: the global holding that Site."""
+
+    def __init__(self, name: str, ndim: int, contiguous: bool, recording: bool = False,
+                 site_name=None):
         self.name, self.ndim, self.contiguous = name, ndim, contiguous
+        self.recording, self.site_name = recording, site_name
         self.sites: dict = {}  # (line, is_store) -> number of its log list
         self._binds: list = []  # (statement, unbound) to complete
 
@@ -54,9 +62,25 @@ class ArrayAccesses:
         return [p + "st", p + "o", *(f"{p}s{k}" for k in range(n)),
                 *(f"{p}d{k}" for k in range(n)), p + "w"]
 
-    def log(self, line: int, store: bool) -> str:
-        k = self.sites.setdefault((line, store), len(self.sites))
-        return f"{self._prefix()}l{k}"
+    def _extra(self) -> list[str]:
+        """The locals after `fields`: the checkers (recording), then one log list per site."""
+        checkers = [self._prefix() + "cl", self._prefix() + "cs"] if self.recording else []
+        return checkers + [f"{self._prefix()}l{k}" for k in range(len(self.sites))]
+
+    def load_test(self, line: int, flat: str) -> str:
+        """The (true) condition that checks and logs a load at `flat` and sets `__gg_f`."""
+        log = f"{self._prefix()}l{self.sites.setdefault((line, False), len(self.sites))}"
+        if self.recording:
+            return (f"not {self._prefix()}cl(__gg_f := {flat}, __gg_g, {self.site_name(line)}) "
+                    f"and not {log}(__gg_f)")
+        return f"not {log}(__gg_f := {flat})"
+
+    def store_lines(self, line: int) -> str:
+        """The statements that check and log a store of `__gg_v` at `__gg_f`."""
+        log = f"{self._prefix()}l{self.sites.setdefault((line, True), len(self.sites))}"
+        check = (f"{self._prefix()}cs(__gg_f, __gg_g, {self.site_name(line)}, __gg_v)\n"
+                 if self.recording else "")
+        return f"{check}{log}(__gg_f)\n"
 
     def bind(self, like, unbound: bool = False) -> ast.stmt:
         """`name`'s locals, unpacked (after the name is bound) or with every index failing
@@ -66,7 +90,7 @@ class ArrayAccesses:
         return stmt
 
     def finish(self) -> None:
-        targets = self.fields() + [f"{self._prefix()}l{k}" for k in range(len(self.sites))]
+        targets = self.fields() + self._extra()
         for stmt, unbound in self._binds:
             if not self.sites:  # nothing compiled reads them
                 stmt.targets, stmt.value = [ast.Name("__gg_unused", ast.Store())], ast.Constant(None)
@@ -74,14 +98,28 @@ class ArrayAccesses:
                 ast.copy_location(stmt.value, stmt)
                 continue
             if unbound:
-                value = (None, 0, *(0,) * (2 * self.ndim), False, *(None,) * len(self.sites))
+                value = (None, 0, *(0,) * (2 * self.ndim), False, *(None,) * len(self._extra()))
                 src = f"{', '.join(targets)} = {value!r}"
             else:
                 sites = tuple(self.sites)
                 src = (f"{', '.join(targets)} = __gg_unpack({self.name}, {self.ndim}, "
-                       f"{self.contiguous}, {sites!r})")
+                       f"{self.contiguous}, {sites!r}, {self.recording})")
             new = _parse(src, [], stmt)[0]
             stmt.targets, stmt.value = new.targets, new.value
+
+
+class Site:
+    """Stands for the frame of a compiled access when it calls a recorder (which reads these
+    three attributes; `f_code` is the Site itself, so each has its own line cache)."""
+
+    __slots__ = ("f_lineno", "co_filename", "f_lasti")
+
+    def __init__(self, line: int, filename: str):
+        self.f_lineno, self.co_filename, self.f_lasti = line, filename, 0
+
+    @property
+    def f_code(self):
+        return self
 
 
 class _Fill(ast.NodeTransformer):
@@ -132,8 +170,8 @@ def _subscript(name: str, ndim: int) -> str:
 def load(array: ArrayAccesses, indices: list, like) -> ast.expr:
     """The compiled twin of the load `name[indices]` (a `Subscript` node `like`)."""
     f = array.fields()
-    src = (f"({f[0]}[__gg_f] if {_bounds(f, indices)} and not "
-           f"{array.log(like.lineno, False)}(__gg_f := {_flat(f, indices, array.contiguous)}) "
+    test = array.load_test(like.lineno, _flat(f, indices, array.contiguous))
+    src = (f"({f[0]}[__gg_f] if {_bounds(f, indices)} and {test} "
            f"else {_subscript(array.name, array.ndim)})")
     return _parse(src, indices, like)[0].value
 
@@ -144,7 +182,7 @@ def store(array: ArrayAccesses, indices: list, value: ast.expr, like) -> list:
     src = (f"__gg_v = __gg_value\n"
            f"if {f[-1]} and {_bounds(f, indices)}:\n"
            f"    __gg_f = {_flat(f, indices, array.contiguous)}\n"
-           f"    {array.log(like.lineno, True)}(__gg_f)\n"
+           + "".join(f"    {s}\n" for s in array.store_lines(like.lineno).splitlines()) +
            f"    {f[0]}[__gg_f] = __gg_v\n"
            f"    __gg_ex.progress += 1\n"
            f"else:\n"
@@ -154,8 +192,11 @@ def store(array: ArrayAccesses, indices: list, value: ast.expr, like) -> list:
     return stmts
 
 
-def preamble(has_while: bool, like) -> list:
-    return _parse(f"{TICK} = {LOOP_TICKS}\n", [], like) if has_while else []
+def preamble(has_while: bool, recording: bool, like) -> list:
+    """The loop budget (`tick`); the thread's id, which compiled accesses give recorders."""
+    src = (f"{TICK} = {LOOP_TICKS}\n" if has_while else "") + \
+        ("__gg_g = __gg_thread_id()\n" if recording else "")
+    return _parse(src, [], like) if src else []
 
 
 def tick(like) -> list:

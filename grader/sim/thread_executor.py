@@ -487,6 +487,10 @@ class ThreadCuda:
         return a if pred else b
 
 
+def _no_check(flat, g, frame, value=None):
+    """The checker of an array nothing checks (local, constant)."""
+
+
 def _int32(mask: int) -> np.int32:
     """A 32-bit lane mask as numba's int32 (lane 31 set: negative)."""
     return np.int32(mask - (1 << 32) if mask & 0x80000000 else mask)
@@ -515,10 +519,12 @@ class ThreadExecutor:
         # numba's types for the kernel's values (raises TypingRefused when numba refuses it)
         typer = thread_typing.for_launch(launch.kernel.py_func, launch.args)
         if typer.enabled:
-            # element accesses compiled inline where the checkers that need every access in
-            # order (races, uninitialised reads) are off
-            typer.fast = self.compile_accesses and not (self.inst.races or self.inst.uninit)
-            typer.globals.update(__gg_ex=self, __gg_unpack=self.unpack, __gg_spin=self.spin)
+            # element accesses compiled inline: counted from per-thread lists, or, where a
+            # checker needs every access in order (races, uninitialised reads), recorded
+            if self.compile_accesses:
+                typer.access = "record" if self.inst.races or self.inst.uninit else "count"
+            typer.globals.update(__gg_ex=self, __gg_unpack=self.unpack, __gg_spin=self.spin,
+                                 __gg_thread_id=self.thread_id)
         self._sink: list = []  # what local and constant arrays' compiled accesses log
         self._site_lines: dict = {}  # (id(code), f_lasti) -> line of a blocking call
         self.fn = kernel_source.rebind(launch.kernel.py_func, self.cuda, mark_end=True,
@@ -688,18 +694,23 @@ class ThreadExecutor:
         self.hub.switch("yield_loads")
 
     # --- compiled accesses (thread_access)
-    def unpack(self, ary, ndim: int, contiguous: bool, sites: tuple) -> tuple:
+    def unpack(self, ary, ndim: int, contiguous: bool, sites: tuple, checked: bool) -> tuple:
         """The locals the compiled accesses of `ary` read (`thread_access.ArrayAccesses`):
-        layout, then one fresh log list (its append) per site ((line, is_store)), registered
-        for the block's count; code compiled for a C-contiguous array reads its last stride
-        as 1. An array the fast path does not cover fails every bounds test."""
+        layout; with `checked`, the array's load and store checkers
+        (`Instrument.scalar_checker`, called with a `thread_access.Site` for the frame); one
+        fresh log list (its append) per site ((line, is_store)), registered for the count.
+        Code compiled for a C-contiguous array reads its last stride as 1. An array the fast
+        path does not cover fails every bounds test."""
         if ary.__class__ is not ThreadArray or ary.ndim != ndim or \
-                contiguous and ary._strides[-1] != 1:
-            return (None, 0, *(0,) * (2 * ndim), False, *(None,) * len(sites))
+                contiguous and ary._strides[-1] != 1 or \
+                ary._bid is not None and ary._bid != self.bid:
+            return (None, 0, *(0,) * (2 * ndim), False, *(None,) * (2 * checked + len(sites)))
         fast = ary._unpacked
         if fast is None:
             fast = ary._unpacked = self._fast_fields(ary)
-        head, codes = fast
+        head, codes, checkers = fast
+        if checked:
+            head += checkers
         if codes is None:
             return head + (self._sink.append,) * len(sites)
         g, register, logs = self.cur.g, self.site_logs.append, []
@@ -709,8 +720,12 @@ class ThreadExecutor:
             logs.append(log.append)
         return head + tuple(logs)
 
+    def thread_id(self) -> int:
+        return self.cur.g
+
     def _fast_fields(self, ary):
-        """(layout fields, (load code, store code) of its log entries or None: not counted)."""
+        """(layout fields, (load code, store code) of its log entries or None: not counted,
+        (load checker, store checker))."""
         codes = None
         if ary._space in ("global", "shared"):
             h = ary._h
@@ -718,7 +733,10 @@ class ThreadExecutor:
             if slot is None:
                 slot = self.inst._new_slot(ary._space, h)
             codes = (slot, slot + 1)
-        return (ary._store, ary._off, *ary._strides, *ary.shape, ary._space != "const"), codes
+        checkers = tuple(self.inst.scalar_checker(ary._space, ary._h, kind) or _no_check
+                         for kind in ("load", "store"))
+        return ((ary._store, ary._off, *ary._strides, *ary.shape, ary._space != "const"),
+                codes, checkers)
 
     # --- memory spaces
     def shared_array(self, shape, dtype, frame):

@@ -31,6 +31,7 @@ import ast
 import inspect
 import operator
 import textwrap
+import zlib
 import types as pytypes
 
 import numpy as np
@@ -311,15 +312,14 @@ def _known(node, cls):
 
 class _Rewrite(ast.NodeTransformer):
     def __init__(self, func, types: simt_typing.FunctionTypes, kind: str, scan: _Scan,
-                 fast: bool):
+                 access: str | None):
         self.func, self.types, self.kind, self.scan = func, types, kind, scan
         self.consts: dict = {}
         self._temps = 0
         self.classes = self._local_classes()
-        self.arrays = self._array_locals()  # name -> (ArrayAccesses, element class)
-        if not fast:
-            self.arrays = {}
+        self.access = access  # compiled accesses: None, "count" or "record" (thread_access)
         self.array_names = set(self._array_locals())
+        self.arrays = self._array_locals() if access else {}  # name -> (ArrayAccesses, class)
 
     # --- what is known before running
     def _dtype(self, nbtype):
@@ -358,8 +358,9 @@ class _Rewrite(ast.NodeTransformer):
                    for line in scan.cast_lines.get(name, ())):
                 continue
             dtype = self._dtype(nbtype.dtype)
-            out[name] = (thread_access.ArrayAccesses(name, nbtype.ndim, nbtype.layout == "C"),
-                         dtype.type if dtype is not None else None)
+            out[name] = (thread_access.ArrayAccesses(
+                name, nbtype.ndim, nbtype.layout == "C", self.access == "record", self._site),
+                dtype.type if dtype is not None else None)
         return out
 
     def _global_class(self, name):
@@ -372,6 +373,12 @@ class _Rewrite(ast.NodeTransformer):
         return None
 
     # --- emitted helpers
+    def _site(self, line: int) -> str:
+        """The global holding the `thread_access.Site` of a line (recorded accesses)."""
+        name = f"__gg_site_{line}_{zlib.crc32(self.func.__code__.co_filename.encode())}"
+        self.consts[name] = thread_access.Site(line, self.func.__code__.co_filename)
+        return name
+
     def _type_const(self, t) -> str:
         name = f"__gg_t_{np.dtype(t).name}"
         self.consts[name] = np.dtype(t).type
@@ -649,7 +656,8 @@ class _Rewrite(ast.NodeTransformer):
                 stmt = ast.Assign([ast.Name(name, ast.Store())],
                                   self._cast(ast.Name(name, ast.Load()), t, fdef))
                 out.append(ast.copy_location(stmt, fdef))
-        out += thread_access.preamble(self.scan.has_while, fdef)
+        recording = self.access == "record" and any(a.sites for a, _ in self.arrays.values())
+        out += thread_access.preamble(self.scan.has_while, recording, fdef)
         for name, (array, _) in self.arrays.items():
             if array.sites:
                 out.append(array.bind(fdef, unbound=name not in self.scan.params))
@@ -664,24 +672,24 @@ _codes: dict = {}
 
 
 def typed_code(func, types: simt_typing.FunctionTypes, kind: str, mark_end: bool = False,
-               fast: bool = False):
+               access: str | None = None):
     """(code, constants it reads as globals) of `func` rewritten for `types`, or None when it
-    has no source (or its closure cannot be rebuilt). `kind`: "kernel" | "device"; `fast`:
+    has no source (or its closure cannot be rebuilt). `kind`: "kernel" | "device"; `access`:
     compile element accesses (`thread_access`)."""
-    key = (func.__code__, id(types), kind, mark_end, fast)
+    key = (func.__code__, id(types), kind, mark_end, access)
     hit = _codes.get(key)
     if hit is not None or key in _codes:
         return hit
     result = None
     try:
-        result = _build(func, types, kind, mark_end, fast)
+        result = _build(func, types, kind, mark_end, access)
     except (OSError, TypeError, SyntaxError, IndexError, KeyError, ValueError):
         result = None
     _codes[key] = result
     return result
 
 
-def _build(func, types, kind, mark_end, fast):
+def _build(func, types, kind, mark_end, access):
     code = func.__code__
     tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     fdef = tree.body[0]
@@ -690,7 +698,7 @@ def _build(func, types, kind, mark_end, fast):
     fdef.decorator_list = []
     # the lines of the file: numba's types are keyed by them, and so are the compiled accesses
     ast.increment_lineno(tree, code.co_firstlineno - 1)
-    rewrite = _Rewrite(func, types, kind, _Scan(fdef), fast)
+    rewrite = _Rewrite(func, types, kind, _Scan(fdef), access)
     body = [s for stmt in fdef.body for s in _as_list(rewrite.visit(stmt))]
     fdef.body = rewrite.preamble(fdef) + body
     if mark_end:
@@ -730,11 +738,11 @@ class TypedDevice:
     """A device function under the per-thread executor: its code follows numba's types for
     each argument-type signature it is called with (typed on first use, like numba compiles)."""
 
-    __slots__ = ("func", "globals", "closure", "fast", "_fns", "__name__", "__qualname__")
+    __slots__ = ("func", "globals", "closure", "access", "_fns", "__name__", "__qualname__")
 
-    def __init__(self, func, new_globals, fast: bool = False):
+    def __init__(self, func, new_globals, access: str | None = None):
         self.func, self.globals, self.closure = func, new_globals, func.__closure__
-        self.fast = fast
+        self.access = access
         self._fns: dict = {}
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
 
@@ -754,7 +762,7 @@ class TypedDevice:
         code = func.__code__
         try:
             types = simt_typing.infer(func, tuple(value_type(a) for a in args))
-            typed = typed_code(func, types, "device", fast=self.fast)
+            typed = typed_code(func, types, "device", access=self.access)
         except (SimtUnsupported, TypeError, ImportError):
             typed = None  # the kernel was typed; this call runs as written
         if typed is not None:
@@ -772,16 +780,16 @@ class Typer:
     def __init__(self, types: simt_typing.FunctionTypes | None, note: str | None = None):
         self.types, self.note = types, note
         self.globals = dict(HELPERS)
-        # compile element accesses (`thread_access`): set by the executor, which then provides
-        # the helpers that code calls (`__gg_thread_log`, `__gg_unpack`, ...) in `globals`
-        self.fast = False
+        # compiled element accesses (`thread_access`): None, "count" or "record"; set by the
+        # executor, which then provides the helpers that code calls (`__gg_unpack`, ...)
+        self.access = None
 
     @property
     def enabled(self) -> bool:
         return self.types is not None
 
     def kernel_code(self, func, mark_end: bool):
-        typed = typed_code(func, self.types, "kernel", mark_end, self.fast)
+        typed = typed_code(func, self.types, "kernel", mark_end, self.access)
         if typed is None:
             self.note = (f"no source for {func.__name__!r}: values follow Python's and numpy's "
                          f"promotion rules, not numba's types")
@@ -791,7 +799,7 @@ class Typer:
         return code
 
     def device(self, func, new_globals) -> TypedDevice:
-        return TypedDevice(func, new_globals, self.fast)
+        return TypedDevice(func, new_globals, self.access)
 
 
 def for_launch(py_func, args) -> Typer:

@@ -49,7 +49,8 @@ def _recorded_means_recorded(monkeypatch):
     original = thread_executor.ThreadExecutor.__init__
 
     def init(self, launch):
-        self.compile_accesses = not isinstance(launch.instrument.checks, _NotCompiled)
+        if isinstance(launch.instrument.checks, _NotCompiled):
+            self.compile_accesses = False
         original(self, launch)
 
     monkeypatch.setattr(thread_executor.ThreadExecutor, "__init__", init)
@@ -78,10 +79,13 @@ def scale(a, out):
 def test_the_typed_code_compiles_the_accesses():
     arr = simt_typing.array_type(np.dtype(np.float32), 1)
     types = simt_typing.infer(scale.py_func, (arr, arr))
-    fast, _ = thread_typing.typed_code(scale.py_func, types, "kernel", fast=True)
-    plain, _ = thread_typing.typed_code(scale.py_func, types, "kernel", fast=False)
-    assert "__gg_unpack" in fast.co_names and "__gg_unpack" not in plain.co_names
-    assert fast.co_filename == scale.py_func.__code__.co_filename
+    counted, _ = thread_typing.typed_code(scale.py_func, types, "kernel", access="count")
+    recorded, _ = thread_typing.typed_code(scale.py_func, types, "kernel", access="record")
+    plain, _ = thread_typing.typed_code(scale.py_func, types, "kernel")
+    assert "__gg_unpack" in counted.co_names and "__gg_thread_id" not in counted.co_names
+    assert {"__gg_unpack", "__gg_thread_id"} <= set(recorded.co_names)  # checkers need the id
+    assert "__gg_unpack" not in plain.co_names
+    assert counted.co_filename == recorded.co_filename == scale.py_func.__code__.co_filename
 
 
 def test_vector_kernel_with_a_partial_block():
@@ -303,3 +307,50 @@ def test_a_downgraded_out_of_bounds_read_counts_as_the_recorded_path_does():
             pytest.warns(sim.SimWarning):
         negative_index[1, 4](dev(np.ones(4, np.float32)), cuda.device_array(4, np.float32))
     assert records[-1].counters["global_loads"] == 4
+
+
+@cuda.jit
+def tree_sum_missing_barrier(a, out):
+    sh = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    sh[t] = a[t]
+    cuda.syncthreads()
+    s = 32
+    while s > 0:
+        if t < s:
+            sh[t] += sh[t + s]
+        s //= 2  # missing cuda.syncthreads() in the loop
+    if t == 0:
+        out[0] = sh[0]
+
+
+@cuda.jit
+def reads_unwritten(out):
+    tile = cuda.shared.array(32, float32)
+    out[cuda.threadIdx.x] = tile[cuda.threadIdx.x]
+
+
+@pytest.mark.parametrize("kernel, make_args, cls, line_text", [
+    (tree_sum_missing_barrier, lambda: [dev(np.ones(64, np.float32)),
+                                        cuda.device_array(1, np.float32)],
+     sim.RaceError, "sh[t] += sh[t + s]"),
+    (reads_unwritten, lambda: [cuda.device_array(32, np.float32)],
+     sim.UninitialisedReadError, "out[cuda.threadIdx.x] = tile[cuda.threadIdx.x]"),
+])
+def test_checked_accesses_report_what_the_recorders_report(monkeypatch, kernel, make_args, cls,
+                                                           line_text):
+    """With the checkers on, compiled accesses call the arrays' checkers with a Site for the
+    frame: the same finding, on the same line, as through ThreadArray."""
+    from grader.sim import thread_executor
+
+    found = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(thread_executor.ThreadExecutor, "compile_accesses", compiled)
+        with sim.installed(executor="thread"), pytest.raises(sim.SimError) as info:
+            kernel[1, 64 if kernel is tree_sum_missing_barrier else 32](*make_args())
+        found[compiled] = info.value
+    assert type(found[True]) is type(found[False]) is cls
+    assert found[True].line == found[False].line
+    assert str(found[True]) == str(found[False])
+    with open(found[True].filename) as f:
+        assert line_text in f.read().splitlines()[found[True].line - 1]
