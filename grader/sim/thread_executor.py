@@ -1,13 +1,16 @@
 """Per-thread executor: one greenlet per CUDA thread, a deterministic scheduler per block.
 
 Blocks run one after another. Inside a block every thread runs until it blocks (syncthreads,
-a warp collective) or yields (atomics, fences, long runs of loads, so that spin loops make
-progress), then the next runnable thread runs, in thread order (or a seeded shuffle of it).
-When nothing is runnable the scheduler completes warp rendezvous, then the barrier, else
-reports a deadlock: the simulator never hangs on a kernel that waits forever.
+a warp collective) or yields (atomics, fences, every few `while` iterations or long runs of
+recorded loads, so that spin loops make progress), then the next runnable thread runs, in
+thread order (or a seeded shuffle of it); a thread reaching a barrier hands over to the next
+one directly. When nothing is runnable the scheduler completes warp rendezvous, then the
+barrier, else reports a deadlock: the simulator never hangs on a kernel that waits forever.
 
-The fake `cuda` a kernel sees reads the running thread from the executor, which is set by the
-scheduler before each switch (explicit context, no thread-local lookups).
+The kernel runs as numba types it (`thread_typing`), its element accesses compiled inline
+where they can be (`thread_access`); `ThreadArray` serves the rest. The fake `cuda` a kernel
+sees reads the running thread from the executor, which is set before each switch (explicit
+context, no thread-local lookups).
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from .errors import (BarrierDivergenceError, DeadlockError, LaunchConfigError,
 from .host import DeviceBuffer, _as_dtype
 from .memory import WARP, LocalArray, SharedArray
 
-# Forward progress: a thread yields at atomics and fences (spin locks) and every
-# LOADS_PER_YIELD loads (flag loops). "Progress" is a store, an atomic that changed memory, an
-# exit, or a completed barrier / warp op. This many yields without progress is a deadlock:
+# Forward progress: a thread yields at atomics and fences (spin locks), every
+# thread_access.LOOP_TICKS iterations of a `while` loop and every LOADS_PER_YIELD recorded
+# loads (flag loops). "Progress" is a store, an atomic that changed memory, an exit, or a
+# completed barrier / warp op. This many yields without progress is a deadlock:
 IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
-IDLE_LOAD_YIELDS = 16384  # load-budget yields in a row (4M loads without any store)
+IDLE_LOAD_YIELDS = 16384  # loop / load-budget yields in a row (4M without any store)
 LOADS_PER_YIELD = 256
 # the access logs are counted every this many site lists (compiled accesses) or recorded accesses
 FLUSH_SITES, FLUSH_ACCESSES = 16384, 1 << 20
