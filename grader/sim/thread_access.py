@@ -177,7 +177,8 @@ def load(array: ArrayAccesses, indices: list, like) -> ast.expr:
 
 
 def store(array: ArrayAccesses, indices: list, value: ast.expr, like) -> list:
-    """The compiled twin of the statement `name[indices] = value` (`like`)."""
+    """The compiled twin of the statement `name[indices] = value` (`like`); `value` already
+    converted for an integer array (numpy refuses a Python int out of the type's range)."""
     f = array.fields()
     src = (f"__gg_v = __gg_value\n"
            f"if {f[-1]} and {_bounds(f, indices)}:\n"

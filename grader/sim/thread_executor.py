@@ -182,6 +182,8 @@ class ThreadArray:
 
     def __setitem__(self, key, value):
         frame = sys._getframe(1)
+        if value.__class__ is int and self.dtype.kind in "iu":
+            value = thread_typing.converter(self.dtype.type)(value)  # wrapped, as numba stores
         if self._space == "const":
             raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
                            f"store to constant array {self._h.name!r}")

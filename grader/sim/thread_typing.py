@@ -113,6 +113,27 @@ def cast(value, t):
     return t(value)
 
 
+_converters: dict = {}
+
+
+def converter(t):
+    """A function converting a value to numpy type `t` as numba converts it: a Python int
+    wraps around to an integer type (numpy raises OverflowError for one out of range)."""
+    conv = _converters.get(t)
+    if conv is None:
+        if issubclass(t, np.integer):
+            info = np.iinfo(t)
+
+            def conv(value, t=t, lo=int(info.min), hi=int(info.max)):
+                if value.__class__ is int and not lo <= value <= hi:
+                    return _wrap(value, t)
+                return t(value)
+        else:
+            conv = t
+        _converters[t] = conv
+    return conv
+
+
 _plans: dict = {}
 
 
@@ -125,14 +146,14 @@ def _plan(fn, classes):
     if sig is None:
         return _DIRECT
     targets, result = sig
-    casts = tuple(None if d == a else a.type for d, a in zip(dtypes, targets))
+    casts = tuple(None if d == a else converter(a.type) for d, a in zip(dtypes, targets))
     samples = tuple(c(1) if k is None else k(1) for c, k in zip(classes, casts))
     try:
         out = fn(*samples)
     except Exception:  # noqa: BLE001 - nothing to learn from the sample: compute as is
         return _DIRECT
     got = _dtype_of_class(out.__class__)
-    result_cast = None if got == result else result.type
+    result_cast = None if got == result else converter(result.type)
     if result_cast is None and all(k is None for k in casts):
         return _DIRECT
     return casts, result_cast
@@ -391,8 +412,12 @@ class _Rewrite(ast.NodeTransformer):
     def _local(self, name: str, line: int):
         return self._type_name(self.types.local(name, line))
 
-    def _convert(self, value, t, like):
-        call = ast.Call(ast.Name(self._type_const(t), ast.Load()), [value], [])
+    def _convert(self, value, conv, like):
+        """`conv(value)`: `conv` a `converter` (or a numpy type, for `converter` of it)."""
+        conv = converter(conv) if isinstance(conv, type) else conv
+        name = f"__gg_to_{next(np.dtype(t).name for t, c in _converters.items() if c is conv)}"
+        self.consts[name] = conv
+        call = ast.Call(ast.Name(name, ast.Load()), [value], [])
         return ast.copy_location(call, like)
 
     def _cast(self, value, type_name, like):
@@ -555,6 +580,9 @@ class _Rewrite(ast.NodeTransformer):
     def _store(self, name, target, value, like):
         index = target.slice
         elts = index.elts if isinstance(index, ast.Tuple) else [index]
+        cls = self.arrays[name][1]
+        if cls is not None and issubclass(cls, np.integer) and _cls(value) is not cls:
+            value = self._convert(value, cls, value)  # stored as numba stores it (wrapped)
         return thread_access.store(self.arrays[name][0], elts, value, like)
 
     def _bind_arrays(self, targets, like) -> list:

@@ -270,3 +270,29 @@ def _noop(a):
 def test_a_gpu_sized_launch_is_refused_by_name(executor):
     with pytest.raises(sim.NotSimulatedError, match="threads per launch"):
         cuda.jit(_noop)[22_121_216, 256](np.zeros(1))
+
+
+# ---------------------------------------------------------------- stores wrap as numba's do
+def _ballot_into_uint32(ary):
+    ballot = cuda.ballot_sync(0xFFFFFFFF, True)  # int32: -1 with every lane
+    ary[cuda.threadIdx.x] = ballot
+
+
+def _big_into_uint8(ary, big):
+    x = big * 2  # an int64 local (held as a Python int by the per-thread executor)
+    ary[0] = x
+    ary[1] += x
+
+
+@pytest.mark.parametrize("checks", [None, sim.Checks(off={"races", "uninitialised"})],
+                         ids=["recorded", "compiled"])
+def test_stores_convert_integers_with_wrap_around(executor, checks):
+    """An int32 -1 into a uint32 array is 0xFFFFFFFF, an int64 300 into uint8 is 44: numba
+    converts as a C cast; numpy refuses a Python int out of the element type's range."""
+    sim.install(executor=executor, checks=checks)
+    a = np.zeros(32, np.uint32)
+    cuda.jit("void(uint32[:])")(_ballot_into_uint32)[1, 32](a)
+    assert (a == 0xFFFFFFFF).all()
+    b = np.zeros(2, np.uint8)
+    cuda.jit(_big_into_uint8)[1, 1](b, 150)
+    assert list(b) == [44, 44]
