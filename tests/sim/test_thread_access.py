@@ -10,6 +10,7 @@ from numba import cuda, float32, float64, int32
 import grader.sim as sim
 from grader.sim import thread_typing
 from grader.sim.simt import typing as simt_typing
+from test_executor_agreement import tree_sum_missing_barrier  # (tests/sim is on sys.path)
 
 COMPILED = sim.Checks(off={"races", "uninitialised"})
 
@@ -307,21 +308,6 @@ def test_a_downgraded_out_of_bounds_read_counts_as_the_recorded_path_does():
             pytest.warns(sim.SimWarning):
         negative_index[1, 4](dev(np.ones(4, np.float32)), cuda.device_array(4, np.float32))
     assert records[-1].counters["global_loads"] == 4
-
-
-@cuda.jit
-def tree_sum_missing_barrier(a, out):
-    sh = cuda.shared.array(64, float32)
-    t = cuda.threadIdx.x
-    sh[t] = a[t]
-    cuda.syncthreads()
-    s = 32
-    while s > 0:
-        if t < s:
-            sh[t] += sh[t + s]
-        s //= 2  # missing cuda.syncthreads() in the loop
-    if t == 0:
-        out[0] = sh[0]
 
 
 @cuda.jit
