@@ -7,6 +7,7 @@ import pytest
 from numba import cuda, float32, int32
 
 import grader.sim as sim
+from sim_kernels import barrier_in_branch
 
 TPB = 16
 
@@ -165,14 +166,6 @@ def test_uninitialised_device_array_read(simulator):
 
 
 # ---------------------------------------------------------------- barrier divergence
-@cuda.jit
-def barrier_in_branch(out):
-    t = cuda.threadIdx.x
-    if t < 16:
-        cuda.syncthreads()
-    out[t] = t
-
-
 @cuda.jit
 def barriers_on_two_lines(out):
     t = cuda.threadIdx.x

@@ -6,13 +6,7 @@ import pytest
 from numba import cuda, float32
 
 import grader.sim as sim
-
-
-@cuda.jit
-def vadd(a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[i] + b[i]
+from sim_kernels import vector_add
 
 
 @cuda.jit
@@ -69,14 +63,14 @@ def test_coalesced_vector_add_is_4_sectors_per_request(executor):
     n = 1 << 12
     a = cuda.to_device(np.ones(n, np.float32))
     out = cuda.device_array(n, np.float32)
-    rec = run_traced(vadd, n // 128, 128, a, a, out)
+    rec = run_traced(vector_add, n // 128, 128, a, a, out)
     c = rec.counters
     assert c["global_loads"] == 2 * n and c["global_stores"] == n
     assert c["global_load_requests"] == 2 * n // 32
     assert c["sectors_per_request"] == 4.0
     assert c["max_global_loads_per_thread"] == 2 and c["max_global_stores_per_thread"] == 1
     assert c["threads_launched"] == n
-    assert rec.kernel == "vadd" and rec.grid == (32, 1, 1) and rec.block == (128, 1, 1)
+    assert rec.kernel == "vector_add" and rec.grid == (32, 1, 1) and rec.block == (128, 1, 1)
     assert rec.arrays_written == ["out"]
     assert rec.thread_table("global_loads").shape == (1, 1, 32, 1, 1, 128)
 
@@ -117,9 +111,9 @@ def test_trace_collects_only_inside_the_block(executor):
     a = cuda.to_device(np.ones(32, np.float32))
     out = cuda.device_array(32, np.float32)
     with sim.trace() as first:
-        vadd[1, 32](a, a, out)
+        vector_add[1, 32](a, a, out)
         with sim.trace() as second:
-            vadd[1, 32](a, a, out)
-    vadd[1, 32](a, a, out)
+            vector_add[1, 32](a, a, out)
+    vector_add[1, 32](a, a, out)
     assert len(first) == 2 and len(second) == 1
     assert first[0].executor in ("thread", "simt")

@@ -15,6 +15,8 @@ from numba import cuda, float32, int32, int64
 import grader.sim as sim
 from grader.sim import thread_typing
 from grader.sim.errors import CompileError
+from sim_kernels import (barrier_in_branch, local_prefix, shuffle_from_exited_lane,
+                         uses_device_functions, vector_add)
 
 EXECUTORS = ("simt", "thread")
 # the per-thread executor with the race and uninitialised-read checkers off: element accesses
@@ -67,13 +69,6 @@ def dev(x):
 
 
 # ---------------------------------------------------------------- kernels both executors run
-@cuda.jit
-def vector_add(a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[i] + b[i]
-
-
 def test_vector_add_with_a_partial_last_block():
     a, b = np.random.rand(200).astype(np.float32), np.random.rand(200).astype(np.float32)
     out = assert_agree(run_both(vector_add, 4, 64,
@@ -216,26 +211,6 @@ def test_divergent_control_flow():
     assert_agree(run_both(divergent, 3, 32, lambda: [dev(a), cuda.device_array(70, np.int64)]))
 
 
-@cuda.jit(device=True)
-def clamp_square(x, limit):
-    if x > limit:
-        return limit
-    y = x * x
-    return y if y < limit else limit
-
-
-@cuda.jit(device=True)
-def apply_twice(x, limit):
-    return clamp_square(clamp_square(x, limit), limit)
-
-
-@cuda.jit
-def uses_device_functions(inp, out, limit):
-    i = cuda.grid(1)
-    if i < inp.size:
-        out[i] = apply_twice(inp[i], limit)
-
-
 @pytest.mark.parametrize("limit", [4.0, np.float32(4.0)])
 def test_scalar_argument_passed_to_a_device_function_stays_a_scalar(limit):
     """Regression: under the per-thread executor a scalar kernel argument passed on to a
@@ -246,17 +221,6 @@ def test_scalar_argument_passed_to_a_device_function_stays_a_scalar(limit):
         dev(x), cuda.device_array_like(x), limit]))
     ref = np.minimum(np.minimum(x.astype(np.float64) ** 2, 4) ** 2, 4)
     np.testing.assert_allclose(out[1], ref, rtol=1e-6)
-
-
-@cuda.jit
-def local_prefix(inp, out):
-    i = cuda.grid(1)
-    tmp = cuda.local.array(8, int32)
-    for k in range(8):
-        tmp[k] = inp[i] + k
-    for k in range(1, 8):
-        tmp[k] += tmp[k - 1]
-    out[i] = tmp[7 - i % 8]
 
 
 def test_local_arrays():
@@ -428,25 +392,9 @@ def test_uninitialised_shared_read():
     assert_same_finding(errors, sim.UninitialisedReadError, "out[t] = tile[t]")
 
 
-@cuda.jit
-def barrier_in_branch(out):
-    t = cuda.threadIdx.x
-    if t < 16:
-        cuda.syncthreads()
-    out[t] = t
-
-
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
-
-
-@cuda.jit
-def shuffle_from_exited_lane(out):
-    t = cuda.threadIdx.x
-    if t >= 16:
-        return
-    out[t] = cuda.shfl_down_sync(0xFFFF, t, 8)
 
 
 def test_shuffle_reading_an_exited_lane():

@@ -8,6 +8,8 @@ import pytest
 from numba import cuda, float32, float64, int32
 
 import grader.sim as sim
+from sim_kernels import (barrier_in_branch, local_prefix, shuffle_from_exited_lane,
+                         uses_device_functions, vector_add)
 
 TPB = 16
 
@@ -36,13 +38,6 @@ def both_executors(kernel, grid, block, make_args, shared=0):
         finally:
             sim.uninstall()
     return results
-
-
-@cuda.jit
-def vector_add(a, b, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[i] + b[i]
 
 
 def test_vector_add_with_a_partial_last_block(simt):
@@ -294,26 +289,6 @@ def test_while_loop_with_lane_dependent_trip_count(simt):
     np.testing.assert_array_equal(steps.copy_to_host(), [ref(int(n)) for n in start])
 
 
-@cuda.jit(device=True)
-def clamp_square(x, limit):
-    if x > limit:
-        return limit
-    y = x * x
-    return y if y < limit else limit
-
-
-@cuda.jit(device=True)
-def apply_twice(x, limit):
-    return clamp_square(clamp_square(x, limit), limit)
-
-
-@cuda.jit
-def uses_device_functions(inp, out, limit):
-    i = cuda.grid(1)
-    if i < inp.size:
-        out[i] = apply_twice(inp[i], limit)
-
-
 def test_device_functions_with_divergent_returns(simt):
     x = np.linspace(-3, 3, 50).astype(np.float32)
     out = cuda.device_array_like(x)
@@ -321,17 +296,6 @@ def test_device_functions_with_divergent_returns(simt):
     ref = np.minimum(np.minimum(x * x, 4) ** 2, 4)
     ref = np.where(x > 4, 4, ref)
     np.testing.assert_allclose(out.copy_to_host(), ref, rtol=1e-6)
-
-
-@cuda.jit
-def local_prefix(inp, out):
-    i = cuda.grid(1)
-    tmp = cuda.local.array(8, int32)
-    for k in range(8):
-        tmp[k] = inp[i] + k
-    for k in range(1, 8):
-        tmp[k] += tmp[k - 1]
-    out[i] = tmp[7 - i % 8]
 
 
 def test_local_arrays_are_per_lane(simt):
@@ -469,26 +433,10 @@ def test_warp_votes_shuffles_and_block_counts(simt):
     assert (o[:, 8] == np.count_nonzero(t % 3)).all()
 
 
-@cuda.jit
-def shuffle_from_exited_lane(out):
-    t = cuda.threadIdx.x
-    if t >= 16:
-        return
-    out[t] = cuda.shfl_down_sync(0xFFFF, t, 8)
-
-
 def test_shuffle_reading_an_exited_lane_is_flagged(simt):
     out = cuda.device_array(32, np.int64)
     with pytest.raises(sim.WarpOpError, match="shfl_down_sync reads lane"):
         shuffle_from_exited_lane[1, 32](out)
-
-
-@cuda.jit
-def barrier_in_branch(out):
-    t = cuda.threadIdx.x
-    if t < 16:
-        cuda.syncthreads()
-    out[t] = t
 
 
 def test_barrier_reached_by_some_threads_is_divergence(simt):
