@@ -17,7 +17,11 @@ import numpy as np
 
 from .unsupported import SimtUnsupported
 
-LOOP_LIMIT = 1_000_000  # lockstep iterations before a loop is declared a spin-wait
+# lockstep iterations of one `while` loop before it is taken for a spin-wait (which lockstep
+# cannot run: the lanes it waits for never get to move) and the kernel goes to the per-thread
+# executor, memory restored; a plain spin costs ~25 us an iteration here, so 65536 give up
+# after ~1.5 s (1M took ~25 s). `for` loops over range() are not limited.
+LOOP_LIMIT = 1 << 16
 
 
 def _and(a, b):
