@@ -526,9 +526,7 @@ class Instrument:
         if kind == "atomic":
             self.counts["atomics"] += 1
             return
-        slot = self._slots.get(handle.buffer_id)
-        if slot is None:
-            slot = self._new_slot(space, handle)
+        slot = self.slot(space, handle)
         self._log_g.append(g)
         self._log_site.append(line << 32 | (slot if kind == "load" else slot + 1))
         self._log_flat.append(flat)
@@ -549,9 +547,7 @@ class Instrument:
                 access1(space, handle, kind, flat, g // tpb, g % tpb, frame.f_lineno,
                         frame.f_code.co_filename)
             return rec
-        slot = self._slots.get(handle.buffer_id)
-        if slot is None:
-            slot = self._new_slot(space, handle)
+        slot = self.slot(space, handle)
         hc = slot if kind == "load" else slot + 1
         log_g, log_site, log_flat = self._log_g.append, self._log_site.append, self._log_flat.append
         # frame.f_lineno walks the code's line table on every call: remember the log entry
@@ -667,8 +663,13 @@ class Instrument:
                       frame.f_code.co_filename)
         return check
 
+    def slot(self, space, handle) -> int:
+        """A handle's code in the access logs: its number * 4 + its load code (store = +1),
+        registered on first use."""
+        slot = self._slots.get(handle.buffer_id)
+        return self._new_slot(space, handle) if slot is None else slot
+
     def _new_slot(self, space, handle) -> int:
-        """Register a handle in the access log: slot * 4 + its load code (store = +1)."""
         k = len(self._slot_info)
         stride = getattr(handle, "block_stride", 0) if space == "shared" else 0
         self._slot_info.append((handle.address, handle.dtype.itemsize, stride))
@@ -1158,7 +1159,7 @@ class Instrument:
             sectors = np.sort(addr // SECTOR_BYTES, axis=-1)
             units = int((1 + (sectors[..., 1:] != sectors[..., :-1]).sum(-1)).sum())
         else:
-            units = int(_wavefronts_rows(addr, item).sum())
+            units = _wavefronts_rows(addr, item)
         rk, uk = _REQUEST_KEYS[space, kind]
         self.counts[rk] += n_w * n
         self.counts[uk] += units
@@ -1440,31 +1441,19 @@ def _wavefronts_lanes(lanes: Lanes, addr: np.ndarray, itemsize: int) -> int:
     return _wavefronts_sorted(lanes.request_index(), lanes.n_req, addr, itemsize)
 
 
-def _wavefronts_rows(addr: np.ndarray, itemsize: int) -> np.ndarray:
-    """Shared-memory wavefronts of each request, one request per row of `addr` (..., lanes):
-    the most distinct words any one bank serves."""
+def _wavefronts_rows(addr: np.ndarray, itemsize: int) -> int:
+    """Shared-memory wavefronts of requests, one request per row of `addr` (..., lanes)."""
+    rows = addr.reshape(-1, addr.shape[-1])
     words_per = max(1, itemsize // BANK_BYTES)
-    word = addr // BANK_BYTES
-    if words_per > 1:
-        word = (word[..., None] + np.arange(words_per)).reshape(*word.shape[:-1], -1)
+    word = rows // BANK_BYTES
     # a request whose words span fewer than BANKS words meets each bank at most once
-    narrow = word.max(axis=-1) - word.min(axis=-1) < BANKS
-    if narrow.all():
-        return np.ones(word.shape[:-1], np.int64)
-    out = np.ones(word.shape[:-1], np.int64)
-    out[~narrow] = _wavefronts_wide(word[~narrow])
-    return out
-
-
-def _wavefronts_wide(word: np.ndarray) -> np.ndarray:
-    """`_wavefronts_rows` of rows of words (requests, words)."""
-    word = np.sort(word, axis=-1)
-    first = np.ones(word.shape, bool)
-    first[..., 1:] = word[..., 1:] != word[..., :-1]
-    rows = int(np.prod(word.shape[:-1]))
-    req = np.broadcast_to(np.arange(rows).reshape(*word.shape[:-1], 1), word.shape)
-    per_bank = np.bincount((req * BANKS + word % BANKS)[first], minlength=rows * BANKS)
-    return per_bank.reshape(rows, BANKS).max(axis=1).reshape(word.shape[:-1])
+    narrow = word.max(axis=1) - word.min(axis=1) + words_per <= BANKS
+    wide = rows[~narrow]
+    total = int(narrow.sum())
+    if wide.shape[0]:
+        req = np.repeat(np.arange(wide.shape[0]), wide.shape[1])
+        total += _wavefronts_sorted(req, wide.shape[0], wide.reshape(-1), itemsize)
+    return total
 
 
 def _wavefronts_sorted(req: np.ndarray, n_req: int, addr: np.ndarray, itemsize: int) -> int:

@@ -98,8 +98,7 @@ class ArrayAccesses:
                 ast.copy_location(stmt.value, stmt)
                 continue
             if unbound:
-                value = (None, 0, *(0,) * (2 * self.ndim), False, *(None,) * len(self._extra()))
-                src = f"{', '.join(targets)} = {value!r}"
+                src = f"{', '.join(targets)} = {unbound_fields(self.ndim, len(self._extra()))!r}"
             else:
                 sites = tuple(self.sites)
                 src = (f"{', '.join(targets)} = __gg_unpack({self.name}, {self.ndim}, "
@@ -108,14 +107,20 @@ class ArrayAccesses:
             stmt.targets, stmt.value = new.targets, new.value
 
 
-class Site:
-    """Stands for the frame of a compiled access when it calls a recorder (which reads these
-    three attributes; `f_code` is the Site itself, so each has its own line cache)."""
+def unbound_fields(ndim: int, extra: int) -> tuple:
+    """What an array's locals hold when the fast path does not cover it (or before the name is
+    bound): every bounds test fails, so each access takes the original subscript."""
+    return (None, 0, *(0,) * (2 * ndim), False, *(None,) * extra)
 
-    __slots__ = ("f_lineno", "co_filename", "f_lasti")
+
+class Site:
+    """Stands for the frame of a compiled access when it calls a checker, which reads
+    `f_lineno` and `f_code.co_filename` to report a finding."""
+
+    __slots__ = ("f_lineno", "co_filename")
 
     def __init__(self, line: int, filename: str):
-        self.f_lineno, self.co_filename, self.f_lasti = line, filename, 0
+        self.f_lineno, self.co_filename = line, filename
 
     @property
     def f_code(self):

@@ -648,12 +648,7 @@ class ThreadExecutor:
     def block_on(self, status: str, request, frame):
         st = self.cur
         st.status = status
-        # f_lineno walks the code's line table: look each call site up once
-        site = (id(frame.f_code), frame.f_lasti)  # (a code object hashes its contents)
-        line = self._site_lines.get(site)
-        if line is None:
-            line = self._site_lines[site] = frame.f_lineno
-        st.wait = (request, line, frame.f_code.co_filename)
+        st.wait = (request, self._line_of(frame), frame.f_code.co_filename)
         if status == "warp":
             self.warp_waiters += 1
             op, mask = request[0], request[1]
@@ -671,11 +666,7 @@ class ThreadExecutor:
         """`block_on("barrier", _SYNC, frame)`, for the most common blocking call."""
         st = self.cur
         st.status = "barrier"
-        site = (id(frame.f_code), frame.f_lasti)
-        line = self._site_lines.get(site)
-        if line is None:
-            line = self._site_lines[site] = frame.f_lineno
-        st.wait = (_SYNC, line, frame.f_code.co_filename)
+        st.wait = (_SYNC, self._line_of(frame), frame.f_code.co_filename)
         st.value = None
         runnable = self.runnable
         if not runnable or runnable[0].glet is None:
@@ -687,6 +678,15 @@ class ThreadExecutor:
         # hand over to the next runnable thread directly: one switch instead of two
         nxt = self.cur = runnable.popleft()
         nxt.glet.switch(nxt.value)
+
+    def _line_of(self, frame) -> int:
+        """`frame.f_lineno`, which walks the code's line table: each call site looked up once
+        (by code id: a code object hashes its contents)."""
+        site = (id(frame.f_code), frame.f_lasti)
+        line = self._site_lines.get(site)
+        if line is None:
+            line = self._site_lines[site] = frame.f_lineno
+        return line
 
     def yield_(self) -> None:
         self.hub.switch("yield")
@@ -710,7 +710,7 @@ class ThreadExecutor:
         if ary.__class__ is not ThreadArray or ary.ndim != ndim or \
                 contiguous and ary._strides[-1] != 1 or \
                 ary._bid is not None and ary._bid != self.bid:
-            return (None, 0, *(0,) * (2 * ndim), False, *(None,) * (2 * checked + len(sites)))
+            return thread_access.unbound_fields(ndim, 2 * checked + len(sites))
         fast = ary._unpacked
         if fast is None:
             fast = ary._unpacked = self._fast_fields(ary)
@@ -734,10 +734,7 @@ class ThreadExecutor:
         (load checker, store checker))."""
         codes = None
         if ary._space in ("global", "shared"):
-            h = ary._h
-            slot = self.inst._slots.get(h.buffer_id)
-            if slot is None:
-                slot = self.inst._new_slot(ary._space, h)
+            slot = self.inst.slot(ary._space, ary._h)
             codes = (slot, slot + 1)
         checkers = tuple(self.inst.scalar_checker(ary._space, ary._h, kind) or _no_check
                          for kind in ("load", "store"))

@@ -113,7 +113,8 @@ def cast(value, t):
     return t(value)
 
 
-_converters: dict = {}
+_converters: dict = {}  # numpy type -> its converter
+_converted_to: dict = {}  # converter -> its numpy type
 
 
 def converter(t):
@@ -131,6 +132,7 @@ def converter(t):
         else:
             conv = t
         _converters[t] = conv
+        _converted_to[conv] = t
     return conv
 
 
@@ -295,11 +297,9 @@ class _Scan:
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
             if isinstance(node.target, ast.Name):
                 self.not_by_assign.add(node.target.id)
-                if isinstance(node, ast.AnnAssign) and node.value is None:
-                    pass
-                elif isinstance(node, ast.AugAssign) and type(node.op) not in _BINOPS:
+                if isinstance(node, ast.AugAssign) and type(node.op) not in _BINOPS:
                     self.other.add(node.target.id)
-                else:
+                elif getattr(node, "value", True) is not None:  # (`x: int` binds nothing)
                     self.cast_lines.setdefault(node.target.id, []).append(node.lineno)
         elif isinstance(node, ast.For):
             self._cast_targets(node.target, node.lineno)
@@ -339,8 +339,9 @@ class _Rewrite(ast.NodeTransformer):
         self._temps = 0
         self.classes = self._local_classes()
         self.access = access  # compiled accesses: None, "count" or "record" (thread_access)
-        self.array_names = set(self._array_locals())
-        self.arrays = self._array_locals() if access else {}  # name -> (ArrayAccesses, class)
+        arrays = self._array_locals()
+        self.array_names = set(arrays)
+        self.arrays = arrays if access else {}  # name -> (ArrayAccesses, class)
 
     # --- what is known before running
     def _dtype(self, nbtype):
@@ -415,7 +416,7 @@ class _Rewrite(ast.NodeTransformer):
     def _convert(self, value, conv, like):
         """`conv(value)`: `conv` a `converter` (or a numpy type, for `converter` of it)."""
         conv = converter(conv) if isinstance(conv, type) else conv
-        name = f"__gg_to_{next(np.dtype(t).name for t, c in _converters.items() if c is conv)}"
+        name = f"__gg_to_{np.dtype(_converted_to[conv]).name}"
         self.consts[name] = conv
         call = ast.Call(ast.Name(name, ast.Load()), [value], [])
         return ast.copy_location(call, like)
