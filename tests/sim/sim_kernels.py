@@ -1,6 +1,8 @@
 """Kernels several test modules of tests/sim run (tests/sim is on sys.path under pytest)."""
 
-from numba import cuda, int32
+from numba import cuda, float32, int32
+
+TILE = 16  # tiled_matmul: TILE x TILE threads per block
 
 
 @cuda.jit
@@ -55,3 +57,21 @@ def shuffle_from_exited_lane(out):
     if t >= 16:
         return
     out[t] = cuda.shfl_down_sync(0xFFFF, t, 8)
+
+
+@cuda.jit
+def tiled_matmul(A, B, C):
+    sA = cuda.shared.array((TILE, TILE), float32)
+    sB = cuda.shared.array((TILE, TILE), float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for k in range((A.shape[1] + TILE - 1) // TILE):
+        sA[ty, tx] = A[y, k * TILE + tx] if y < A.shape[0] and k * TILE + tx < A.shape[1] else 0
+        sB[ty, tx] = B[k * TILE + ty, x] if x < B.shape[1] and k * TILE + ty < B.shape[0] else 0
+        cuda.syncthreads()
+        for j in range(TILE):
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = acc

@@ -7,7 +7,7 @@ import pytest
 from numba import cuda, float32, int32
 
 import grader.sim as sim
-from sim_kernels import barrier_in_branch
+from sim_kernels import barrier_in_branch, tiled_matmul
 
 TPB = 16
 
@@ -362,24 +362,6 @@ def test_checks_reject_unknown_names():
 
 
 # ---------------------------------------------------------------- no false positives
-@cuda.jit
-def tiled_matmul(A, B, C):
-    sA = cuda.shared.array((TPB, TPB), float32)
-    sB = cuda.shared.array((TPB, TPB), float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for k in range((A.shape[1] + TPB - 1) // TPB):
-        sA[ty, tx] = A[y, k * TPB + tx] if y < A.shape[0] and k * TPB + tx < A.shape[1] else 0
-        sB[ty, tx] = B[k * TPB + ty, x] if x < B.shape[1] and k * TPB + ty < B.shape[0] else 0
-        cuda.syncthreads()
-        for j in range(TPB):
-            acc += sA[ty, j] * sB[j, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
-
-
 @cuda.jit
 def shuffle_block_sum(inp, out):
     warp_sums = cuda.shared.array(32, float32)

@@ -9,7 +9,7 @@ from numba import cuda, float32, float64, int32
 
 import grader.sim as sim
 from sim_kernels import (barrier_in_branch, local_prefix, shuffle_from_exited_lane,
-                         uses_device_functions, vector_add)
+                         tiled_matmul, uses_device_functions, vector_add)
 
 TPB = 16
 
@@ -66,24 +66,6 @@ def test_grid_stride_loop_with_per_lane_bounds(simt):
     out = cuda.device_array_like(a)
     grid_stride[7, 64](cuda.to_device(a), out)
     np.testing.assert_array_equal(out.copy_to_host(), 2 * a + 1)
-
-
-@cuda.jit
-def tiled_matmul(A, B, C):
-    sA = cuda.shared.array((TPB, TPB), float32)
-    sB = cuda.shared.array((TPB, TPB), float32)
-    x, y = cuda.grid(2)
-    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-    acc = float32(0.0)
-    for t in range((A.shape[1] + TPB - 1) // TPB):
-        sA[ty, tx] = A[y, t * TPB + tx] if y < A.shape[0] and t * TPB + tx < A.shape[1] else 0
-        sB[ty, tx] = B[t * TPB + ty, x] if x < B.shape[1] and t * TPB + ty < B.shape[0] else 0
-        cuda.syncthreads()
-        for k in range(TPB):
-            acc += sA[ty, k] * sB[k, tx]
-        cuda.syncthreads()
-    if y < C.shape[0] and x < C.shape[1]:
-        C[y, x] = acc
 
 
 @pytest.mark.parametrize("m,k,n", [(128, 128, 128), (50, 37, 45)])
