@@ -1,5 +1,6 @@
-# The CUDA image that grades: `docker run --gpus all IMAGE grade /submission` (the submission
-# folder mounted there; every `gpugrade grade` option works, e.g. --format gradescope --output ...).
+# The CUDA image that grades: `docker run --gpus all --security-opt seccomp=unconfined --security-opt
+# systempaths=unconfined IMAGE grade /submission` (the submission folder mounted there; every
+# `gpugrade grade` option works, e.g. --format gradescope --output ...).
 # Two targets from one file:
 #   (default)  the production image: gpugrade[gpu] and the course (course.toml, tests/, solutions/,
 #              exercises/), run as the user `grader`; ENTRYPOINT gpugrade.
@@ -41,7 +42,7 @@ RUN if ls /opt/gpugrade/build/*.whl >/dev/null 2>&1; then \
     /opt/gpugrade/venv/bin/pip uninstall -y gpugrade
 
 # The runner image: the student's side. No course files; the docker sandbox mounts the student's
-# workspace read-only at /workspace and runs this as nobody, without network.
+# workspace read-only at /workspace and runs this as a uid of its own, without network.
 FROM python AS runner
 COPY --from=deps /opt/gpugrade/venv /opt/gpugrade/venv
 COPY pyproject.toml README.md /opt/gpugrade/src/
@@ -54,11 +55,12 @@ USER 65534:65534
 ENTRYPOINT ["python", "-I", "-m", "grader.runner"]
 CMD ["--help"]
 
-# The production image (default target): the judge and the course. Inside it the runners are in the
-# process sandbox as `grader` (rlimits and timeouts; no namespaces: a container has no
-# CAP_SYS_ADMIN), so a runner could read the course's tests/ and solutions/ here: where that
-# matters, grade from a host with --sandbox docker, whose runner image holds no course at all.
+# The production image (default target): the judge and the course. Inside it each runner is in the
+# process sandbox (bubblewrap: its own namespaces, uid and view; the course is not in it), which
+# needs the container started with `--security-opt seccomp=unconfined --security-opt
+# systempaths=unconfined` (docker's defaults forbid the user namespace and the /proc mount it makes).
 FROM python AS production
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 COPY --from=deps-gpu /opt/gpugrade/venv /opt/gpugrade/venv
 COPY pyproject.toml README.md /opt/gpugrade/src/
 COPY grader /opt/gpugrade/src/grader

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     if "docker" in sandboxes:
         try:
-            from grader.docker_sandbox import check_available
+            from grader.sandbox.container import check_available
 
             check_available(args.docker_image)
         except UsageError as exc:

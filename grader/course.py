@@ -61,8 +61,9 @@ def submission_modules(submission: str | os.PathLike, exercises: list[str]) -> d
 def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
     """Copy the student's exercise modules, and nothing else, into a fresh workspace.
 
-    The workspace is world-readable and its parent traversable (not listable), because a runner
-    confined as `nobody` must import from it; whatever else sits beside it stays private.
+    The workspace is world-readable and its parent traversable (not listable), because a docker
+    runner (an unprivileged uid of its own) mounts it; the process sandbox shows its runner a copy.
+    Whatever else sits beside it stays private.
     """
     workspace.mkdir(parents=True, exist_ok=True)
     for name, path in modules.items():

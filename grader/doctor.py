@@ -41,6 +41,16 @@ def _docker() -> Fact:
         return Fact("docker engine", f"not reachable ({type(exc).__name__}); --sandbox docker unavailable", ok=False)
 
 
+def _bubblewrap() -> Fact:
+    from .sandbox.bubblewrap import as_root, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        return Fact("process sandbox", reason, ok=False)
+    how = "runners get a uid of their own" if as_root() else "an unprivileged user namespace"
+    return Fact("process sandbox", f"bubblewrap works ({how}): --sandbox process works")
+
+
 def _toolchain() -> list[Fact]:
     try:
         from .sim.compile_check import toolchain_status
@@ -64,4 +74,4 @@ def facts() -> list[Fact]:
         Fact("GPU", "available" if gpu else "none visible to numba-cuda", ok=gpu),
         Fact("backend auto picks", resolve("auto")),
     ]
-    return found + _toolchain() + [_docker()]
+    return found + _toolchain() + [_bubblewrap(), _docker()]

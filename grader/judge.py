@@ -3,15 +3,22 @@ outputs back. Tests use it through the `student` fixture; the score is decided h
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from . import wire
 from .errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .sandbox import Runner, Sandbox
 
 STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
+# What a call may send back beyond its own array arguments, unless the test says (`returns=`).
+DEFAULT_RETURN_BYTES = 64 << 20
+SMALL_REPLY = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)  # import, configure, ping: no arrays
 
 
 @dataclass
@@ -19,6 +26,43 @@ class CallResult:
     value: Any                       # what the student's function returned (device arrays copied back)
     args: list                       # the array arguments as they were after the call (None for scalars)
     launches: list[dict] = field(default_factory=list)  # one record per kernel launch (sim backend)
+
+
+@dataclass(frozen=True)
+class Returns:
+    """What a test expects a call to return: bounds the reply, and a value of another shape or
+    dtype is a wrong answer (its bytes are never read past the expected size)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @classmethod
+    def like(cls, array: np.ndarray) -> "Returns":
+        return cls(tuple(array.shape), np.dtype(array.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class TimeBudget:
+    """Seconds one exercise may spend in student code, over all its calls: a submission that
+    sleeps just under every timeout spends its own exercise's budget, never another's."""
+
+    def __init__(self, seconds: float, what: str):
+        self.seconds = seconds
+        self.what = what
+        self.spent = 0.0
+
+    def limit(self, timeout: float) -> float:
+        """The timeout of the next call: never more than what is left."""
+        left = self.seconds - self.spent
+        if left <= 0:
+            raise RunnerError(f"not run: {self.what}'s time budget of {self.seconds:g} s is spent")
+        return min(timeout, left)
+
+    def spend(self, seconds: float) -> None:
+        self.spent += seconds
 
 
 class RunnerConnection:
@@ -29,38 +73,43 @@ class RunnerConnection:
     """
 
     def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
-                 compile_check: bool = True):
+                 compile_check: bool = True, trusted: bool = False):
         self.workspace = workspace
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
         self.compile_check = compile_check  # off only for trusted course code (reference solutions)
+        self.trusted = trusted  # the reference runner: a uid and a view of its own, never a student's
         self._runner: Runner | None = None
         self._ready = False
 
     def start(self) -> Runner:
         """Start the runner process; returns at once, its imports go on in the background."""
         if self._runner is None:
-            self._runner = self.sandbox.start(self.workspace, self.backend, self.devices)
+            self._runner = self.sandbox.start(self.workspace, self.backend, self.devices, trusted=self.trusted)
             self._ready = False
         return self._runner
 
-    def request(self, message: dict, timeout: float | None = None) -> dict:
+    def request(self, message: dict, timeout: float | None = None, bounds: wire.Bounds = SMALL_REPLY,
+                parse=wire.Reply.parse):
+        """Send `message`; the reply as `parse` makes it (checked: a malformed reply is the runner
+        breaking the protocol, and costs it its process)."""
         runner = self.start()
         try:
             if not self._ready:
                 # The interpreter's start and numba's imports are not the student's time: the
                 # call's limit starts once the runner answers.
-                runner.request({"op": "configure", "compile_check": self.compile_check}, timeout=STARTUP_TIMEOUT_S)
+                wire.Reply.parse(runner.request({"op": "configure", "compile_check": self.compile_check},
+                                                timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
                 self._ready = True
-            reply = runner.request(message, timeout=timeout)
+            return parse(runner.request(message, timeout=timeout, bounds=bounds))
+        except ProtocolError as exc:
+            output = runner.output_tail()
+            self.close()
+            raise RunnerError(f"the runner broke the protocol: {exc}", output) from None
         except RunnerError:
             self.close()
             raise
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-            self.close()
-            raise RunnerError("the runner sent a malformed reply")
-        return reply
 
     def close(self) -> None:
         if self._runner is not None:
@@ -72,9 +121,12 @@ class Student:
     """Calls into one exercise module of a submission, through a runner in a sandbox."""
 
     def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
-                 allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS,
-                 connection: RunnerConnection | None = None):
+                 allowed_imports: frozenset[str] | None = DEFAULT_ALLOWED_IMPORTS,
+                 connection: RunnerConnection | None = None, budget: TimeBudget | None = None,
+                 call_timeout: float | None = None):
         self.module = module
+        self.budget = budget  # shared by the exercise's calls (None: only each call's timeout)
+        self.call_timeout = call_timeout  # None: the sandbox's own
         self.workspace = workspace
         self.allowed_imports = allowed_imports
         self._violations: list | None = None
@@ -87,6 +139,8 @@ class Student:
         path = Path(self.workspace) / f"{self.module}.py"
         if not path.is_file():
             raise StudentCodeError("missing", "FileNotFoundError", f"{self.module}.py is not in the submission")
+        if self.allowed_imports is None:  # no static check: the sandbox's own tests (it is no defence)
+            return
         if self._violations is None:
             self._violations = check_file(path, self.allowed_imports)
         if self._violations:
@@ -98,34 +152,50 @@ class Student:
         crash at import) fails every later call at once, with the same reason."""
         if self._import_failure is None and not self._imported:
             try:
-                self._raise_for(self.connection.request({"op": "import", "module": self.module}, timeout=timeout))
+                self._raise_for(self._timed(lambda t: self.connection.request(
+                    {"op": "import", "module": self.module}, timeout=t), timeout))
                 self._imported = True
             except (StudentCodeError, RunnerError) as exc:
                 self._import_failure = exc
         if self._import_failure is not None:
             raise self._import_failure
 
-    @staticmethod
-    def _raise_for(reply: dict) -> None:
-        if not reply["ok"]:
-            error = reply.get("error") or {}
-            if not isinstance(error, dict):
-                raise ProtocolError("malformed error reply")
-            raise StudentCodeError(str(error.get("kind", "exception")), str(error.get("type", "Error")),
-                                   str(error.get("message", "")), str(error.get("where", "")),
-                                   str(error.get("traceback", "")))
+    def _timed(self, request, timeout: float | None):
+        """`request(timeout)` within the call's timeout and what is left of the exercise's budget."""
+        limit = timeout if timeout is not None else self.call_timeout
+        if limit is None:
+            limit = self.connection.sandbox.limits.call_timeout_s
+        if self.budget is None:
+            return request(limit)
+        started = time.monotonic()
+        try:
+            return request(self.budget.limit(limit))
+        finally:
+            self.budget.spend(time.monotonic() - started)
 
-    def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
+    @staticmethod
+    def _raise_for(reply) -> None:
+        if not reply.ok:
+            error = reply.error
+            raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback)
+
+    def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None
+             ) -> CallResult:
+        """`function(*args)` in the runner. `returns`: the shape and dtype the test expects back."""
         self._check_policy()
         self._import(timeout)
-        reply = self.connection.request({"op": "call", "module": self.module, "function": function,
-                                         "args": list(args)}, timeout=timeout)
+        sent = [a for a in args]
+        arg_bytes = sum(a.nbytes for a in sent if isinstance(a, np.ndarray))
+        bounds = wire.Bounds(json_bytes=16 << 20,
+                             frame_bytes=arg_bytes + (returns.nbytes if returns is not None else DEFAULT_RETURN_BYTES))
+        reply = self._timed(lambda t: self.connection.request(
+            {"op": "call", "module": self.module, "function": function, "args": sent}, timeout=t, bounds=bounds,
+            parse=lambda doc: wire.CallReply.parse(doc, sent)), timeout)
         self._raise_for(reply)
-        launches = reply.get("launches") or []
-        returned_args = reply.get("args") or []
-        if not isinstance(launches, list) or not isinstance(returned_args, list):
-            raise ProtocolError("malformed call reply")
-        return CallResult(reply.get("returned"), returned_args, launches)
+        launches = [launch.as_dict() for launch in reply.launches]
+        if returns is not None:
+            _check_returned(function, reply.returned, returns)
+        return CallResult(reply.returned, reply.args, launches)
 
     def close(self) -> None:
         self.connection.close()
@@ -137,3 +207,11 @@ def require_kernel_launch(result: CallResult, backend: str) -> None:
         from .correctness import WrongAnswer
 
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
+
+
+def _check_returned(function: str, value: Any, returns: Returns) -> None:
+    from .correctness import WrongAnswer
+
+    if not isinstance(value, np.ndarray) or value.shape != returns.shape or value.dtype != returns.dtype:
+        got = f"{value.dtype}{list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise WrongAnswer(f"{function}() returned {got}; expected a {returns.dtype} array of shape {list(returns.shape)}")

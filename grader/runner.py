@@ -1,7 +1,7 @@
 """The untrusted side: `python -m grader.runner`.
 
 A small process that imports only the student's module and executes the calls the judge asks for,
-answering with outputs and launch statistics over grader.protocol. It never sees tests/,
+answering with outputs and launch statistics over grader.wire. It never sees tests/,
 solutions/, the seed or the results file: the judge gives it a workspace holding the student's
 files and nothing else. Student output goes to this process's stdout/stderr, which the sandbox
 captures; the protocol uses its own file descriptors so prints cannot forge an answer.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import protocol
+from . import wire
 
 
 def _launch_summary(record: Any) -> dict:
@@ -164,7 +164,7 @@ class Runner:
     def serve(self, inp, out) -> None:
         while True:
             try:
-                request = protocol.receive(inp)
+                request = wire.receive(inp)
             except EOFError:
                 return
             op = request.get("op") if isinstance(request, dict) else None
@@ -181,7 +181,7 @@ class Runner:
                                                 "message": f"unknown op {op!r}", "where": ""}}
             sys.stdout.flush()
             sys.stderr.flush()
-            protocol.send(out, reply)
+            wire.send(out, reply)
 
 
 def main(argv: list[str] | None = None) -> None:

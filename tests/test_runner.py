@@ -130,56 +130,7 @@ def test_policy_violation_fails_before_any_student_code_runs(make_student, tmp_p
     assert not (tmp_path / "ran").exists()
 
 
-needs_root = pytest.mark.skipif(not __import__("grader.isolation").isolation.can_isolate(),
-                                reason="namespaces and uid changes need root on Linux")
-
-
-@needs_root
-def test_hidden_course_folders_cannot_be_read(tmp_path):
-    secret = tmp_path / "solutions"
-    secret.mkdir()
-    (secret / "answer.py").write_text("ANSWER = 42\n")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "ex.py").write_text(textwrap.dedent(f"""
-        import os
-        def peek():
-            try:
-                return len(os.listdir({str(secret)!r}))
-            except OSError as exc:
-                return -exc.errno
-    """))
-    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(secret),))), allowed_imports=WIDE_POLICY)
-    try:
-        assert s.call("peek").value <= 0, "the hidden folder must look empty or be unreadable"
-    finally:
-        s.close()
-
-
-@needs_root
-def test_no_network_from_the_runner(make_student):
-    import socket
-
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    port = server.getsockname()[1]
-    s = make_student(f"""
-        import socket
-        def connect():
-            try:
-                socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
-                return "connected"
-            except OSError as exc:
-                return type(exc).__name__
-    """)
-    try:
-        assert s.call("connect").value != "connected"
-    finally:
-        server.close()
-
-
-needs_cgroups = pytest.mark.skipif(not __import__("grader.cgroups").cgroups.available(),
+needs_cgroups = pytest.mark.skipif(not __import__("grader.sandbox.cgroups").sandbox.cgroups.available(),
                                    reason="memory and pids limits that bind root need cgroup v1 as root")
 
 
@@ -254,65 +205,6 @@ def test_monkeypatching_numpy_in_the_student_module_cannot_change_the_judges_num
     assert not np.array_equal(got, np.ones(3, np.float32)), "the judge's numpy is its own"
 
 
-@needs_root
-def test_a_stub_cannot_find_and_import_the_reference_solution(tmp_path):
-    course = tmp_path / "course"
-    (course / "solutions").mkdir(parents=True)
-    (course / "solutions" / "ex.py").write_text("def f():\n    return 'the answer'\n")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "ex.py").write_text(textwrap.dedent(f"""
-        import sys
-        def f():
-            sys.path.insert(0, {str(course / 'solutions')!r})
-            try:
-                import importlib
-                return importlib.import_module("ex_solution_copy") and "found"
-            except ImportError:
-                pass
-            sys.path.insert(0, {str(course)!r})
-            try:
-                from solutions import ex
-                return ex.f()
-            except ImportError as exc:
-                return "hidden"
-    """))
-    policy = WIDE_POLICY | {"importlib", "solutions"}
-    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(course / "solutions"),))),
-                allowed_imports=policy)
-    try:
-        assert s.call("f").value == "hidden"
-    finally:
-        s.close()
-
-
-@needs_root
-def test_the_judges_results_file_cannot_be_forged(tmp_path):
-    judge = tmp_path / "judge"
-    judge.mkdir(mode=0o700)
-    results = judge / "results.json"
-    results.write_text('{"real": true}')
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "ex.py").write_text(textwrap.dedent(f"""
-        import os
-        def forge():
-            try:
-                fd = os.open({str(results)!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                os.write(fd, b'{{"score": 100}}')
-                os.close(fd)
-                return "forged"
-            except OSError as exc:
-                return type(exc).__name__
-    """))
-    s = Student("ex", str(work), "gpu", ProcessSandbox(Limits(hidden_paths=(str(judge),))), allowed_imports=WIDE_POLICY)
-    try:
-        assert s.call("forge").value != "forged"
-    finally:
-        s.close()
-    assert results.read_text() == '{"real": true}'
-
-
 def test_an_infinite_loop_in_a_kernel_times_out_on_the_simulator(tmp_path):
     (tmp_path / "ex.py").write_text(textwrap.dedent("""
         import numpy as np
@@ -331,7 +223,8 @@ def test_an_infinite_loop_in_a_kernel_times_out_on_the_simulator(tmp_path):
     """))
     s = Student("ex", str(tmp_path), "sim", ProcessSandbox(Limits(call_timeout_s=6)))
     try:
-        with pytest.raises(RunnerError, match="timed out after 6 s"):
+        # the simulator may see the spin itself first (a deadlock report): either way, only this call
+        with pytest.raises((RunnerError, StudentCodeError), match="timed out after 6 s|no forward progress"):
             s.call("run")
     finally:
         s.close()

@@ -3,7 +3,8 @@
 The container holds the runner image (python, numba, numba-cuda, the grader; never the course)
 and the student's workspace, mounted read-only at /workspace; nothing else of the host. It has no
 network, a read-only root with a small tmpfs /tmp, memory (swap included), pids, CPU and CPU-time
-limits, no capabilities, no new privileges, uid nobody, and GPUs only when asked for (`--gpus`).
+limits, no capabilities, no new privileges, its own IPC and cgroup namespaces, a uid of its own
+(never nobody, never shared with another runner: grader.sandbox.base), and GPUs only when asked for (`--gpus`).
 The protocol runs over the container's stdin/stdout (`python -m grader.runner --stdio`); docker's
 attach stream multiplexes stdout and stderr in frames, which `_AttachStream` takes apart: stdout
 frames are the protocol, stderr frames (the student's prints and tracebacks) feed the output tail.
@@ -18,9 +19,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
-from .errors import RunnerError, UsageError
-from .sandbox import Limits, exchange_within
+from .. import wire
+from ..errors import RunnerError, UsageError
+from .base import Limits, exchange_within, runner_uid
 
 WORKSPACE = "/workspace"
 RUNNER_LABEL = "gpugrade.runner"
@@ -34,7 +35,7 @@ class DockerSettings:
     pids: int = 128                    # processes + threads in the container (a fork bomb stops here)
     cpus: float = 2.0
     tmpfs_bytes: int = 64 << 20        # /tmp, the only writable place (counts against memory)
-    user: str = "65534:65534"          # nobody
+    user: str = ""                     # "" = a fresh uid per container (grader.sandbox.base); else "uid:gid"
     python: str = "python"             # the runner image's interpreter (on its PATH)
     start_timeout_s: float = 60.0      # docker API calls
 
@@ -123,12 +124,13 @@ class DockerRunner:
     """One live runner in one container: request(), output_tail(), kill(), close()."""
 
     def __init__(self, client, workspace: str, backend: str, devices: int, limits: Limits,
-                 settings: DockerSettings):
+                 settings: DockerSettings, trusted: bool = False):
         import docker.types
 
         self.limits, self.settings = limits, settings
         self._api = client.api
         threads = str(max(1, int(settings.cpus)))
+        uid = runner_uid(trusted)
         host_config = self._api.create_host_config(
             binds={workspace: {"bind": WORKSPACE, "mode": "ro"}},
             network_mode="none",
@@ -143,6 +145,8 @@ class DockerRunner:
                      docker.types.Ulimit(name="fsize", soft=limits.file_size_bytes, hard=limits.file_size_bytes),
                      docker.types.Ulimit(name="core", soft=0, hard=0)],
             cap_drop=["ALL"],
+            ipc_mode="private",     # no System V or POSIX shared memory with any other container
+            cgroupns="private",     # its own cgroup tree (and it is mounted read-only)
             security_opt=["no-new-privileges"],
             init=True,  # python is not pid 1: signals and exit codes as on a host, zombies reaped
             log_config=docker.types.LogConfig(type="none"),  # output is read here, never piles up on disk
@@ -155,7 +159,7 @@ class DockerRunner:
             settings.image,
             entrypoint=[settings.python, "-I", "-m", "grader.runner"],
             command=["--workspace", WORKSPACE, "--backend", backend, "--devices", str(devices), "--stdio"],
-            user=settings.user, working_dir=WORKSPACE, environment=env, labels={RUNNER_LABEL: "1"},
+            user=settings.user or f"{uid}:{uid}", working_dir=WORKSPACE, environment=env, labels={RUNNER_LABEL: "1"},
             stdin_open=True, tty=False, network_disabled=True, host_config=host_config,  # stdin closes with us
         )
         self.id = created["Id"]
@@ -175,9 +179,9 @@ class DockerRunner:
     def output_tail(self) -> str:
         return bytes(self._stream.tail).decode(errors="replace")
 
-    def request(self, message: Any, timeout: float | None = None) -> Any:
+    def request(self, message: Any, timeout: float | None = None, bounds: wire.Bounds = wire.Bounds()) -> Any:
         timeout = self.limits.call_timeout_s if timeout is None else timeout
-        result = exchange_within(lambda: protocol.exchange(self._to, self._stream, message), timeout, self)
+        result = exchange_within(lambda: wire.exchange(self._to, self._stream, message, bounds), timeout, self)
         if isinstance(result, BaseException):
             reason = self._death_reason(result)
             raise RunnerError(reason, self.output_tail())
@@ -209,6 +213,12 @@ class DockerRunner:
 
     def kill(self) -> None:
         if not self._dead:
+            # First the attach stream: a runner blocked writing a reply nobody reads would
+            # otherwise keep the engine's kill waiting on that stream.
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 self._api.kill(self.id)
             except Exception:  # noqa: BLE001 - already gone
@@ -249,7 +259,7 @@ class DockerSandbox:
         self._client = None
         self._lock = threading.Lock()
 
-    def start(self, workspace: str, backend: str, devices: int = 1) -> DockerRunner:
+    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> DockerRunner:
         with self._lock:
             if self._client is None:
                 try:
@@ -257,6 +267,6 @@ class DockerSandbox:
                 except UsageError as exc:
                     raise RunnerError(str(exc)) from None
         try:
-            return DockerRunner(self._client, workspace, backend, devices, self.limits, self.settings)
+            return DockerRunner(self._client, workspace, backend, devices, self.limits, self.settings, trusted)
         except Exception as exc:  # noqa: BLE001 - the engine refused: this call fails, the next may not
             raise RunnerError(f"could not start the runner container: {type(exc).__name__}: {exc}") from None

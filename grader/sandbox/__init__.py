@@ -1,0 +1,55 @@
+"""How a runner is confined: one `Sandbox` protocol (grader.sandbox.base), three kinds.
+
+`process` (default, grader.sandbox.process): a bubblewrap sandbox per runner.
+`docker` (grader.sandbox.container): a container per runner; the production choice for batches.
+`none`: a plain child process without limits, for debugging.
+docs/SANDBOXES.md says when to use which and what each guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from .base import Limits, Runner, Sandbox, exchange_within
+from .process import NoSandbox, ProcessSandbox
+
+__all__ = ["SANDBOXES", "Limits", "Runner", "Sandbox", "SandboxSpec", "make_sandbox", "exchange_within",
+           "ProcessSandbox", "NoSandbox"]
+
+SANDBOXES = ("process", "docker", "none")
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """The sandbox chosen on the command line: `--sandbox`, `--docker-image`, `--gpus`."""
+
+    name: str = "process"
+    docker_image: str = "gpugrade-runner:latest"
+    gpus: str = ""  # docker only: "" = no GPU device request, "all" or device ids "0,1"
+
+    def check(self, backend: str) -> None:
+        if self.name not in SANDBOXES:
+            raise UsageError(f"unknown sandbox {self.name!r}; choose one of {', '.join(SANDBOXES)}")
+        if self.gpus and self.name != "docker":
+            raise UsageError("--gpus applies to --sandbox docker only (other sandboxes see the machine's GPUs)")
+        if self.name == "docker" and backend == "gpu" and not self.gpus:
+            raise UsageError("--backend gpu in the docker sandbox needs --gpus (e.g. --gpus all)")
+        if self.name == "process":
+            from .bubblewrap import unavailable
+
+            reason = unavailable()
+            if reason is not None:
+                raise UsageError(reason)
+
+
+def make_sandbox(spec: SandboxSpec, limits: Limits) -> Sandbox:
+    if spec.name == "docker":
+        from .container import DockerSandbox, DockerSettings
+
+        return DockerSandbox(limits, DockerSettings(image=spec.docker_image, gpus=spec.gpus))
+    if spec.name == "none":
+        return NoSandbox(limits)
+    if spec.name == "process":
+        return ProcessSandbox(limits)
+    raise UsageError(f"unknown sandbox {spec.name!r}; choose one of {', '.join(SANDBOXES)}")

@@ -1,0 +1,180 @@
+"""`--sandbox process` (default) and `--sandbox none`: a runner as a child process of the judge.
+
+`process`: the runner in a bubblewrap sandbox (grader.sandbox.bubblewrap: its own namespaces, a
+read-only view of only what it needs, its own unprivileged uid, private /tmp and /dev/shm, an
+allowlisted environment), with limits set from outside before it starts and not reachable from
+inside: CPU time, file size and core rlimits, and as root a memory and a pids cgroup
+(grader.sandbox.cgroups; the cgroup filesystem is not in its view). Every process of the runner
+ends with it: it is pid 1's child in its own PID namespace, bubblewrap dies with the judge, and
+the cgroup is emptied on close. Its output is drained through a pipe, only the tail kept.
+`none`: a plain child process, no limits but the judge's call timeout, for debugging.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import replace
+from typing import Any
+
+from .. import wire
+from ..errors import RunnerError
+from . import bubblewrap, cgroups
+from .base import Limits, exchange_within, runner_uid
+
+
+def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str) -> None:
+    """Runs in the child between fork and exec (of bubblewrap): limits it cannot undo."""
+    os.setsid()
+    if not limits.confine:
+        return
+    if groups is not None:
+        groups.join()
+    elif backend == "sim":  # no cgroups (not root): the heap limit. Never with CUDA (huge mappings)
+        resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if groups is not None:  # the runner's own uid: a per-uid limit binds it alone
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+
+class RunnerProcess:
+    """One live runner: send a request, get the reply within a deadline, or a RunnerError."""
+
+    def __init__(self, workspace: str, backend: str, devices: int, limits: Limits, trusted: bool = False):
+        self.limits = limits
+        self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
+        confined = limits.confine
+        self.uid = runner_uid(trusted) if confined and bubblewrap.as_root() else None
+        self._groups = (cgroups.RunnerCgroups(limits.memory_bytes, limits.processes)
+                        if confined and cgroups.available() else None)
+        req_r, self._req_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+        runner = ["-I", "-m", "grader.runner", "--backend", backend, "--devices", str(devices),
+                  "--in-fd", str(req_r), "--out-fd", str(resp_w)]
+        passed = [req_r, resp_w]
+        if confined:
+            staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
+            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == "gpu")
+            argv, args_fd = view.command([sys.executable, *runner, "--workspace", bubblewrap.WORKSPACE])
+            passed.append(args_fd)
+            env, cwd = {}, "/"
+        else:
+            argv = [sys.executable, *runner, "--workspace", workspace]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRADE_")}
+            env.update(HOME=self._scratch.name, TMPDIR=self._scratch.name, NUMBA_CACHE_DIR=self._scratch.name,
+                       GPUGRADE_CACHE_DIR=self._scratch.name, PYTHONDONTWRITEBYTECODE="1")
+            cwd = workspace
+        env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's
+        groups = self._groups
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, pass_fds=passed,
+                                     preexec_fn=lambda: _confine(limits, groups, backend))
+        for fd in passed:
+            os.close(fd)
+        self._to = os.fdopen(self._req_w, "wb")
+        self._from = os.fdopen(self._resp_r, "rb")
+        # The student's output is drained as it comes and only its tail kept: a flood costs the
+        # student time, never the judge's memory or disk.
+        self._tail = bytearray()
+        self._drain = threading.Thread(target=self._drain_output, daemon=True)
+        self._drain.start()
+
+    def _drain_output(self) -> None:
+        keep = self.limits.output_tail_bytes
+        while chunk := self.proc.stdout.read1(1 << 16):
+            self._tail += chunk
+            if len(self._tail) > 2 * keep:
+                del self._tail[:-keep]
+
+    def output_tail(self) -> str:
+        self._drain.join(0.2)  # what the runner wrote just before it answered or died
+        return bytes(self._tail[-self.limits.output_tail_bytes:]).decode(errors="replace")
+
+    def request(self, message: Any, timeout: float | None = None, bounds: wire.Bounds = wire.Bounds()) -> Any:
+        timeout = self.limits.call_timeout_s if timeout is None else timeout
+        result = exchange_within(lambda: wire.exchange(self._to, self._from, message, bounds), timeout, self)
+        if isinstance(result, BaseException):
+            if isinstance(result, wire.ProtocolError):  # alive and talking nonsense: say so, not "SIGKILL"
+                self.kill()
+                raise RunnerError(f"the runner broke the protocol: {result}", self.output_tail())
+            reason = self._death_reason(result)  # it ended (or is ending) by itself: why
+            self.kill()
+            raise RunnerError(reason, self.output_tail())
+        return result
+
+    def _death_reason(self, exc: BaseException) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"the runner broke the protocol: {exc}"
+        if self._groups is not None and self._groups.oom_killed():
+            return f"killed: out of memory (limit {self.limits.memory_bytes >> 20} MiB)"
+        if code < 0:
+            return _signal_reason(-code, self.limits)
+        if code > 128 and self.limits.confine:  # bubblewrap's pid 1 passes a signal death on as 128 + n
+            return _signal_reason(code - 128, self.limits)
+        return f"the student's process exited with code {code} before answering"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._groups is not None:  # also whatever left the process group (setsid, double fork)
+            self._groups.kill_all()
+        self.proc.wait()
+
+    def close(self) -> None:
+        # Kill first: a thread may still be blocked reading the reply, holding the stream's lock
+        # until the runner's end of the pipe closes. Nothing of the runner's needs an orderly exit.
+        self.kill()
+        for stream in (self._to, self._from):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._drain.join(1)
+        self.proc.stdout.close()
+        if self._groups is not None:
+            self._groups.remove()
+        self._scratch.cleanup()
+
+
+def _signal_reason(signum: int, limits: Limits) -> str:
+    if signum == signal.SIGXCPU:
+        return f"killed: CPU time limit of {limits.cpu_time_s} s exceeded"
+    try:
+        return f"crashed: killed by {signal.Signals(signum).name}"
+    except ValueError:
+        return f"crashed: killed by signal {signum}"
+
+
+class ProcessSandbox:
+    name = "process"
+
+    def __init__(self, limits: Limits = Limits()):
+        self.limits = limits
+
+    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> RunnerProcess:
+        if self.limits.confine:
+            reason = bubblewrap.unavailable()
+            if reason is not None:
+                raise RunnerError(reason)
+        return RunnerProcess(workspace, backend, devices, self.limits, trusted)
+
+
+class NoSandbox(ProcessSandbox):
+    """`none`: a plain child process, for debugging; only the judge's call timeout still applies."""
+
+    name = "none"
+
+    def __init__(self, limits: Limits = Limits()):
+        super().__init__(replace(limits, confine=False))

@@ -1,0 +1,256 @@
+"""The typed replies a runner sends, checked on receipt: one dataclass per reply, `parse` per class.
+
+The judge believes none of it: every field is checked for its type, strings are capped, lists are
+bounded, numbers must be finite, and a launch's counters must be consistent (a request touches at
+least one and at most 32 sectors or wavefronts, and serves at least one access). A reply that
+fails is a `ProtocolError` naming the field, never a half-believed answer. Requests the judge
+sends are plain dictionaries it builds itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .frames import ProtocolError
+
+MAX_MESSAGE = 2000       # an error's first line, a warning
+MAX_TEXT = 8000          # an error's detail, a traceback
+MAX_NAME = 200           # kernel, array and exception names
+MAX_LAUNCHES = 10_000    # per call
+MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
+ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol"})
+# counters[space requests] -> (their units, the accesses they serve)
+_REQUESTS = {"global_load_requests": ("global_load_sectors", "global_loads"),
+             "global_store_requests": ("global_store_sectors", "global_stores"),
+             "shared_requests": ("bank_conflict_wavefronts", None)}
+_LANES = 32
+
+
+def _text(value: Any, where: str, cap: int = MAX_MESSAGE, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(f"{where}: expected a string, got {type(value).__name__}")
+    return value if len(value) <= cap else value[:cap] + f" ... [{len(value) - cap} characters cut]"
+
+
+def _number(value: Any, where: str, low: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProtocolError(f"{where}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < low:
+        raise ProtocolError(f"{where}: {value!r} is not a finite number >= {low:g}")
+    return value
+
+
+def _int(value: Any, where: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ProtocolError(f"{where}: expected an integer >= {low}, got {value!r}")
+    return value
+
+
+def _dict(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, where: str, cap: int = MAX_LIST) -> list:
+    if not isinstance(value, list):
+        raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+    if len(value) > cap:
+        raise ProtocolError(f"{where}: {len(value)} entries, at most {cap}")
+    return value
+
+
+def _plain(value: Any, where: str, depth: int = 0) -> Any:
+    """Nested plain data (a compile report): strings capped, numbers finite, depth and size bounded."""
+    if depth > 6:
+        raise ProtocolError(f"{where}: nested too deep")
+    if isinstance(value, dict):
+        _list(list(value), where, 200)
+        return {str(k)[:MAX_NAME]: _plain(v, f"{where}.{k}", depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(_list(value, where, 200))]
+    if isinstance(value, str):
+        return _text(value, where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProtocolError(f"{where}: {value!r} is not finite")
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise ProtocolError(f"{where}: unexpected {type(value).__name__}")
+
+
+def _dim3(value: Any, where: str) -> tuple[int, int, int]:
+    dims = _list(value, where, 3)
+    if len(dims) != 3:
+        raise ProtocolError(f"{where}: expected 3 dimensions")
+    return tuple(_int(d, f"{where}[{i}]", 1) for i, d in enumerate(dims))
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    kind: str
+    type: str
+    message: str
+    detail: str = ""
+    where: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def parse(cls, doc: Any, where: str = "error") -> "ErrorInfo":
+        doc = _dict(doc, where)
+        kind = doc.get("kind", "exception")
+        if kind not in ERROR_KINDS:
+            raise ProtocolError(f"{where}.kind: {str(kind)[:40]!r} is not one of {sorted(ERROR_KINDS)}")
+        return cls(kind, _text(doc.get("type", "Error"), f"{where}.type", MAX_NAME),
+                   _text(doc.get("message", ""), f"{where}.message"),
+                   _text(doc.get("detail", ""), f"{where}.detail", MAX_TEXT),
+                   _text(doc.get("where", ""), f"{where}.where", MAX_NAME),
+                   _text(doc.get("traceback", ""), f"{where}.traceback", MAX_TEXT))
+
+
+@dataclass(frozen=True)
+class LaunchSummary:
+    """One kernel launch as the runner reports it (feedback and, until the simulated GPU runs in
+    a process of its own, the counters that performance criteria read: checked here)."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    device: int
+    executor: str
+    fallback_reason: str | None
+    counters: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+    arrays_written: list[str] = field(default_factory=list)
+    compiled: dict = field(default_factory=dict)
+    lines: list[dict] = field(default_factory=list)
+    typing_note: str | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, where: str = "launch") -> "LaunchSummary":
+        doc = _dict(doc, where)
+        counters = {}
+        for key, value in _dict(doc.get("counters", {}), f"{where}.counters").items():
+            counters[_text(key, f"{where}.counters key", MAX_NAME)] = _number(value, f"{where}.counters.{key}")
+        _consistent(counters, f"{where}.counters")
+        lines = []
+        for i, entry in enumerate(_list(doc.get("lines", []), f"{where}.lines")):
+            entry = _dict(entry, f"{where}.lines[{i}]")
+            at = f"{where}.lines[{i}]"
+            unit = "sectors" if entry.get("space") == "global" else "wavefronts"
+            requests = _number(entry.get("requests", 0), f"{at}.requests")
+            units = _number(entry.get(unit, 0), f"{at}.{unit}")
+            if requests and not requests <= units <= _LANES * requests:
+                raise ProtocolError(f"{at}: {units:g} {unit} for {requests:g} requests is impossible")
+            lines.append({"line": _int(entry.get("line", 0), f"{at}.line"),
+                          "space": _text(entry.get("space", ""), f"{at}.space", MAX_NAME),
+                          "kind": _text(entry.get("kind", ""), f"{at}.kind", MAX_NAME),
+                          "requests": requests, unit: units})
+        return cls(
+            kernel=_text(doc.get("kernel"), f"{where}.kernel", MAX_NAME),
+            grid=_dim3(doc.get("grid"), f"{where}.grid"),
+            block=_dim3(doc.get("block"), f"{where}.block"),
+            shared_bytes=_int(doc.get("shared_bytes", 0), f"{where}.shared_bytes"),
+            device=_int(doc.get("device", 0), f"{where}.device"),
+            executor=_text(doc.get("executor", ""), f"{where}.executor", MAX_NAME),
+            fallback_reason=_text(doc.get("fallback_reason"), f"{where}.fallback_reason", optional=True),
+            counters=counters,
+            warnings=[_text(w, f"{where}.warnings[{i}]") for i, w in enumerate(_list(doc.get("warnings", []), f"{where}.warnings"))],
+            arrays_written=[_text(a, f"{where}.arrays_written[{i}]", MAX_NAME)
+                            for i, a in enumerate(_list(doc.get("arrays_written", []), f"{where}.arrays_written"))],
+            compiled=_plain(_dict(doc.get("compiled", {}), f"{where}.compiled"), f"{where}.compiled"),
+            lines=lines,
+            typing_note=_text(doc.get("typing_note"), f"{where}.typing_note", optional=True),
+        )
+
+    def as_dict(self) -> dict:
+        """The plain form the performance criteria and reports read."""
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
+                "shared_bytes": self.shared_bytes, "device": self.device, "executor": self.executor,
+                "fallback_reason": self.fallback_reason, "counters": dict(self.counters),
+                "warnings": list(self.warnings), "arrays_written": list(self.arrays_written),
+                "compiled": self.compiled, "lines": [dict(e) for e in self.lines], "typing_note": self.typing_note}
+
+
+def _consistent(counters: dict[str, float], where: str) -> None:
+    for requests_key, (units_key, accesses_key) in _REQUESTS.items():
+        requests = counters.get(requests_key, 0)
+        units = counters.get(units_key, 0)
+        if requests == 0:
+            if units:
+                raise ProtocolError(f"{where}: {units_key} = {units:g} without any {requests_key}")
+            continue
+        if not requests <= units <= _LANES * requests:
+            raise ProtocolError(f"{where}: {units_key} = {units:g} for {requests_key} = {requests:g} is impossible "
+                                f"(one request is 1 to {_LANES})")
+        if accesses_key is not None and accesses_key in counters and \
+                not requests <= counters[accesses_key] <= _LANES * requests:
+            raise ProtocolError(f"{where}: {accesses_key} = {counters[accesses_key]:g} for {requests_key} = "
+                                f"{requests:g} is impossible")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The reply to `import`, `configure` or `ping`: ok, or the error."""
+
+    ok: bool
+    error: ErrorInfo | None = None
+    backend: str = ""
+
+    @classmethod
+    def parse(cls, doc: Any) -> "Reply":
+        doc = _dict(doc, "reply")
+        ok = doc.get("ok")
+        if not isinstance(ok, bool):
+            raise ProtocolError("reply.ok: expected true or false")
+        error = None if ok else ErrorInfo.parse(doc.get("error", {}))
+        return cls(ok, error, _text(doc.get("backend", ""), "reply.backend", MAX_NAME))
+
+
+@dataclass(frozen=True)
+class CallReply:
+    """The reply to `call`: what the function returned, its array arguments after the call, and
+    the launches it made; or the error and the launches made before it."""
+
+    ok: bool
+    returned: Any = None
+    args: list = field(default_factory=list)
+    launches: list[LaunchSummary] = field(default_factory=list)
+    error: ErrorInfo | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, sent_args: list) -> "CallReply":
+        base = Reply.parse(doc)
+        launches = [LaunchSummary.parse(launch, f"launches[{i}]")
+                    for i, launch in enumerate(_list(doc.get("launches", []), "launches", MAX_LAUNCHES))]
+        if not base.ok:
+            return cls(False, launches=launches, error=base.error)
+        args = _list(doc.get("args", []), "args")
+        if len(args) != len(sent_args):
+            raise ProtocolError(f"args: {len(args)} arguments back for {len(sent_args)} sent")
+        for i, (back, sent) in enumerate(zip(args, sent_args)):
+            if isinstance(sent, np.ndarray):
+                if not isinstance(back, np.ndarray) or back.shape != sent.shape or back.dtype != sent.dtype:
+                    raise ProtocolError(f"args[{i}]: not the {sent.dtype}{list(sent.shape)} array that was sent")
+            elif back is not None:
+                raise ProtocolError(f"args[{i}]: a value came back for an argument that is not an array")
+        return cls(True, _returned(doc.get("returned"), "returned"), args, launches)
+
+
+def _returned(value: Any, where: str, depth: int = 0) -> Any:
+    """What a student's function may return: arrays, numbers, strings (capped), lists of those."""
+    if depth > 4:
+        raise ProtocolError(f"{where}: nested too deep")
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float)) or value is None:
+        return value
+    if isinstance(value, str):
+        return _text(value, where, MAX_TEXT)
+    if isinstance(value, list):
+        return [_returned(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(_list(value, where, 1000))]
+    raise ProtocolError(f"{where}: unexpected {type(value).__name__}")

@@ -1,0 +1,147 @@
+"""The judge/runner wire format (grader.wire): data only, bounded, validated, never pickled."""
+
+import io
+
+import numpy as np
+import pytest
+
+from grader import wire
+from grader.errors import ProtocolError
+from grader.wire import Bounds, CallReply, ErrorInfo, LaunchSummary, Reply
+from grader.wire import frames
+
+
+def roundtrip(message):
+    buf = io.BytesIO()
+    wire.send(buf, message)
+    buf.seek(0)
+    return wire.receive(buf)
+
+
+def test_arrays_scalars_and_nesting_survive():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = roundtrip({"a": a, "s": np.float32(2.5), "l": [1, None, "x", np.int64(7)], "t": (True,)})
+    assert got["a"].dtype == np.float32 and np.array_equal(got["a"], a)
+    assert got["s"] == np.float32(2.5) and got["s"].dtype == np.float32
+    assert got["l"] == [1, None, "x", 7] and got["t"] == [True]
+
+
+def test_non_contiguous_array_is_sent_as_its_values():
+    a = np.arange(20, dtype=np.int32)[::3]
+    assert np.array_equal(roundtrip([a])[0], a)
+
+
+@pytest.mark.parametrize("value", [np.array([object()]), {1, 2}, lambda: 0])
+def test_values_that_are_not_plain_data_are_refused(value):
+    with pytest.raises(ProtocolError):
+        roundtrip(value)
+
+
+def test_a_frame_that_lies_about_its_size_is_refused():
+    buf = io.BytesIO()
+    wire.send(buf, np.zeros(4, np.float32))
+    raw = bytearray(buf.getvalue())
+    bad = io.BytesIO(raw.replace(b'"shape": [4]', b'"shape": [5]'))
+    with pytest.raises(ProtocolError, match="does not match"):
+        wire.receive(bad)
+
+
+def test_object_dtype_descriptor_from_a_hostile_runner_is_refused():
+    body = b'{"message": {"__ndarray__": 0, "dtype": "|O", "shape": [1]}, "frames": [8]}'
+    stream = io.BytesIO(frames._HEADER.pack(len(body)) + body + bytes(8))
+    with pytest.raises(ProtocolError):
+        wire.receive(stream)
+
+
+def test_frames_over_the_receivers_bounds_are_refused_before_they_are_read():
+    class Unreadable(io.BytesIO):
+        """A stream whose frames would be 2 GiB: reading past the header is a failure."""
+
+        def __init__(self, head):
+            super().__init__(head)
+            self.limit = len(head)
+
+        def readinto(self, b):
+            if self.tell() >= self.limit:
+                raise AssertionError("the frames were read")
+            return super().readinto(b)
+
+    body = b'{"message": {"__ndarray__": 0, "dtype": "<f4", "shape": [536870912]}, "frames": [2147483648]}'
+    stream = Unreadable(frames._HEADER.pack(len(body)) + body)
+    with pytest.raises(ProtocolError, match="at most 1024 are accepted"):
+        wire.receive(stream, Bounds(frame_bytes=1024))
+    with pytest.raises(ProtocolError, match="a message of .* bytes; at most 10"):
+        wire.receive(io.BytesIO(frames._HEADER.pack(len(body)) + body), Bounds(json_bytes=10))
+
+
+def test_a_received_array_is_writable_and_owns_its_bytes():
+    got = roundtrip(np.arange(6, dtype=np.int32))
+    got[0] = 9  # the judge may use it freely: no read-only view of a shared buffer
+    assert got[0] == 9
+
+
+LAUNCH = {"kernel": "k", "grid": [4, 1, 1], "block": [128, 1, 1], "shared_bytes": 0, "device": 0,
+          "executor": "simt", "fallback_reason": None,
+          "counters": {"global_load_requests": 32, "global_load_sectors": 128, "global_loads": 1024,
+                       "global_store_requests": 16, "global_store_sectors": 64, "global_stores": 512,
+                       "shared_requests": 0, "bank_conflict_wavefronts": 0, "sectors_per_request": 4.0},
+          "lines": [{"line": 7, "space": "global", "kind": "load", "requests": 32, "sectors": 128}]}
+
+
+def test_a_consistent_launch_summary_is_accepted_as_sent():
+    summary = LaunchSummary.parse(LAUNCH)
+    assert summary.counters["global_load_sectors"] == 128 and summary.grid == (4, 1, 1)
+    assert summary.as_dict()["lines"][0]["sectors"] == 128
+
+
+@pytest.mark.parametrize("counters, field", [
+    ({"global_load_sectors": float("nan")}, "counters.global_load_sectors"),
+    ({"global_load_sectors": float("inf")}, "counters.global_load_sectors"),
+    ({"global_load_sectors": -1}, "counters.global_load_sectors"),
+    ({"global_load_sectors": "4"}, "counters.global_load_sectors"),
+    ({"global_load_sectors": 1}, "global_load_sectors = 1 for global_load_requests = 32 is impossible"),
+    ({"global_load_sectors": 32 * 32 + 1}, "is impossible"),
+    ({"global_load_requests": 0}, "global_load_sectors = 128 without any global_load_requests"),
+    ({"global_loads": 1}, "global_loads = 1 for global_load_requests = 32 is impossible"),
+    ({"shared_requests": 0, "bank_conflict_wavefronts": 3}, "without any shared_requests"),
+])
+def test_counters_that_are_not_finite_or_not_consistent_are_refused(counters, field):
+    doc = dict(LAUNCH, counters=dict(LAUNCH["counters"], **counters))
+    with pytest.raises(ProtocolError, match=field.replace("(", r"\(").replace(")", r"\)")):
+        LaunchSummary.parse(doc, "launches[0]")
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"grid": [0, 1, 1]}, "launch.grid"),
+    ({"grid": [1, 1]}, "launch.grid"),
+    ({"kernel": 7}, "launch.kernel"),
+    ({"lines": [{"line": 1, "space": "global", "requests": 1, "sectors": 40}]}, "launch.lines"),
+    ({"compiled": {"registers": float("nan")}}, "launch.compiled.registers"),
+    ({"warnings": ["x"] * 20000}, "launch.warnings"),
+])
+def test_a_malformed_launch_summary_names_its_field(change, field):
+    with pytest.raises(ProtocolError, match=field.replace("[", r"\[").replace(".", r"\.")):
+        LaunchSummary.parse(dict(LAUNCH, **change))
+
+
+def test_strings_from_the_runner_are_capped():
+    error = ErrorInfo.parse({"kind": "exception", "type": "E" * 10_000, "message": "m" * 1_000_000,
+                             "traceback": "t" * 10_000_000})
+    assert len(error.type) < 300 and len(error.message) < 2100 and len(error.traceback) < 8100
+    assert error.message.endswith("characters cut]")
+    with pytest.raises(ProtocolError, match="error.kind"):
+        ErrorInfo.parse({"kind": "score", "type": "x", "message": "y"})
+
+
+def test_a_call_reply_must_give_back_the_arguments_that_were_sent():
+    sent = [np.zeros(4, np.float32), 3]
+    ok = CallReply.parse({"ok": True, "returned": 1.5, "args": [np.zeros(4, np.float32), None]}, sent)
+    assert ok.returned == 1.5 and ok.launches == []
+    for args in ([np.zeros(5, np.float32), None], [np.zeros(4, np.float64), None], [np.zeros(4, np.float32)],
+                 [np.zeros(4, np.float32), np.zeros(1)]):
+        with pytest.raises(ProtocolError, match="args"):
+            CallReply.parse({"ok": True, "returned": None, "args": args}, sent)
+    with pytest.raises(ProtocolError, match="reply.ok"):
+        Reply.parse({"ok": "yes"})
+    with pytest.raises(ProtocolError, match="returned"):
+        CallReply.parse({"ok": True, "returned": {"score": 100}, "args": [np.zeros(4, np.float32), None]}, sent)
