@@ -27,7 +27,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     course = course or Course.find()
     sandbox.check(backend)
     if sandbox.name == "docker":
-        from .docker_sandbox import check_available
+        from .sandbox.container import check_available
 
         check_available(sandbox.docker_image)
     chosen = list(exercises) if exercises else course.exercises()
@@ -50,6 +50,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             argv += ["--gpugrade-timeout", str(timeout)]
         if stages:
             argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
+        # Each exercise gets its share of the submission's time: one cannot starve the others.
+        argv += ["--gpugrade-exercise-budget", f"{submission_timeout / max(1, len(chosen)):g}"]
         if record_reference:
             argv += ["--gpugrade-record-reference", str(record_reference)]
         argv += ["--gpugrade-sandbox", sandbox.name, "--gpugrade-docker-image", sandbox.docker_image,

@@ -23,7 +23,7 @@ import pytest
 from .correctness import WrongAnswer
 from .errors import RunnerError, StudentCodeError
 from . import recorded_reference
-from .judge import RunnerConnection, Student
+from .judge import RunnerConnection, Student, TimeBudget
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from .results import NOT_RUN, Results, TestResult
@@ -45,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how runners are confined: process (default), docker, none (no confinement: debugging)")
     group.addoption("--gpugrade-docker-image", default=SandboxSpec.docker_image, help="the docker sandbox's runner image")
     group.addoption("--gpugrade-gpus", default="", help="docker sandbox: GPUs to request ('all' or ids '0,1')")
+    group.addoption("--gpugrade-exercise-budget", type=float, default=0.0,
+                    help="seconds of student code one exercise may use over all its calls (0: no budget)")
     group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
     group.addoption("--gpugrade-reference", default="",
                     help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
@@ -96,12 +98,11 @@ class GradingSession:
         self.workspace = os.path.abspath(config.getoption("gpugrade_workspace"))
         self.backend_name = config.getoption("gpugrade_backend")
         self.seed = config.getoption("gpugrade_seed") or secrets.token_hex(8)
-        hidden = tuple(str(config.rootpath / folder) for folder in ("solutions", "tests"))
-        if config.getoption("gpugrade_results"):  # the judge's private folder: no forged results file
-            hidden += (os.path.dirname(os.path.abspath(config.getoption("gpugrade_results"))),)
         spec = SandboxSpec(config.getoption("gpugrade_sandbox"), config.getoption("gpugrade_docker_image"),
                            config.getoption("gpugrade_gpus"))
-        limits = Limits(call_timeout_s=config.getoption("gpugrade_timeout"), hidden_paths=hidden)
+        # Runners see a copy of their workspace and nothing else of this machine (the course tree,
+        # the results file, other runners): grader.sandbox.
+        limits = Limits(call_timeout_s=config.getoption("gpugrade_timeout"))
         self.sandbox = make_sandbox(spec, limits)
         self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
                                backend=self.backend_name, seed=self.seed)
@@ -126,8 +127,10 @@ class GradingSession:
     def student(self, request: pytest.FixtureRequest) -> Student:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
+            budget = self.config.getoption("gpugrade_exercise_budget")
             self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox,
-                                              connection=self.connection, allowed_imports=self._allowed_imports())
+                                              connection=self.connection, allowed_imports=self._allowed_imports(),
+                                              budget=TimeBudget(budget, exercise) if budget > 0 else None)
         return self.students[exercise]
 
     def _course_manifest(self):
@@ -186,7 +189,7 @@ class GradingSession:
             modules = {p.stem: p for p in Path(self.reference_dir).glob("*.py")}
             make_workspace(modules, Path(workspace))
             self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox,
-                                                         compile_check=False)
+                                                         compile_check=False, trusted=True)
         return self.reference_connection
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
