@@ -11,6 +11,10 @@ SAMPLE := examples/sample_submission
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@# the process sandbox (the default) is bubblewrap: installed here where we may (root, apt)
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }; } || \
+		echo "note: bubblewrap (bwrap) is missing: install it for the process sandbox, or use --sandbox none"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
@@ -23,8 +27,10 @@ grade: setup
 	$(GPUGRADE) grade exercises || test $$? -eq 1
 	$(GPUGRADE) grade $(SAMPLE) || test $$? -eq 1
 
-# The whole suite; it includes `gpugrade validate` over every exercise and known-wrong submission.
+# The layer contracts (import-linter, pyproject.toml), then the whole suite; it includes
+# `gpugrade validate` over every exercise and known-wrong submission.
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 validate: setup
