@@ -26,6 +26,12 @@ def test_arrays_scalars_and_nesting_survive():
     assert got["l"] == [1, None, "x", 7] and got["t"] == [True]
 
 
+def test_scalars_and_0d_arrays_keep_their_shape():
+    got = roundtrip([np.float32(2.5), np.array(3, np.int64), np.zeros((0, 3), np.float32)])
+    assert isinstance(got[0], np.float32) and got[0] == 2.5, "a scalar crosses as a scalar, not a 1-element array"
+    assert got[1].shape == () and got[1] == 3 and got[2].shape == (0, 3)
+
+
 def test_non_contiguous_array_is_sent_as_its_values():
     a = np.arange(20, dtype=np.int32)[::3]
     assert np.array_equal(roundtrip([a])[0], a)

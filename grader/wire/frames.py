@@ -39,11 +39,12 @@ class Bounds:
 
 def _encode(value: Any, frames: list) -> Any:
     if isinstance(value, np.ndarray):
-        arr = np.ascontiguousarray(value)
+        # (np.ascontiguousarray would make a 0-d array 1-d: a scalar must come back a scalar)
+        arr = value if value.flags.c_contiguous else np.ascontiguousarray(value)
         if arr.dtype.kind not in ALLOWED_KINDS:
             raise ProtocolError(f"arrays of dtype {arr.dtype} cannot cross the boundary")
         frames.append(arr)
-        return {"__ndarray__": len(frames) - 1, "dtype": arr.dtype.str, "shape": list(arr.shape)}
+        return {"__ndarray__": len(frames) - 1, "dtype": arr.dtype.str, "shape": list(value.shape)}
     if isinstance(value, np.generic):
         return _encode(np.asarray(value).reshape(()), frames) | {"scalar": True}
     if isinstance(value, dict):
@@ -78,7 +79,11 @@ def _decode_array(spec: dict, frames: list[bytearray]) -> Any:
     if len(raw) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
         raise ProtocolError("array frame size does not match its shape and dtype")
     arr = np.frombuffer(raw, dtype=dtype).reshape(shape)  # a bytearray: writable, owned, not copied
-    return arr[()] if spec.get("scalar") else arr
+    if spec.get("scalar"):
+        if arr.size != 1:
+            raise ProtocolError("a scalar descriptor of more than one value")
+        return arr.reshape(())[()]
+    return arr
 
 
 def send(stream: BinaryIO, message: Any) -> None:
@@ -87,7 +92,7 @@ def send(stream: BinaryIO, message: Any) -> None:
     stream.write(_HEADER.pack(len(body)) + body)
     for frame in frames:
         if frame.nbytes:
-            stream.write(memoryview(frame).cast("B"))
+            stream.write(frame.reshape(-1).view(np.uint8).data)
     stream.flush()
 
 
