@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="--sandbox docker: the runner image (docker/build-images.sh builds it)")
         cmd.add_argument("--gpus", default="", help="--sandbox docker: GPUs for the runner ('all' or ids '0,1'); "
                                                     "needed with --backend gpu")
+        cmd.add_argument("--simulator", choices=["device", "inline"], default="device",
+                         help="sim backend: the simulated GPU as a device process of its own, reporting to the "
+                              "judge (default), or inline in the runner (debugging and measuring only)")
 
     check = sub.add_parser("check", help="student self-check of your exercises/ folder")
     check.add_argument("exercise", nargs="?", help="one exercise (default: all)")
@@ -125,7 +128,7 @@ def run(argv: list[str] | None = None) -> int:
         exercises = [args.exercise] if args.exercise else None
         results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
                         timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
-                        stages=[args.stage] if args.stage else None, sandbox=sandbox)
+                        stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator)
         _emit(render(results, "table"), None)
         from .report import first_failure
 
@@ -136,7 +139,8 @@ def run(argv: list[str] | None = None) -> int:
         return results.exit_code
     try:
         results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox)
+                        timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox,
+                        simulator=args.simulator)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")

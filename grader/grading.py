@@ -22,7 +22,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
           course: Course | None = None, seed: str = "", timeout: float | None = None,
           name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
           record_reference: str | os.PathLike | None = None,
-          submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S) -> Results:
+          submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S, simulator: str = "device") -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
     sandbox.check(backend)
@@ -50,6 +50,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             argv += ["--gpugrade-timeout", str(timeout)]
         if stages:
             argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
+        argv += ["--gpugrade-simulator", simulator]
         # Each exercise gets its share of the submission's time: one cannot starve the others.
         argv += ["--gpugrade-exercise-budget", f"{submission_timeout / max(1, len(chosen)):g}"]
         if record_reference:

@@ -3,6 +3,8 @@ outputs back. Tests use it through the `student` fixture; the score is decided h
 
 from __future__ import annotations
 
+import itertools
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded mac
 # What a call may send back beyond its own array arguments, unless the test says (`returns=`).
 DEFAULT_RETURN_BYTES = 64 << 20
 SMALL_REPLY = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)  # import, configure, ping: no arrays
+REPORT_BOUNDS = wire.Bounds(json_bytes=32 << 20, frame_bytes=16 << 20)  # a device report: records, heads
+DEVICE_TIMEOUT_S = 60.0  # the device's own answers (its work was done within the runner's call)
 
 
 @dataclass
@@ -26,6 +30,9 @@ class CallResult:
     value: Any                       # what the student's function returned (device arrays copied back)
     args: list                       # the array arguments as they were after the call (None for scalars)
     launches: list[dict] = field(default_factory=list)  # one record per kernel launch (sim backend)
+    # the device process's report (launches and copies seen by the simulated GPU), None without one
+    device: wire.DeviceReport | None = None
+    inputs: list = field(default_factory=list)  # the array arguments as the judge sent them
 
 
 @dataclass(frozen=True)
@@ -73,36 +80,83 @@ class RunnerConnection:
     """
 
     def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
-                 compile_check: bool = True, trusted: bool = False):
+                 compile_check: bool = True, trusted: bool = False, device_process: bool = True):
         self.workspace = workspace
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
         self.compile_check = compile_check  # off only for trusted course code (reference solutions)
         self.trusted = trusted  # the reference runner: a uid and a view of its own, never a student's
+        self.device_process = device_process  # False: the simulator inside the runner (debugging, measuring)
         self._runner: Runner | None = None
+        self._device: Runner | None = None
         self._ready = False
+        self._calls = itertools.count(1)
+
+    @property
+    def remote_device(self) -> bool:
+        """Whether the simulated GPU runs as a device process of its own beside the runner (it
+        reports launches, findings and copies to this side directly)."""
+        return self.backend == "sim" and self.device_process and bool(getattr(self.sandbox, "hosts_device", False))
 
     def start(self) -> Runner:
-        """Start the runner process; returns at once, its imports go on in the background."""
+        """Start the runner (and its device process); returns at once, their imports go on in
+        the background."""
         if self._runner is None:
-            self._runner = self.sandbox.start(self.workspace, self.backend, self.devices, trusted=self.trusted)
+            if self.remote_device:
+                runner_end, device_end = socket.socketpair()
+                try:
+                    self._device = self.sandbox.start_device(self.devices, device_end.detach(), self.workspace,
+                                                             trusted=self.trusted)
+                    self._runner = self.sandbox.start(self.workspace, self.backend, self.devices,
+                                                      trusted=self.trusted, device_fd=runner_end.detach())
+                except BaseException:
+                    self.close()
+                    raise
+            else:
+                self._runner = self.sandbox.start(self.workspace, self.backend, self.devices, trusted=self.trusted)
             self._ready = False
         return self._runner
+
+    def _make_ready(self, runner: Runner) -> None:
+        if self._ready:
+            return
+        # The interpreters' start and numba's imports are not the student's time: the call's
+        # limit starts once both answer.
+        configure = {"op": "configure", "compile_check": self.compile_check}
+        if self._device is not None:
+            wire.Reply.parse(self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+        wire.Reply.parse(runner.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+        self._ready = True
 
     def request(self, message: dict, timeout: float | None = None, bounds: wire.Bounds = SMALL_REPLY,
                 parse=wire.Reply.parse):
         """Send `message`; the reply as `parse` makes it (checked: a malformed reply is the runner
         breaking the protocol, and costs it its process)."""
+        reply, _ = self.call(message, timeout, bounds, parse, report=False)
+        return reply
+
+    def call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool = True):
+        """(the runner's reply, the device process's report of the call or None). The device
+        is told where the call begins and ends, and reports what its kernels did in between."""
         runner = self.start()
+        device = self._device if report else None
         try:
-            if not self._ready:
-                # The interpreter's start and numba's imports are not the student's time: the
-                # call's limit starts once the runner answers.
-                wire.Reply.parse(runner.request({"op": "configure", "compile_check": self.compile_check},
-                                                timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
-                self._ready = True
-            return parse(runner.request(message, timeout=timeout, bounds=bounds))
+            self._make_ready(runner)
+            if device is not None:
+                number = next(self._calls)
+                wire.Reply.parse(device.request({"op": "begin", "call": number}, timeout=DEVICE_TIMEOUT_S,
+                                                bounds=SMALL_REPLY))
+            reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
+            if device is None:
+                return reply, None
+            try:
+                found = wire.DeviceReport.parse(device.request({"op": "end", "call": number},
+                                                               timeout=DEVICE_TIMEOUT_S, bounds=REPORT_BOUNDS))
+            except (ProtocolError, RunnerError) as exc:  # the device itself failed: not the student's doing
+                self.close()
+                raise RunnerError(f"the simulated GPU (device process) failed: {exc}") from None
+            return reply, found
         except ProtocolError as exc:
             output = runner.output_tail()
             self.close()
@@ -112,9 +166,10 @@ class RunnerConnection:
             raise
 
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        for process in (self._runner, self._device):
+            if process is not None:
+                process.close()
+        self._runner = self._device = None
 
 
 class Student:
@@ -188,25 +243,39 @@ class Student:
         arg_bytes = sum(a.nbytes for a in sent if isinstance(a, np.ndarray))
         bounds = wire.Bounds(json_bytes=16 << 20,
                              frame_bytes=arg_bytes + (returns.nbytes if returns is not None else DEFAULT_RETURN_BYTES))
-        reply = self._timed(lambda t: self.connection.request(
-            {"op": "call", "module": self.module, "function": function, "args": sent}, timeout=t, bounds=bounds,
-            parse=lambda doc: wire.CallReply.parse(doc, sent)), timeout)
+        reply, device = self._timed(lambda t: self.connection.call(
+            {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
+            lambda doc: wire.CallReply.parse(doc, sent)), timeout)
+        if device is not None and device.findings:  # the simulated GPU's word, whatever the runner says
+            finding = device.findings[0]
+            raise StudentCodeError("simulator", finding.type, finding.message)
         self._raise_for(reply)
-        launches = [launch.as_dict() for launch in reply.launches]
+        launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
             _check_returned(function, reply.returned, returns)
-        return CallResult(reply.returned, reply.args, launches)
+        return CallResult(reply.returned, reply.args, launches, device,
+                          [a for a in sent if isinstance(a, np.ndarray)])
 
     def close(self) -> None:
         self.connection.close()
 
 
-def require_kernel_launch(result: CallResult, backend: str) -> None:
-    """On the simulator the runner reports launches: an answer computed without any kernel fails."""
-    if backend == "sim" and not result.launches:
-        from .correctness import WrongAnswer
+_RETURNED = object()
 
+
+def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED) -> None:
+    """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
+    to this side (the device process), `output` (default: what the function returned) was copied
+    back from device memory that a kernel of this call wrote, after the call's inputs were copied
+    to the device, and is not bytes the host itself copied there (grader.dataflow)."""
+    from .correctness import WrongAnswer
+
+    if backend == "sim" and not result.launches:
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
+    if result.device is not None:
+        from .dataflow import verify
+
+        verify(result.device, result.inputs, result.value if output is _RETURNED else output)
 
 
 def _check_returned(function: str, value: Any, returns: Returns) -> None:

@@ -47,6 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gpugrade-gpus", default="", help="docker sandbox: GPUs to request ('all' or ids '0,1')")
     group.addoption("--gpugrade-exercise-budget", type=float, default=0.0,
                     help="seconds of student code one exercise may use over all its calls (0: no budget)")
+    group.addoption("--gpugrade-simulator", default="device", choices=["device", "inline"],
+                    help="sim backend: the simulated GPU as a device process of its own (default), or inline in "
+                         "the runner (its records then come through the student's process: debugging only)")
     group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
     group.addoption("--gpugrade-reference", default="",
                     help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
@@ -110,7 +113,9 @@ class GradingSession:
         self.references: dict[str, Student] = {}
         # One runner for the submission and one for the reference solutions, whatever the number
         # of exercises: each runner start costs an interpreter and numba's imports.
-        self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox)
+        self.device_process = config.getoption("gpugrade_simulator") == "device"
+        self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox,
+                                           device_process=self.device_process)
         self.reference_connection: RunnerConnection | None = None
         self.record_path = config.getoption("gpugrade_record_reference")
         self.recorded_path = config.rootpath / recorded_reference.RECORD
@@ -189,7 +194,8 @@ class GradingSession:
             modules = {p.stem: p for p in Path(self.reference_dir).glob("*.py")}
             make_workspace(modules, Path(workspace))
             self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox,
-                                                         compile_check=False, trusted=True)
+                                                         compile_check=False, trusted=True,
+                                                         device_process=self.device_process)
         return self.reference_connection
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

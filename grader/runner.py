@@ -10,7 +10,6 @@ captures; the protocol uses its own file descriptors so prints cannot forge an a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import os
 import sys
@@ -22,36 +21,21 @@ import numpy as np
 from . import wire
 
 
-def _launch_summary(record: Any) -> dict:
-    """A launch record for the judge, without the per-thread table (megabytes for big grids)."""
-    return {f.name: _jsonable(getattr(record, f.name)) for f in dataclasses.fields(record) if f.name != "threads"}
-
-
-def _jsonable(value: Any) -> Any:
-    """Launch records and counters as plain data (numpy scalars to Python numbers)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
 class Runner:
-    def __init__(self, workspace: str, backend: str, devices: int):
+    def __init__(self, workspace: str, backend: str, devices: int, device_fd: int | None = None):
         self.workspace = os.path.realpath(workspace)
         self.backend = backend
         self.modules: dict[str, Any] = {}
         sys.path.insert(0, self.workspace)
         self.trace = None
-        if backend == "sim":
+        self.remote = device_fd is not None
+        if backend == "sim" and self.remote:
+            # the simulated GPU is the device process: launches, memory and their records are
+            # there, and reach the judge from there
+            from .device.client import connect
+
+            connect(device_fd, devices)
+        elif backend == "sim":
             from . import sim
 
             sim.install(devices=devices, compile_check=True)
@@ -132,9 +116,9 @@ class Runner:
             returned = self._to_host(returned)
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "error": self._error(exc, importing=False),
-                    "launches": [_launch_summary(r) for r in launches]}
+                    "launches": [r.summary() for r in launches]}
         return {"ok": True, "returned": returned, "args": [a if isinstance(a, np.ndarray) else None for a in args],
-                "launches": [_launch_summary(r) for r in launches]}
+                "launches": [r.summary() for r in launches]}
 
     def _to_host(self, value: Any) -> Any:
         """Returned device arrays are copied back; anything else must be plain data."""
@@ -155,7 +139,7 @@ class Runner:
 
     def configure(self, request: dict) -> dict:
         """Settings the judge may change: only the compile check, off for its trusted reference runner."""
-        if self.backend == "sim" and "compile_check" in request:
+        if self.backend == "sim" and not self.remote and "compile_check" in request:
             from . import sim
 
             sim.current().compile_check = bool(request["compile_check"])
@@ -191,6 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--in-fd", type=int)
     parser.add_argument("--out-fd", type=int)
+    parser.add_argument("--device-fd", type=int, help="a socket to the device process (the simulated GPU)")
+    parser.add_argument("--device-socket", help="the device process's socket path, to connect to")
     parser.add_argument("--stdio", action="store_true",
                         help="the protocol on stdin/stdout (a container's attach stream); prints go to stderr")
     args = parser.parse_args(argv)
@@ -203,8 +189,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give --in-fd and --out-fd, or --stdio")
     else:
         inp, out = os.fdopen(args.in_fd, "rb"), os.fdopen(args.out_fd, "wb")
+    device_fd = args.device_fd
+    if args.device_socket:
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(args.device_socket)
+        device_fd = sock.detach()
     os.chdir(args.workspace)
-    Runner(args.workspace, args.backend, args.devices).serve(inp, out)
+    Runner(args.workspace, args.backend, args.devices, device_fd).serve(inp, out)
 
 
 if __name__ == "__main__":

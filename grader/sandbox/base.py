@@ -80,4 +80,6 @@ class Sandbox(Protocol):
     name: str
 
     def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> Runner:
-        """A runner over a copy of `workspace`; `trusted` for the course's reference runner."""
+        """A runner over a copy of `workspace`; `trusted` for the course's reference runner.
+        A sandbox with `hosts_device = True` also takes `device_fd` (the runner's socket to its
+        device process) and has `start_device(devices, runner_fd, runner_workspace, trusted)`."""

@@ -47,18 +47,23 @@ def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str)
 class RunnerProcess:
     """One live runner: send a request, get the reply within a deadline, or a RunnerError."""
 
-    def __init__(self, workspace: str, backend: str, devices: int, limits: Limits, trusted: bool = False):
+    def __init__(self, workspace: str | None, backend: str, limits: Limits, trusted: bool = False,
+                 module: str = "grader.runner", args: tuple[str, ...] = (), fds: tuple[int, ...] = ()):
+        """`python -m module *args --in-fd --out-fd --workspace W` confined; `fds` are passed to it
+        (and closed here); `workspace` None: an empty one (the device process)."""
         self.limits = limits
         self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
         confined = limits.confine
         self.uid = runner_uid(trusted) if confined and bubblewrap.as_root() else None
         self._groups = (cgroups.RunnerCgroups(limits.memory_bytes, limits.processes)
                         if confined and cgroups.available() else None)
+        if workspace is None:
+            workspace = os.path.join(self._scratch.name, "empty")
+            os.mkdir(workspace)
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        runner = ["-I", "-m", "grader.runner", "--backend", backend, "--devices", str(devices),
-                  "--in-fd", str(req_r), "--out-fd", str(resp_w)]
-        passed = [req_r, resp_w]
+        runner = ["-I", "-m", module, *args, "--in-fd", str(req_r), "--out-fd", str(resp_w)]
+        passed = [req_r, resp_w, *fds]
         if confined:
             staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
             view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == "gpu")
@@ -163,12 +168,33 @@ class ProcessSandbox:
     def __init__(self, limits: Limits = Limits()):
         self.limits = limits
 
-    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> RunnerProcess:
+    hosts_device = True  # can confine a device process beside each runner (start_device)
+
+    def _check(self) -> None:
         if self.limits.confine:
             reason = bubblewrap.unavailable()
             if reason is not None:
                 raise RunnerError(reason)
-        return RunnerProcess(workspace, backend, devices, self.limits, trusted)
+
+    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False,
+              device_fd: int | None = None) -> RunnerProcess:
+        self._check()
+        args = ("--backend", backend, "--devices", str(devices))
+        fds: tuple[int, ...] = ()
+        if device_fd is not None:
+            args += ("--device-fd", str(device_fd))
+            fds = (device_fd,)
+        return RunnerProcess(workspace, backend, self.limits, trusted, args=args, fds=fds)
+
+    def start_device(self, devices: int, runner_fd: int, runner_workspace: str, trusted: bool = False
+                     ) -> RunnerProcess:
+        """The device process (grader.device) for one runner, in a sandbox of its own (another
+        uid, view and namespaces than the runner's), its socket to the runner `runner_fd`."""
+        self._check()
+        seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
+        return RunnerProcess(None, "sim", self.limits, trusted, module="grader.device",
+                             args=("--devices", str(devices), "--runner-fd", str(runner_fd),
+                                   "--runner-workspace", seen_as), fds=(runner_fd,))
 
 
 class NoSandbox(ProcessSandbox):

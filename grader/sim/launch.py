@@ -4,6 +4,7 @@ fallback, the `LaunchRecord`, and the `trace()` sink that collects records."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -40,10 +41,31 @@ class LaunchRecord:
     # per-thread executor: why values did not follow numba's types (None: they did)
     typing_note: str | None = None
 
+    def summary(self) -> dict:
+        """The record as plain data (numpy scalars as Python numbers), without the per-thread
+        table (megabytes for big grids): what crosses to the judge."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "threads"}
+
     def thread_table(self, key: str = "global_loads") -> np.ndarray:
         """GPU-Puzzles-style table of one per-thread counter: shape grid (z, y, x) + block
         (z, y, x)."""
         return self.threads[key].reshape(self.grid[::-1] + self.block[::-1])
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
 
 
 @dataclass

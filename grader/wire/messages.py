@@ -9,6 +9,7 @@ sends are plain dictionaries it builds itself.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,3 +255,61 @@ def _returned(value: Any, where: str, depth: int = 0) -> Any:
     if isinstance(value, list):
         return [_returned(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(_list(value, where, 1000))]
     raise ProtocolError(f"{where}: unexpected {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One copy between host and device memory during a call, as the device process saw it."""
+
+    digest: str
+    nbytes: int
+    kernel_written: bool = False     # downloads: the memory was last written by a kernel of this call
+    head: np.ndarray | None = None   # downloads: the first values (a returned scalar is one of them)
+
+    @classmethod
+    def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
+        doc = _dict(doc, where)
+        head = doc.get("head")
+        if download and not (isinstance(head, np.ndarray) and head.ndim == 1 and head.size <= 64):
+            raise ProtocolError(f"{where}.head: expected the first values of the download")
+        kernel_written = doc.get("kernel_written", False)
+        if not isinstance(kernel_written, bool):
+            raise ProtocolError(f"{where}.kernel_written: expected true or false")
+        return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
+                   kernel_written, head if download else None)
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """What happened on the simulated GPU during one call, from the device process (never
+    through the runner): launches with their counters, findings, and the copies made."""
+
+    call: int
+    launches: list[LaunchSummary]
+    findings: list[ErrorInfo]
+    uploads: list[Transfer]
+    downloads: list[Transfer]
+
+    @classmethod
+    def parse(cls, doc: Any) -> "DeviceReport":
+        base = Reply.parse(doc)
+        if not base.ok:
+            raise ProtocolError(f"the device refused the report: {base.error.message}")
+        return cls(_int(doc.get("call"), "report.call"),
+                   [LaunchSummary.parse(d, f"report.launches[{i}]")
+                    for i, d in enumerate(_list(doc.get("launches", []), "report.launches", MAX_LAUNCHES))],
+                   [ErrorInfo.parse(d, f"report.findings[{i}]")
+                    for i, d in enumerate(_list(doc.get("findings", []), "report.findings"))],
+                   [Transfer.parse(d, f"report.uploads[{i}]", False)
+                    for i, d in enumerate(_list(doc.get("uploads", []), "report.uploads"))],
+                   [Transfer.parse(d, f"report.downloads[{i}]", True)
+                    for i, d in enumerate(_list(doc.get("downloads", []), "report.downloads"))])
+
+
+def digest(array: np.ndarray) -> str:
+    """What the judge and the device process compare: an array's dtype, shape and C-order bytes."""
+    array = np.ascontiguousarray(array)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{array.dtype.str}{array.shape}".encode())
+    h.update(memoryview(array).cast("B"))
+    return h.hexdigest()

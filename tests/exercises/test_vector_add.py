@@ -117,7 +117,7 @@ def _check_saxpy(student, backend, rng, n):
     alpha = np.float32(rng.uniform(0.5, 2.0))
     expected = (alpha * x + y).astype(np.float32)
     result = student.call("saxpy_inplace", float(alpha), x, y)
-    require_kernel_launch(result, backend)
+    require_kernel_launch(result, backend, output=[result.value, result.args[2]])
     expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
     expect_close(result.value, expected, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
     if not np.array_equal(result.args[1], x):

@@ -1,0 +1,356 @@
+"""The runner's side of the simulated GPU: numba.cuda's host API and launches, as requests to the
+device process (grader.device.server) over one socket.
+
+`connect(fd, devices)` installs it: every `cuda.to_device`, `device_array`, `copy_to_host`, slice,
+launch and event of the student's host code becomes a message; device memory lives only in the
+device process, so nothing here holds a counter, a launch record or a finding. The patches are
+the simulator's own (grader.sim.patching.apply), with this object standing where a `Simulator`
+stands. Device selection (`cuda.select_device`, `with cuda.gpus[i]:`) is host-thread state and
+stays here; each request names its device.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .. import wire
+from ..sim import errors as sim_errors
+from ..sim import patching
+from ..sim.devices import Devices, GpuList
+from ..sim.host import HostAPI, SimStream, _as_dtype
+from .package import NotPackable, pack
+
+BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
+
+
+class DeviceError(RuntimeError):
+    """The device process refused a request for a reason that is not a simulator finding."""
+
+
+def _raise(error: dict) -> None:
+    """The device's error, as the exception the student's code would see from a local simulator."""
+    name, message = str(error.get("type", "")), str(error.get("message", ""))
+    cls = getattr(sim_errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            exc = cls(message)
+        except TypeError:
+            exc = DeviceError(f"{name}: {message}")
+        raise exc
+    raise DeviceError(f"{name}: {message}" if name else message)
+
+
+class Channel:
+    """Requests to the device process; one at a time (host code may use threads)."""
+
+    def __init__(self, fd: int):
+        self._sock = socket.socket(fileno=fd)
+        self._in = self._sock.makefile("rb", buffering=0)
+        self._out = self._sock.makefile("wb", buffering=0)
+        self._lock = threading.Lock()
+        self._freed: list[int] = []
+
+    def request(self, message: dict) -> dict:
+        with self._lock:
+            if self._freed:
+                message = dict(message, free=self._freed)
+                self._freed = []
+            reply = wire.exchange(self._out, self._in, message, BOUNDS)
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            _raise((reply or {}).get("error") or {} if isinstance(reply, dict) else {})
+        return reply
+
+    def free(self, handle: int) -> None:
+        self._freed.append(handle)  # sent with the next request
+
+
+def _key(key) -> list:
+    """An index of a device array as data: ints, slices, Ellipsis, None."""
+    items = key if isinstance(key, tuple) else (key,)
+    out = []
+    for item in items:
+        if isinstance(item, slice):
+            out.append({"slice": [_opt_int(item.start), _opt_int(item.stop), _opt_int(item.step)]})
+        elif item is Ellipsis:
+            out.append({"ellipsis": True})
+        elif item is None:
+            out.append({"newaxis": True})
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            out.append(int(item))
+        else:
+            raise TypeError(f"device arrays take integer and slice indices, not {type(item).__name__}")
+    return out
+
+
+def _opt_int(value):
+    return None if value is None else int(value)
+
+
+class RemoteDeviceArray:
+    """A device array that lives in the device process: here only its handle and shape."""
+
+    def __init__(self, device: "RemoteDevice", reply: dict):
+        self._device = device
+        self._handle = int(reply["handle"])
+        self.shape = tuple(int(s) for s in reply["shape"])
+        self.strides = tuple(int(s) for s in reply["strides"])
+        self.dtype = np.dtype(reply["dtype"])
+        self.device_id = int(reply["device"])
+        self._address = int(reply.get("address", 0))
+        self._c, self._f = bool(reply.get("c_contiguous", True)), bool(reply.get("f_contiguous", False))
+        weakref.finalize(self, device.channel.free, self._handle)
+
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    ndim = property(lambda self: len(self.shape))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"<SimDeviceArray shape={self.shape} dtype={self.dtype} device={self.device_id}>"
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+                "data": (self._address, False), "version": 3}
+
+    def is_c_contiguous(self):
+        return self._c
+
+    def is_f_contiguous(self):
+        return self._f
+
+    def _request(self, op: str, **fields) -> dict:
+        return self._device.channel.request({"op": op, "handle": self._handle, **fields})
+
+    def copy_to_host(self, ary=None, stream=0):
+        data = self._request("download")["data"]
+        if ary is None:
+            return data
+        if ary.shape != self.shape or ary.dtype != self.dtype:
+            raise TypeError(f"copy_to_host: array {ary.shape} {ary.dtype} does not match {self.shape} {self.dtype}")
+        ary[...] = data
+        return ary
+
+    def copy_to_device(self, ary, stream=0):
+        if isinstance(ary, RemoteDeviceArray):
+            self._request("copy", source=ary._handle)
+            return
+        source = np.asarray(ary)
+        if source.size != self.size:
+            raise ValueError(f"copy_to_device: {source.shape} does not fit {self.shape}")
+        self._request("upload", data=np.ascontiguousarray(source))
+
+    def __getitem__(self, key):
+        reply = self._request("view", key=_key(key))
+        if "scalar" in reply:
+            return reply["scalar"]
+        return RemoteDeviceArray(self._device, reply)
+
+    def __setitem__(self, key, value):
+        if isinstance(value, RemoteDeviceArray):
+            value = value.copy_to_host()
+        value = np.asarray(value)
+        self._request("setitem", key=_key(key), data=np.ascontiguousarray(value))
+
+    def reshape(self, *newshape, order="C"):
+        if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
+            newshape = tuple(newshape[0])
+        return RemoteDeviceArray(self._device, self._request("reshape", shape=[int(s) for s in newshape],
+                                                             order=order))
+
+    def ravel(self, order="C"):
+        return self.reshape(-1, order=order)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def transpose(self, axes=None):
+        return RemoteDeviceArray(self._device, self._request(
+            "transpose", axes=None if axes is None else [int(a) for a in axes]))
+
+    def view(self, dtype):
+        raise sim_errors.NotSimulatedError("DeviceNDArray.view(dtype) is not simulated")
+
+    def split(self, section, stream=0):
+        return [self[i:i + section] for i in range(0, len(self), section)]
+
+
+class RemoteEvent:
+    """An event: `elapsed_time` is the difference of the device's modelled clock."""
+
+    def __init__(self, device: "RemoteDevice"):
+        self._device = device
+        self.time_ms: float | None = None
+
+    def record(self, stream=0):
+        dev = stream.device if isinstance(stream, SimStream) else self._device.devices.current.id
+        self.time_ms = float(self._device.channel.request({"op": "clock", "device": dev})["ms"])
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=0):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end: "RemoteEvent") -> float:
+        if self.time_ms is None or end.time_ms is None:
+            raise RuntimeError("elapsed_time: both events must be recorded first")
+        return end.time_ms - self.time_ms
+
+
+class RemoteHostAPI(HostAPI):
+    """The simulator's host API with device memory, copies and events in the device process."""
+
+    def _new(self, shape, dtype, initialised: bool, order="C") -> RemoteDeviceArray:
+        shape = (shape,) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        reply = self._sim.channel.request({"op": "alloc", "device": self._current(), "shape": list(shape),
+                                           "dtype": _as_dtype(dtype).str, "order": "F" if order == "F" else "C",
+                                           "initialised": initialised})
+        return RemoteDeviceArray(self._sim, reply)
+
+    def to_device(self, obj, stream=0, copy=True, to=None):
+        if to is not None:
+            to.copy_to_device(obj, stream)
+            return to
+        if isinstance(obj, RemoteDeviceArray):
+            out = self._new(obj.shape, obj.dtype, True)
+            out.copy_to_device(obj)
+            return out
+        host = np.asarray(obj)
+        order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
+        if not copy:
+            return self._new(host.shape, host.dtype, True, order)
+        reply = self._sim.channel.request({"op": "alloc", "device": self._current(), "shape": list(host.shape),
+                                           "dtype": host.dtype.str, "order": order, "initialised": True,
+                                           "data": np.ascontiguousarray(host)})
+        return RemoteDeviceArray(self._sim, reply)
+
+    def is_cuda_array(self, obj):
+        return isinstance(obj, RemoteDeviceArray)
+
+    def event(self, timing=True):
+        return RemoteEvent(self._sim)
+
+
+class _Declared:
+    """Eager signatures (`cuda.jit("void(float32[:])")`): recorded here, typed in the device."""
+
+    def __init__(self):
+        self._declared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def declare(self, dispatcher, sig) -> None:
+        from numba.cuda.core import sigutils
+
+        argtypes, _ = sigutils.normalize_signature(sig)
+        known = self._declared.setdefault(dispatcher, [])
+        if tuple(argtypes) not in known:
+            known.append(tuple(argtypes))
+
+    def declared(self, dispatcher) -> list:
+        return list(self._declared.get(dispatcher, ()))
+
+    def inspect(self, dispatcher, kind, signature=None):
+        raise sim_errors.NotSimulatedError(f"inspect_{kind}() of a kernel is not available in the runner")
+
+
+class RemoteDevice:
+    """Stands where a `grader.sim.Simulator` stands for numba's patches (grader.sim.patching)."""
+
+    def __init__(self, channel: Channel, devices: int):
+        self.channel = channel
+        self.devices = Devices(devices)
+        self.gpus = GpuList(self.devices)
+        self.host = RemoteHostAPI(self)
+        self.signatures = _Declared()
+        self._packages: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
+        device = self
+
+        class Configured:
+            def __call__(self, *args):
+                device.launch(dispatcher, griddim, blockdim, args, stream, sharedmem)
+        return Configured()
+
+    def forall(self, dispatcher, ntasks, tpb=0, stream=0, sharedmem=0):
+        tpb = tpb or 128
+        device = self
+
+        class Forall:
+            def __call__(self, *args):
+                if ntasks:
+                    device.launch(dispatcher, (ntasks + tpb - 1) // tpb, tpb, args, stream, sharedmem)
+        return Forall()
+
+    def _package(self, dispatcher) -> dict:
+        """The kernel as data, made at its first launch (numba, too, freezes a kernel's globals
+        when it first compiles it); later launches name it by id."""
+        known = self._packages.get(dispatcher)
+        if known is not None:
+            return {"id": known}
+        try:
+            package = pack(dispatcher, self.signatures.declared)
+        except NotPackable as exc:
+            raise sim_errors.NotSimulatedError(str(exc)) from None
+        self._packages[dispatcher] = package["id"]
+        return package
+
+    def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
+        device = stream.device if isinstance(stream, SimStream) else self.devices.current.id
+        hosts: list[np.ndarray | None] = []
+        encoded = [self._arg(a, hosts) for a in args]
+        reply = self.channel.request({"op": "launch", "kernel": self._package(dispatcher), "device": device,
+                                      "grid": _dims(griddim), "block": _dims(blockdim),
+                                      "sharedmem": int(sharedmem) if isinstance(sharedmem, (int, np.integer))
+                                      else sharedmem, "args": encoded})
+        back = reply.get("writeback") or []
+        for host, data in zip([h for h in hosts if h is not None], back):
+            host[...] = data  # numba copies a host array argument back after the launch
+
+    def _arg(self, value, hosts: list):
+        if isinstance(value, RemoteDeviceArray):
+            return {"handle": value._handle}
+        if isinstance(value, np.ndarray):
+            writeback = value.flags.writeable
+            hosts.append(value if writeback else None)
+            return {"host": np.ascontiguousarray(value), "order": "F" if value.flags.f_contiguous and
+                    not value.flags.c_contiguous else "C", "writeback": writeback}
+        if isinstance(value, tuple):
+            return {"tuple": [self._arg(v, hosts) for v in value]}
+        if hasattr(value, "__cuda_array_interface__"):
+            raise sim_errors.NotSimulatedError(f"a kernel argument of type {type(value).__name__}: the simulator "
+                                               f"takes numpy arrays and arrays from cuda.to_device / device_array")
+        if isinstance(value, (bool, int, float, complex, np.generic)):
+            return {"value": value} if not isinstance(value, complex) else {"complex": [value.real, value.imag]}
+        raise TypeError(f"a kernel argument of type {type(value).__name__} cannot be passed to a GPU")
+
+
+def _dims(value):
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (tuple, list)):
+        return [int(v) for v in value]
+    if hasattr(value, "x"):
+        return [int(value.x), int(value.y), int(value.z)]
+    return value
+
+
+def connect(fd: int, devices: int):
+    """Route this process's numba.cuda to the device process on socket `fd`; returns the
+    PatchScope (its `restore()` undoes every patch)."""
+    device = RemoteDevice(Channel(fd), devices)
+    return device, patching.apply(device)
+
+
+__all__ = ["connect", "RemoteDevice", "RemoteDeviceArray", "DeviceError"]

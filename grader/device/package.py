@@ -1,0 +1,331 @@
+"""A kernel as data: what the device process needs to run a kernel without the student's module.
+
+`pack(dispatcher)` (in the runner) describes a kernel and every device function it reaches: for
+each, its file's source text, where its `def` is, the jit options and declared signatures, and
+the values of the globals and closure cells its code names, each as plain data: numbers, NumPy
+scalars and arrays (numba freezes global arrays as constants), dtypes and NumPy scalar types,
+numba types, the modules `numba`, `numba.cuda`, `math`, `cmath`, `numpy` (by name), objects taken
+from them by name (`from numba.cuda import syncthreads`), and other device functions. Anything
+else cannot reach a GPU and is refused at the launch, naming the global.
+
+`Builder.build(package)` (in the device process) makes the kernel again: it parses the file text,
+takes the `def` nodes (decorators, annotations dropped; only constant defaults), executes those
+definitions alone in a namespace of the decoded values, and jits them with the options sent. No
+expression of the student's module is ever evaluated there: not its decorators, not its
+top-level code, not its imports. The kernel body then runs only as the simulator runs it, after
+numba has typed it (and, when grading, compiled it for sm_90).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import linecache
+import math
+import cmath
+import types
+from typing import Any
+
+import numpy as np
+
+from ..sim import patching
+
+MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
+           "numba.cuda.fp16": "numba.cuda.fp16"}
+# jit options that may cross (numba's targetoptions); the rest is the device process's business
+OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", "max_registers", "link")
+
+
+class NotPackable(Exception):
+    """A kernel refers to something that cannot reach a GPU."""
+
+
+# ------------------------------------------------------------------ the runner's side
+def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
+    """The kernel package of `dispatcher` (see module doc); raises NotPackable. `declared(d)`:
+    the argument types declared for dispatcher `d` (eager `cuda.jit("void(...)")`)."""
+    functions: dict[str, dict] = {}
+    files: dict[str, str] = {}
+    order: list = []
+
+    def key_of(disp) -> str:
+        fn = disp.py_func
+        return f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}:{fn.__qualname__}"
+
+    pending = [dispatcher]
+    seen: set[int] = set()
+    while pending:
+        disp = pending.pop()
+        if id(disp) in seen:
+            continue
+        seen.add(id(disp))
+        order.append(disp)
+        fn = disp.py_func
+        filename = fn.__code__.co_filename
+        if filename not in files:
+            lines = linecache.getlines(filename, fn.__globals__)
+            if not lines:
+                raise NotPackable(f"the source of {fn.__name__!r} ({filename}) cannot be read")
+            files[filename] = "".join(lines)
+        values = {}
+        for name in _names(fn.__code__):
+            if name in fn.__globals__:
+                values[name] = _encode(fn.__globals__[name], fn.__name__, name, pending, key_of)
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                raise NotPackable(f"{fn.__name__!r}: the closure variable {name!r} is not set") from None
+            values[name] = _encode(contents, fn.__name__, name, pending, key_of)
+        functions[key_of(disp)] = {
+            "name": fn.__name__, "file": filename, "line": fn.__code__.co_firstlineno,
+            "options": {k: v for k, v in (getattr(disp, "targetoptions", {}) or {}).items()
+                        if k in OPTIONS and isinstance(v, (bool, int, str)) and k != "link"},
+            "signatures": [encode_signature(s) for s in declared(disp)],
+            "values": values,
+        }
+    package = {"kernel": key_of(dispatcher), "functions": functions, "files": files}
+    package["id"] = hashlib.blake2b(json.dumps(_identity(package), sort_keys=True, default=str).encode(),
+                                    digest_size=16).hexdigest()
+    return package
+
+
+def _identity(package: dict) -> Any:
+    """What identifies a package for the device's cache (arrays by their bytes' digest)."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        if isinstance(value, np.ndarray):
+            return ["array", value.dtype.str, list(value.shape), hashlib.blake2b(value.tobytes()).hexdigest()]
+        if isinstance(value, np.generic):
+            return ["scalar", value.dtype.str, value.item()]
+        return value
+    return strip(package)
+
+
+def _names(code) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return list(dict.fromkeys(names))
+
+
+def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
+    if patching.is_dispatcher(value):
+        pending.append(value)
+        return {"function": key_of(value)}
+    if isinstance(value, types.ModuleType):
+        if value.__name__ in MODULES:
+            return {"module": value.__name__}
+        if value is patching.cuda_module():
+            return {"module": "numba.cuda"}
+        raise NotPackable(f"kernel {fn!r} uses the module {name!r} ({value.__name__}): only numba, numba.cuda, "
+                          f"math, cmath and numpy reach a GPU")
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        if isinstance(value, complex):
+            return {"complex": [value.real, value.imag]}
+        return {"value": value}
+    if isinstance(value, (np.generic, np.ndarray)):
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "biufc":
+            raise NotPackable(f"kernel {fn!r}: the global array {name!r} has dtype {value.dtype}")
+        return {"value": value}
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(v, fn, name, pending, key_of) for v in value]}
+    if isinstance(value, np.dtype):
+        return {"dtype": value.str}
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return {"numpy_type": np.dtype(value).str}
+    attr = _module_attribute(value)
+    if attr is not None:
+        return {"attribute": attr}
+    numba_type = _numba_type(value)
+    if numba_type is not None:
+        return {"numba_type": numba_type}
+    raise NotPackable(f"kernel {fn!r} uses the global {name!r}, a {type(value).__name__}: only numbers, NumPy "
+                      f"arrays and dtypes, numba types, the modules numba, numpy and math, and device "
+                      f"functions reach a GPU")
+
+
+_ATTRIBUTES: dict[int, list[str]] | None = None
+
+
+def _module_attribute(value) -> list[str] | None:
+    """[module, name] of an object taken by name from a module a kernel may use
+    (`from numba.cuda import syncthreads`, `from math import sqrt`)."""
+    global _ATTRIBUTES
+    if _ATTRIBUTES is None:
+        index: dict[int, list[str]] = {}
+        cuda = patching.cuda_module()
+        modules = [("numba.cuda", cuda), ("numba.cuda.fp16", getattr(cuda, "fp16", None)), ("math", math),
+                   ("cmath", cmath), ("numba", patching.numba_module())]
+        for module_name, module in modules:
+            for attr in dir(module) if module is not None else ():
+                if attr.startswith("_"):
+                    continue
+                try:
+                    member = getattr(module, attr)
+                except Exception:  # noqa: BLE001 - a lazy attribute that fails: not this one
+                    continue
+                if not isinstance(member, (int, float, str, bool, types.ModuleType)):
+                    index.setdefault(id(member), [module_name, attr])
+        _ATTRIBUTES = index
+    return _ATTRIBUTES.get(id(value))
+
+
+def _numba_type(value) -> dict | None:
+    try:
+        from numba.core import types as nt
+    except ImportError:
+        return None
+    if isinstance(value, nt.Array):
+        inner = _numba_type(value.dtype)
+        return {"array": inner, "ndim": value.ndim, "layout": value.layout} if inner else None
+    if isinstance(value, nt.Type) and getattr(nt, str(value), None) == value:
+        return {"name": str(value)}
+    return None
+
+
+def encode_signature(argtypes) -> list:
+    out = []
+    for t in argtypes:
+        encoded = _numba_type(t)
+        if encoded is None:
+            raise NotPackable(f"a declared argument type {t} cannot be sent to the device")
+        out.append(encoded)
+    return out
+
+
+# ------------------------------------------------------------------ the device's side
+def decode_numba_type(spec: dict):
+    from numba.core import types as nt
+
+    if "array" in spec:
+        return nt.Array(decode_numba_type(spec["array"]), int(spec["ndim"]), str(spec["layout"]))
+    t = getattr(nt, str(spec["name"]), None)
+    if not isinstance(t, nt.Type):
+        raise NotPackable(f"unknown numba type {spec['name']!r}")
+    return t
+
+
+class Builder:
+    """Makes kernels from packages, once per package id."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self._kernels: dict[str, Any] = {}
+        self._trees: dict[str, ast.Module] = {}
+
+    def cached(self, package_id: str):
+        """A kernel built before, named by its package's id."""
+        kernel = self._kernels.get(str(package_id))
+        if kernel is None:
+            raise NotPackable("a kernel launched by id that was never sent to this device")
+        return kernel
+
+    @staticmethod
+    def params(kernel) -> list[str]:
+        import inspect
+
+        return list(inspect.signature(kernel.py_func).parameters)
+
+    def build(self, package: dict):
+        hit = self._kernels.get(package["id"])
+        if hit is not None:
+            return hit
+        for filename, text in package["files"].items():
+            # the file's text for inspect.getsource (the simulator's transforms read the source)
+            lines = text.splitlines(keepends=True)
+            linecache.cache[filename] = (len(text), None, lines, filename)
+            self._trees[filename] = ast.parse(text, filename)
+        functions = package["functions"]
+        namespaces: dict[str, dict] = {}
+        plain: dict[str, types.FunctionType] = {}
+        for key, spec in functions.items():
+            namespaces[key] = {"__name__": "gpugrade_device_kernels"}
+            plain[key] = self._define(spec, namespaces[key])
+        jitted: dict[str, Any] = {}
+        for key, spec in functions.items():
+            options = dict(spec["options"])
+            is_device = bool(options.pop("device", False))
+            signatures = [tuple(decode_numba_type(t) for t in sig) for sig in spec["signatures"]]
+            jit = self.cuda.jit(device=is_device, **options)
+            dispatcher = jit(plain[key])
+            for sig in signatures:
+                dispatcher.compile(sig)
+            jitted[key] = dispatcher
+        for key, spec in functions.items():
+            namespace = namespaces[key]
+            for name, value in spec["values"].items():
+                namespace[name] = self._decode(value, jitted)
+        kernel = jitted[package["kernel"]]
+        self._kernels[package["id"]] = kernel
+        return kernel
+
+    def _define(self, spec: dict, namespace: dict):
+        tree = self._trees[spec["file"]]
+        node = _find_def(tree, spec["name"], int(spec["line"]))
+        if node is None:
+            raise NotPackable(f"no definition of {spec['name']!r} at line {spec['line']} of {spec['file']}")
+        node = _strip(node)
+        module = ast.Module(body=[node], type_ignores=[])
+        exec(compile(module, spec["file"], "exec"), namespace)  # defines the function; runs nothing else
+        return namespace.pop(spec["name"])
+
+    def _decode(self, spec: dict, jitted: dict) -> Any:
+        if "function" in spec:
+            return jitted[spec["function"]]
+        if "module" in spec:
+            name = MODULES.get(spec["module"])
+            if name is None:
+                raise NotPackable(f"module {spec['module']!r} does not reach the GPU")
+            return __import__(name, fromlist=["_"])
+        if "value" in spec:
+            return spec["value"]
+        if "complex" in spec:
+            return complex(*spec["complex"])
+        if "tuple" in spec:
+            return tuple(self._decode(v, jitted) for v in spec["tuple"])
+        if "dtype" in spec:
+            return np.dtype(spec["dtype"])
+        if "numpy_type" in spec:
+            return np.dtype(spec["numpy_type"]).type
+        if "attribute" in spec:
+            module_name, attr = spec["attribute"]
+            module = __import__(MODULES[module_name], fromlist=["_"])
+            return getattr(module, attr)
+        if "numba_type" in spec:
+            return decode_numba_type(spec["numba_type"])
+        raise NotPackable(f"a value the device cannot make: {sorted(spec)}")
+
+
+def _find_def(tree: ast.Module, name: str, line: int):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if first == line or node.lineno == line:
+                return node
+    return None
+
+
+def _strip(node: ast.FunctionDef) -> ast.FunctionDef:
+    """The definition without what would run at `def` time: decorators, annotations; defaults
+    only as constants."""
+    node = ast.FunctionDef(name=node.name, args=node.args, body=node.body, decorator_list=[], returns=None,
+                           type_comment=None, lineno=node.lineno, col_offset=0,
+                           end_lineno=node.end_lineno, end_col_offset=node.end_col_offset)
+    args = node.args
+    for arg in args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]:
+        arg.annotation = None
+    for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
+        if not isinstance(default, ast.Constant):
+            raise NotPackable(f"{node.name!r}: a default argument that is not a constant (line {default.lineno})")
+    for inner in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.Import,
+                              ast.ImportFrom, ast.Global, ast.Nonlocal)):
+            raise NotPackable(f"{node.name!r}: a {type(inner).__name__} inside a kernel (line {inner.lineno}) "
+                              f"does not compile for a GPU")
+    return node

@@ -1,0 +1,340 @@
+"""The device process: the simulated GPU as a process of its own, as a real GPU is a device of its own.
+
+`python -m grader.device` serves two channels from one loop, one message at a time:
+- the runner's (a socket): device memory, copies, views and launches asked for by the student's
+  host code (grader.device.client). Arrays arrive and leave as raw frames, never pickles.
+- the judge's (a pipe pair, the runner protocol's framing): `configure`, `ping`, and `begin` /
+  `end` around each call the judge makes into the runner. `end` answers with what happened on
+  the device during that call: every launch's record and counters, every finding (race, out of
+  bounds, compile error, ...), and the data flow: a digest of each upload, and of each download
+  with whether a kernel of this call wrote the memory it came from.
+The runner never sees those reports and cannot change them: device memory, counters and
+checkers live here. Kernels arrive as data (grader.device.package) and the student's module is
+never imported here. The process is confined by a sandbox of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+from .. import wire
+from ..wire.messages import digest
+from .package import Builder, NotPackable
+
+RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
+JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
+HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
+MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
+
+
+class CallLog:
+    def __init__(self, call: int | None):
+        self.call = call
+        self.launches: list[dict] = []
+        self.findings: list[dict] = []
+        self.uploads: list[dict] = []
+        self.downloads: list[dict] = []
+
+    def add(self, kind: str, entry: dict) -> None:
+        entries = getattr(self, kind)
+        if len(entries) < MAX_RECORDS:
+            entries.append(entry)
+
+    def report(self) -> dict:
+        return {"ok": True, "call": self.call, "launches": self.launches, "findings": self.findings,
+                "uploads": self.uploads, "downloads": self.downloads}
+
+
+class Device:
+    def __init__(self, devices: int, workspace: str):
+        from .. import sim
+
+        self.sim = sim.install(devices=devices, compile_check=True)
+        self._trace = sim.trace
+        self._errors = sim.SimError
+        import numba.cuda
+
+        self.builder = Builder(numba.cuda)
+        self.workspace = workspace.rstrip("/") + "/"
+        self.handles: dict[int, Any] = {}
+        self._next = 1
+        self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
+        self.log = CallLog(None)
+
+    # -- the judge's channel ------------------------------------------------------------------
+    def judge(self, request: dict) -> dict:
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True, "backend": "sim"}
+        if op == "configure":
+            self.sim.compile_check = bool(request.get("compile_check", True))
+            return {"ok": True}
+        if op == "begin":
+            self.log = CallLog(int(request["call"]))
+            return {"ok": True}
+        if op == "end":
+            log, self.log = self.log, CallLog(None)
+            if log.call != request.get("call"):
+                return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
+                                               "message": "end of a call that did not begin"}}
+            return log.report()
+        return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": f"unknown op {op!r}"}}
+
+    # -- the runner's channel -----------------------------------------------------------------
+    def runner(self, request: dict) -> dict:
+        for handle in request.get("free") or ():
+            self.handles.pop(int(handle), None)
+        op = request.get("op")
+        method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if method is None:
+            return self._error("ProtocolError", f"unknown device op {op!r}")
+        try:
+            return method(request)
+        except self._errors as exc:
+            finding = {"kind": "simulator", "type": type(exc).__name__, "message": self._relative(str(exc))}
+            self.log.add("findings", finding)
+            return {"ok": False, "error": finding}
+        except NotPackable as exc:
+            finding = {"kind": "simulator", "type": "NotSimulatedError", "message": str(exc)}
+            self.log.add("findings", finding)
+            return {"ok": False, "error": finding}
+        except (TypeError, ValueError, IndexError, KeyError) as exc:
+            return self._error(type(exc).__name__, self._relative(str(exc)))
+        except Exception as exc:  # noqa: BLE001 - numba's own errors (typing) and anything else: the launch failed
+            finding = {"kind": "simulator", "type": type(exc).__name__, "message": self._relative(str(exc))}
+            self.log.add("findings", finding)
+            return {"ok": False, "error": finding}
+
+    def _relative(self, text: str) -> str:
+        return text.replace(self.workspace, "")
+
+    @staticmethod
+    def _error(kind: str, message: str) -> dict:
+        return {"ok": False, "error": {"kind": "exception", "type": kind, "message": message}}
+
+    def _array(self, request: dict, key: str = "handle"):
+        try:
+            return self.handles[int(request[key])]
+        except (KeyError, TypeError, ValueError):
+            raise KeyError("no such device array (freed, or never allocated)") from None
+
+    def _register(self, array) -> dict:
+        handle = self._next
+        self._next += 1
+        self.handles[handle] = array
+        view = array._view
+        return {"ok": True, "handle": handle, "shape": list(array.shape), "strides": list(array.strides),
+                "dtype": array.dtype.str, "device": array.device_id,
+                "address": array._alloc.address + array.offset * array.dtype.itemsize,
+                "c_contiguous": bool(view.flags.c_contiguous), "f_contiguous": bool(view.flags.f_contiguous)}
+
+    def _uploaded(self, data: np.ndarray, into) -> None:
+        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes)})
+        self.kernel_writes[into._alloc.id] = None  # what the host wrote is no kernel's work
+
+    def _downloaded(self, data: np.ndarray, source) -> None:
+        flat = np.ascontiguousarray(data).reshape(-1)
+        self.log.add("downloads", {
+            "digest": digest(data), "nbytes": int(data.nbytes),
+            "kernel_written": self.log.call is not None and self.kernel_writes.get(source._alloc.id) == self.log.call,
+            "head": flat[:HEAD].copy()})
+
+    def op_alloc(self, request: dict) -> dict:
+        host = self.sim.host
+        shape = [int(s) for s in request["shape"]]
+        with self.sim.gpus[int(request.get("device", 0))]:
+            array = host._new(shape, np.dtype(str(request["dtype"])), bool(request.get("initialised")),
+                              "F" if request.get("order") == "F" else "C")
+        if "data" in request:
+            data = _host_array(request["data"], array.shape, array.dtype)
+            array.copy_to_device(data)
+            self._uploaded(data, array)
+        return self._register(array)
+
+    def op_upload(self, request: dict) -> dict:
+        array = self._array(request)
+        data = np.asarray(request["data"])
+        if data.size != array.size or data.dtype.kind not in "biufc":
+            raise ValueError(f"copy_to_device: {data.shape} does not fit {array.shape}")
+        array.copy_to_device(data)
+        self._uploaded(data, array)
+        return {"ok": True}
+
+    def op_download(self, request: dict) -> dict:
+        array = self._array(request)
+        data = array.copy_to_host()
+        self._downloaded(data, array)
+        return {"ok": True, "data": data}
+
+    def op_copy(self, request: dict) -> dict:
+        target, source = self._array(request), self._array(request, "source")
+        target.copy_to_device(source)
+        self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
+        return {"ok": True}
+
+    def op_view(self, request: dict) -> dict:
+        array = self._array(request)
+        view = array[_index(request["key"])]
+        if not hasattr(view, "_alloc"):
+            value = np.asarray(view)
+            self._downloaded(value, array)
+            return {"ok": True, "scalar": value[()]}
+        return self._register(view)
+
+    def op_setitem(self, request: dict) -> dict:
+        array = self._array(request)
+        data = np.asarray(request["data"])
+        array[_index(request["key"])] = data
+        self._uploaded(data, array)
+        return {"ok": True}
+
+    def op_reshape(self, request: dict) -> dict:
+        return self._register(self._array(request).reshape(tuple(int(s) for s in request["shape"]),
+                                                           order="F" if request.get("order") == "F" else "C"))
+
+    def op_transpose(self, request: dict) -> dict:
+        axes = request.get("axes")
+        return self._register(self._array(request).transpose(None if axes is None else tuple(int(a) for a in axes)))
+
+    def op_clock(self, request: dict) -> dict:
+        return {"ok": True, "ms": float(self.sim.devices[int(request["device"])].clock_ms)}
+
+    def op_launch(self, request: dict) -> dict:
+        package = request["kernel"]
+        kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
+        hosts: list = []
+        args = [self._arg(a, hosts) for a in request["args"]]
+        grid, block = _dims(request["grid"]), _dims(request["block"])
+        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
+            kernel[grid, block, 0, request.get("sharedmem", 0)](*args)
+        written = set()
+        for record in launches:
+            self.log.add("launches", record.summary())
+            written.update(record.arrays_written)
+        names = list(self.builder.params(kernel))
+        for name, value in zip(names, args):
+            if name in written and hasattr(value, "_alloc"):
+                self.kernel_writes[value._alloc.id] = self.log.call
+        back = []
+        for name, (host, wants) in zip(names, hosts):
+            if host is not None and wants:
+                back.append(host)
+                if name in written:
+                    flat = np.ascontiguousarray(host).reshape(-1)
+                    self.log.add("downloads", {"digest": digest(host), "nbytes": int(host.nbytes),
+                                               "kernel_written": self.log.call is not None,
+                                               "head": flat[:HEAD].copy()})
+        return {"ok": True, "writeback": back}
+
+    def _arg(self, spec, hosts: list):
+        if "handle" in spec:
+            hosts.append((None, False))
+            return self._array(spec)
+        if "host" in spec:
+            data = np.asarray(spec["host"])
+            if spec.get("order") == "F":
+                data = np.asfortranarray(data)
+            self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes)})
+            hosts.append((data, bool(spec.get("writeback"))))
+            return data
+        hosts.append((None, False))
+        if "tuple" in spec:
+            return tuple(self._arg(v, []) for v in spec["tuple"])
+        if "complex" in spec:
+            return complex(*spec["complex"])
+        return spec["value"]
+
+
+def _host_array(data, shape, dtype) -> np.ndarray:
+    data = np.asarray(data)
+    if data.dtype != dtype or data.size != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"data of {data.dtype}{list(data.shape)} for an array of {dtype}{list(shape)}")
+    return data.reshape(shape)
+
+
+def _index(key: list):
+    items = []
+    for item in key:
+        if isinstance(item, dict) and "slice" in item:
+            items.append(slice(*item["slice"]))
+        elif isinstance(item, dict) and item.get("ellipsis"):
+            items.append(Ellipsis)
+        elif isinstance(item, dict) and item.get("newaxis"):
+            items.append(None)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            items.append(item)
+        else:
+            raise TypeError("an index of a device array must be ints and slices")
+    return tuple(items)
+
+
+def _dims(value):
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> None:
+    runner_in = runner_sock.makefile("rb", buffering=0)
+    runner_out = runner_sock.makefile("wb", buffering=0)
+    judge_fd, runner_fd = judge_in.fileno(), runner_sock.fileno()
+    watched = [judge_fd, runner_fd]
+    while watched:
+        ready, _, _ = select.select(watched, [], [])
+        if judge_fd in ready:  # the judge first: an `end` is never delayed by the runner's traffic
+            try:
+                request = wire.receive(judge_in, JUDGE_BOUNDS)
+            except EOFError:
+                return  # the judge is gone: so is the device
+            wire.send(judge_out, device.judge(request) if isinstance(request, dict) else
+                      {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": "not a request"}})
+            continue
+        if runner_fd in ready:
+            try:
+                request = wire.receive(runner_in, RUNNER_BOUNDS)
+            except (EOFError, OSError):
+                watched.remove(runner_fd)  # the runner is gone; the judge may still ask for its report
+                continue
+            except wire.ProtocolError as exc:
+                watched.remove(runner_fd)  # a runner that breaks the protocol is not listened to again
+                device.log.add("findings", {"kind": "protocol", "type": "ProtocolError", "message": str(exc)})
+                continue
+            reply = device.runner(request) if isinstance(request, dict) else Device._error("ProtocolError", "not a request")
+            try:
+                wire.send(runner_out, reply)
+            except OSError:
+                watched.remove(runner_fd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m grader.device")
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--in-fd", type=int, required=True, help="the judge's requests")
+    parser.add_argument("--out-fd", type=int, required=True, help="replies to the judge")
+    parser.add_argument("--runner-fd", type=int, help="a socket connected to the runner")
+    parser.add_argument("--listen-fd", type=int, help="a listening socket: the runner connects once")
+    parser.add_argument("--workspace", help="this process's own (empty) workspace")
+    parser.add_argument("--runner-workspace", default="/workspace", help="the runner's workspace (for messages)")
+    args = parser.parse_args(argv)
+    judge_in, judge_out = os.fdopen(args.in_fd, "rb", buffering=0), os.fdopen(args.out_fd, "wb", buffering=0)
+    try:
+        device = Device(args.devices, args.runner_workspace)
+    except Exception:  # noqa: BLE001 - say why on stderr, for the judge's output tail
+        traceback.print_exc()
+        sys.exit(3)
+    if args.runner_fd is not None:
+        runner = socket.socket(fileno=args.runner_fd)
+    else:
+        listener = socket.socket(fileno=args.listen_fd)
+        runner, _ = listener.accept()
+        listener.close()
+    serve(device, judge_in, judge_out, runner)

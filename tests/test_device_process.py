@@ -1,0 +1,169 @@
+"""The simulated GPU as a process of its own: what the student's process can no longer touch.
+
+With the device process, launches, counters and findings reach the judge from the device, never
+through the runner; answers count only when the data flow says kernels computed them. Each
+test is an attack that worked while the simulator lived in the student's process.
+"""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from grader.correctness import WrongAnswer
+from grader.errors import StudentCodeError
+from grader.judge import RunnerConnection, Student, require_kernel_launch
+from grader.sandbox import Limits, ProcessSandbox
+from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+from sandbox_support import unavailable
+
+ADD = """
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def add(a, b, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + b[i]
+"""
+
+
+@pytest.fixture
+def device_student(tmp_path):
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    students = []
+
+    def make(source: str, device_process: bool = True) -> Student:
+        work = tmp_path / f"work{len(students)}"
+        work.mkdir()
+        (work / "ex.py").write_text(textwrap.dedent(ADD) + textwrap.dedent(source))
+        sandbox = ProcessSandbox(Limits(call_timeout_s=120))
+        connection = RunnerConnection(str(work), "sim", sandbox, device_process=device_process)
+        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None, connection=connection)
+        students.append(s)
+        return s
+
+    yield make
+    for s in students:
+        s.close()
+
+
+def _inputs(n=1000):
+    rng = np.random.default_rng(7)
+    return rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+
+
+def test_an_honest_kernel_passes_and_its_records_come_from_the_device(device_student):
+    s = device_student("""
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+            d_out = cuda.device_array_like(d_a)
+            add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    require_kernel_launch(result, "sim")
+    assert np.array_equal(result.value, a + b)
+    assert result.device is not None and [launch["kernel"] for launch in result.launches] == ["add"]
+    assert result.launches[0]["counters"]["global_load_requests"] == 2 * 8 * 4  # 2 loads, 8 blocks of 4 warps
+
+
+def test_a_forged_launch_summary_and_a_host_answer_gain_nothing(device_student):
+    # The student's process writes a complete, well-formed reply itself: the right answer (it has
+    # the inputs) and a launch record with perfect counters. No kernel ever ran on the device.
+    s = device_student("""
+        import json, os, struct, sys, time
+        def vector_add(a, b):
+            out = int(sys.argv[sys.argv.index("--out-fd") + 1])
+            answer = (a + b).astype(np.float32)
+            launch = {"kernel": "add", "grid": [8, 1, 1], "block": [128, 1, 1], "shared_bytes": 0, "device": 0,
+                      "executor": "simt", "fallback_reason": None,
+                      "counters": {"global_load_requests": 64, "global_load_sectors": 256, "global_loads": 2000}}
+            message = {"ok": True, "returned": {"__ndarray__": 0, "dtype": "<f4", "shape": [a.size]},
+                       "args": [{"__ndarray__": 1, "dtype": "<f4", "shape": [a.size]},
+                                {"__ndarray__": 2, "dtype": "<f4", "shape": [b.size]}], "launches": [launch]}
+            body = json.dumps({"message": message, "frames": [a.nbytes, a.nbytes, b.nbytes]}).encode()
+            os.write(out, struct.pack("!Q", len(body)) + body + answer.tobytes() + a.tobytes() + b.tobytes())
+            time.sleep(60)
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b), "the forged reply arrived as sent..."
+    assert result.launches == [], "...but launch records come from the device, which saw none"
+    with pytest.raises(WrongAnswer, match="no kernel was launched"):
+        require_kernel_launch(result, "sim")
+
+
+def test_patching_the_simulator_in_the_students_process_changes_no_counter_and_hides_no_finding(device_student):
+    s = device_student("""
+        import grader.sim.memory as memory, grader.sim.launch as launch
+        memory.Instrument.finish = lambda self: {"global_load_requests": 1}   # forged counters
+        launch.Instrument = None                                            # and no checker at all
+
+        @cuda.jit
+        def racy(out):
+            i = cuda.grid(1)
+            out[0] = i          # every thread writes one element: a race
+
+        def run():
+            d_out = cuda.device_array(1, np.int64)
+            racy[1, 64](d_out)
+            return d_out.copy_to_host()
+    """)
+    with pytest.raises(StudentCodeError, match="race"):
+        s.call("run")
+
+
+def test_a_caught_finding_still_fails_the_call(device_student):
+    s = device_student("""
+        @cuda.jit
+        def past_the_end(out):
+            out[cuda.grid(1)] = 1.0   # no bounds guard
+
+        def run():
+            d_out = cuda.device_array(10, np.float32)
+            try:
+                past_the_end[1, 32](d_out)
+            except Exception:
+                pass                  # swallowed in the student's process: the device told the judge
+            return np.ones(10, np.float32)
+    """)
+    with pytest.raises(StudentCodeError, match="out-of-bounds access to global array .out."):
+        s.call("run")
+
+
+def test_the_device_process_is_out_of_the_runners_reach(device_student):
+    s = device_student("""
+        import os
+        def look():
+            mine = os.getuid()
+            others = []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        others.append(os.stat(f"/proc/{entry}").st_uid)
+                    except OSError:
+                        pass
+            return [mine, sorted(set(others) - {mine, 0})]
+    """)
+    mine, others = s.call("look").value
+    assert others == [], "the runner sees no process of another uid (the device's is its own)"
+    device = s.connection._device
+    assert device is not None and device.uid not in (None, mine, 0), "the device process has a uid of its own"
+
+
+def test_inline_simulator_still_grades_for_debugging(device_student):
+    s = device_student("""
+        def vector_add(a, b):
+            d_out = cuda.device_array(a.size, np.float32)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+    """, device_process=False)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert result.device is None and result.launches and np.array_equal(result.value, a + b)
