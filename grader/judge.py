@@ -4,7 +4,6 @@ outputs back. Tests use it through the `student` fixture; the score is decided h
 from __future__ import annotations
 
 import itertools
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,12 +103,10 @@ class RunnerConnection:
         the background."""
         if self._runner is None:
             if self.remote_device:
-                runner_end, device_end = socket.socketpair()
                 try:
-                    self._device = self.sandbox.start_device(self.devices, device_end.detach(), self.workspace,
-                                                             trusted=self.trusted)
+                    self._device, link = self.sandbox.start_device(self.devices, self.workspace, trusted=self.trusted)
                     self._runner = self.sandbox.start(self.workspace, self.backend, self.devices,
-                                                      trusted=self.trusted, device_fd=runner_end.detach())
+                                                      trusted=self.trusted, device=link)
                 except BaseException:
                     self.close()
                     raise

@@ -5,6 +5,7 @@ through the runner; answers count only when the data flow says kernels computed 
 test is an attack that worked while the simulator lived in the student's process.
 """
 
+import os
 import textwrap
 
 import numpy as np
@@ -30,18 +31,26 @@ ADD = """
 """
 
 
-@pytest.fixture
-def device_student(tmp_path):
-    reason = bubblewrap_unavailable()
+@pytest.fixture(params=["process", "docker"])
+def device_student(tmp_path, request):
+    reason = bubblewrap_unavailable()  # both host the device process in bubblewrap
     if reason:
         unavailable(reason)
+    if request.param == "docker":
+        from grader.sandbox.container import DockerSandbox, DockerSettings
+
+        settings = DockerSettings(image=request.getfixturevalue("runner_image"))
+        new_sandbox = lambda: DockerSandbox(Limits(call_timeout_s=120), settings)  # noqa: E731
+    else:
+        new_sandbox = lambda: ProcessSandbox(Limits(call_timeout_s=120))  # noqa: E731
     students = []
 
     def make(source: str, device_process: bool = True) -> Student:
         work = tmp_path / f"work{len(students)}"
-        work.mkdir()
+        work.mkdir(mode=0o755)
         (work / "ex.py").write_text(textwrap.dedent(ADD) + textwrap.dedent(source))
-        sandbox = ProcessSandbox(Limits(call_timeout_s=120))
+        (work / "ex.py").chmod(0o644)
+        sandbox = new_sandbox()
         connection = RunnerConnection(str(work), "sim", sandbox, device_process=device_process)
         s = Student("ex", str(work), "sim", sandbox, allowed_imports=None, connection=connection)
         students.append(s)
@@ -78,8 +87,18 @@ def test_a_forged_launch_summary_and_a_host_answer_gain_nothing(device_student):
     # the inputs) and a launch record with perfect counters. No kernel ever ran on the device.
     s = device_student("""
         import json, os, struct, sys, time
+        def channel():
+            if "--out-fd" in sys.argv:
+                return int(sys.argv[sys.argv.index("--out-fd") + 1])
+            import stat  # --stdio (docker): the protocol's stdin and stdout, duplicated (in, then out)
+            return [fd for fd in range(3, 32) if _is_stream(fd, stat)][-1]
+        def _is_stream(fd, stat):
+            try:
+                return stat.S_ISFIFO(os.fstat(fd).st_mode)
+            except OSError:
+                return False
         def vector_add(a, b):
-            out = int(sys.argv[sys.argv.index("--out-fd") + 1])
+            out = channel()
             answer = (a + b).astype(np.float32)
             launch = {"kernel": "add", "grid": [8, 1, 1], "block": [128, 1, 1], "shared_bytes": 0, "device": 0,
                       "executor": "simt", "fallback_reason": None,
@@ -141,20 +160,22 @@ def test_the_device_process_is_out_of_the_runners_reach(device_student):
     s = device_student("""
         import os
         def look():
-            mine = os.getuid()
-            others = []
+            mine, seen = os.getuid(), []
             for entry in os.listdir("/proc"):
                 if entry.isdigit():
                     try:
-                        others.append(os.stat(f"/proc/{entry}").st_uid)
+                        with open(f"/proc/{entry}/cmdline", "rb") as f:
+                            seen.append(f.read().decode(errors="replace"))
                     except OSError:
                         pass
-            return [mine, sorted(set(others) - {mine, 0})]
+            return [mine, [c for c in seen if "grader.device" in c]]
     """)
-    mine, others = s.call("look").value
-    assert others == [], "the runner sees no process of another uid (the device's is its own)"
+    mine, devices = s.call("look").value
+    assert devices == [], "the runner cannot see its device process"
     device = s.connection._device
-    assert device is not None and device.uid not in (None, mine, 0), "the device process has a uid of its own"
+    assert device is not None
+    if os.getuid() == 0:
+        assert device.uid not in (None, mine, 0), "the device process has a uid of its own"
 
 
 def test_inline_simulator_still_grades_for_debugging(device_student):

@@ -81,5 +81,6 @@ class Sandbox(Protocol):
 
     def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> Runner:
         """A runner over a copy of `workspace`; `trusted` for the course's reference runner.
-        A sandbox with `hosts_device = True` also takes `device_fd` (the runner's socket to its
-        device process) and has `start_device(devices, runner_fd, runner_workspace, trusted)`."""
+        A sandbox with `hosts_device = True` also has `start_device(devices, runner_workspace,
+        trusted) -> (device process, link)` and takes `device=link` here: the runner's way to
+        its device process (the simulated GPU, grader.device)."""

@@ -13,8 +13,12 @@ A timed-out call kills the container; a dead container says why (out of memory, 
 
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +28,7 @@ from ..errors import RunnerError, UsageError
 from .base import Limits, exchange_within, runner_uid
 
 WORKSPACE = "/workspace"
+DEVICE = "/device"  # the folder of the socket to the device process (the simulated GPU)
 RUNNER_LABEL = "gpugrade.runner"
 
 
@@ -124,7 +129,7 @@ class DockerRunner:
     """One live runner in one container: request(), output_tail(), kill(), close()."""
 
     def __init__(self, client, workspace: str, backend: str, devices: int, limits: Limits,
-                 settings: DockerSettings, trusted: bool = False):
+                 settings: DockerSettings, trusted: bool = False, device: str | None = None):
         import docker.types
 
         self.limits, self.settings = limits, settings
@@ -132,7 +137,8 @@ class DockerRunner:
         threads = str(max(1, int(settings.cpus)))
         uid = runner_uid(trusted)
         host_config = self._api.create_host_config(
-            binds={workspace: {"bind": WORKSPACE, "mode": "ro"}},
+            binds={workspace: {"bind": WORKSPACE, "mode": "ro"},
+                   **({os.path.dirname(device): {"bind": DEVICE, "mode": "ro"}} if device else {})},
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={settings.tmpfs_bytes}"},
@@ -158,7 +164,8 @@ class DockerRunner:
         created = self._api.create_container(
             settings.image,
             entrypoint=[settings.python, "-I", "-m", "grader.runner"],
-            command=["--workspace", WORKSPACE, "--backend", backend, "--devices", str(devices), "--stdio"],
+            command=["--workspace", WORKSPACE, "--backend", backend, "--devices", str(devices), "--stdio",
+                     *(["--device-socket", f"{DEVICE}/{os.path.basename(device)}"] if device else [])],
             user=settings.user or f"{uid}:{uid}", working_dir=WORKSPACE, environment=env, labels={RUNNER_LABEL: "1"},
             stdin_open=True, tty=False, network_disabled=True, host_config=host_config,  # stdin closes with us
         )
@@ -259,7 +266,36 @@ class DockerSandbox:
         self._client = None
         self._lock = threading.Lock()
 
-    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False) -> DockerRunner:
+    @property
+    def hosts_device(self) -> bool:
+        """The device process runs on this host, confined by bubblewrap; the container reaches it
+        through a socket in a folder of its own, mounted at /device."""
+        from .bubblewrap import unavailable
+
+        return unavailable() is None
+
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False):
+        from .process import ProcessSandbox
+
+        folder = tempfile.mkdtemp(prefix="gpugrade-device-")
+        os.chmod(folder, 0o711)  # enterable, not listable: the socket's name is the secret
+        path = os.path.join(folder, f"device-{secrets.token_hex(8)}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            os.chmod(path, 0o777)  # the container's own uid connects
+            listener.listen(1)
+            device = ProcessSandbox(self.limits).device_process(devices, WORKSPACE, trusted, "--listen-fd",
+                                                                listener.detach())
+        except BaseException:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        device.on_close.append(lambda: shutil.rmtree(folder, ignore_errors=True))
+        return device, path
+
+    def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False,
+              device: str | None = None) -> DockerRunner:
         with self._lock:
             if self._client is None:
                 try:
@@ -267,6 +303,7 @@ class DockerSandbox:
                 except UsageError as exc:
                     raise RunnerError(str(exc)) from None
         try:
-            return DockerRunner(self._client, workspace, backend, devices, self.limits, self.settings, trusted)
+            return DockerRunner(self._client, workspace, backend, devices, self.limits, self.settings, trusted,
+                                device)
         except Exception as exc:  # noqa: BLE001 - the engine refused: this call fails, the next may not
             raise RunnerError(f"could not start the runner container: {type(exc).__name__}: {exc}") from None

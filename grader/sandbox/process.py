@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,7 @@ class RunnerProcess:
         """`python -m module *args --in-fd --out-fd --workspace W` confined; `fds` are passed to it
         (and closed here); `workspace` None: an empty one (the device process)."""
         self.limits = limits
+        self.on_close: list = []  # what else goes with this process (a socket folder)
         self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
         confined = limits.confine
         self.uid = runner_uid(trusted) if confined and bubblewrap.as_root() else None
@@ -151,6 +153,8 @@ class RunnerProcess:
         if self._groups is not None:
             self._groups.remove()
         self._scratch.cleanup()
+        for undo in self.on_close:
+            undo()
 
 
 def _signal_reason(signum: int, limits: Limits) -> str:
@@ -177,24 +181,37 @@ class ProcessSandbox:
                 raise RunnerError(reason)
 
     def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False,
-              device_fd: int | None = None) -> RunnerProcess:
+              device: int | None = None) -> RunnerProcess:
+        """`device`: the link `start_device` gave (the runner's end of its socket)."""
         self._check()
         args = ("--backend", backend, "--devices", str(devices))
         fds: tuple[int, ...] = ()
-        if device_fd is not None:
-            args += ("--device-fd", str(device_fd))
-            fds = (device_fd,)
+        if device is not None:
+            args += ("--device-fd", str(device))
+            fds = (device,)
         return RunnerProcess(workspace, backend, self.limits, trusted, args=args, fds=fds)
 
-    def start_device(self, devices: int, runner_fd: int, runner_workspace: str, trusted: bool = False
-                     ) -> RunnerProcess:
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False) -> tuple[RunnerProcess, int]:
         """The device process (grader.device) for one runner, in a sandbox of its own (another
-        uid, view and namespaces than the runner's), its socket to the runner `runner_fd`."""
+        uid, view and namespaces than the runner's); returns it and the link to give `start`
+        (the runner's end of a socket pair)."""
+        self._check()
+        runner_end, device_end = socket.socketpair()
+        try:
+            return self.device_process(devices, runner_workspace, trusted, "--runner-fd", device_end.detach()), \
+                runner_end.detach()
+        except BaseException:
+            runner_end.close()
+            raise
+
+    def device_process(self, devices: int, runner_workspace: str, trusted: bool, flag: str, fd: int
+                       ) -> RunnerProcess:
+        """`python -m grader.device` confined, its runner socket `fd` (connected, or listening)."""
         self._check()
         seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
         return RunnerProcess(None, "sim", self.limits, trusted, module="grader.device",
-                             args=("--devices", str(devices), "--runner-fd", str(runner_fd),
-                                   "--runner-workspace", seen_as), fds=(runner_fd,))
+                             args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as),
+                             fds=(fd,))
 
 
 class NoSandbox(ProcessSandbox):
