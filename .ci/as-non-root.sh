@@ -2,8 +2,8 @@
 # The sandbox suites again as an ordinary user (a student's laptop, a grading host run without
 # root): bubblewrap then makes an unprivileged user namespace, the runner keeps that user's uid,
 # and no cgroups exist. Called by .ci/run (as root) after `make test`; needs Debian's python3
-# with venv (ensurepip). Creates the user `gpugrade-ci`, clones this checkout into its home and
-# installs the project there, with the wheels docker/build-images.sh cached where they fit.
+# with venv (ensurepip). Creates the user `gpugrade-ci`, copies this checkout's HEAD into its home
+# and installs the project there, with the wheels docker/build-images.sh cached where they fit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user=gpugrade-ci
@@ -13,7 +13,9 @@ wheels=${GPUGRADE_CACHE:-/var/cache/gpugrade-ci}/wheels
 as_user() { runuser -u "$user" -- env -i HOME="$home" PATH=/usr/bin:/bin CI="${CI:-1}" "$@"; }
 
 rm -rf "$home/repo"
-as_user git -c safe.directory='*' clone -q "$PWD" "$home/repo"
+mkdir -p "$home/repo"
+git archive --format=tar HEAD | tar -x -C "$home/repo"  # the checkout may be where the user cannot read
+chown -R "$user:" "$home/repo"
 links=()
 [ -d "$wheels" ] && links=(--find-links "$wheels")
 if [ ! -x "$home/venv/bin/python" ]; then
