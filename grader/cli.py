@@ -108,7 +108,7 @@ def run(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
             return 0
-        from .recorded_reference import RECORD
+        from .judge.recorded_reference import RECORD
 
         # students' copies have no solutions/: their performance tests compare with these counters
         results = grade(course.root / "solutions", backend="sim", course=course, name="reference solutions",

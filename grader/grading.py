@@ -40,7 +40,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         private = Path(tmp) / "judge"  # the results file: never readable by the runner
         private.mkdir(mode=0o700)
         results_path = private / "results.json"
-        argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.plugin", "-p", "no:cacheprovider",
+        argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.judge.plugin", "-p", "no:cacheprovider",
                 "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root),
                 "--gpugrade-workspace", str(workspace), "--gpugrade-backend", backend,
                 "--gpugrade-results", str(results_path), "--gpugrade-submission", name or str(submission)]

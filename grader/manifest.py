@@ -89,7 +89,7 @@ class Manifest:
     title: str
     exercises: dict[str, Exercise]
     path: str = MANIFEST
-    # modules student code may import beyond grader.policy's defaults ([course] allow_imports)
+    # modules student code may import beyond grader.judge.policy's defaults ([course] allow_imports)
     allow_imports: tuple[str, ...] = ()
 
     def exercise(self, name: str) -> Exercise:

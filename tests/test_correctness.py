@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from grader.correctness import WrongAnswer, expect_close, reduction_rtol
+from grader.judge.correctness import WrongAnswer, expect_close, reduction_rtol
 
 EXPECTED = np.array([1.0, -2.0, 3.5, 4.0], dtype=np.float32)
 

@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from grader.correctness import WrongAnswer
+from grader.judge.correctness import WrongAnswer
 from grader.errors import StudentCodeError
 from grader.judge import RunnerConnection, Student, require_kernel_launch
 from grader.sandbox import Limits, ProcessSandbox

@@ -22,7 +22,7 @@ import pytest
 from grader.sandbox.container import RUNNER_LABEL, DockerSandbox, DockerSettings
 from grader.errors import RunnerError, StudentCodeError
 from grader.judge import Student
-from grader.policy import DEFAULT_ALLOWED_IMPORTS
+from grader.judge.policy import DEFAULT_ALLOWED_IMPORTS
 from grader.sandbox import Limits, NoSandbox
 
 from sandbox_support import unavailable as _unavailable

@@ -3,7 +3,7 @@
 import pytest
 
 from grader.manifest import Criterion, Stage
-from grader.perf import PerformanceShortfall, expect_performance, hotspots, totals
+from grader.judge.perf import PerformanceShortfall, expect_performance, hotspots, totals
 
 
 def launch(sectors, requests, lines):

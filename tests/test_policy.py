@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.policy import check_source
+from grader.judge.policy import check_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

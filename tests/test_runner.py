@@ -8,7 +8,7 @@ import pytest
 
 from grader.errors import RunnerError, StudentCodeError
 from grader.judge import Student
-from grader.policy import DEFAULT_ALLOWED_IMPORTS
+from grader.judge.policy import DEFAULT_ALLOWED_IMPORTS
 from grader.sandbox import Limits, ProcessSandbox
 
 # These tests check the runner's own confinement, so the static policy is widened: an attacker who

@@ -127,7 +127,9 @@ class View:
             for node in sorted(Path("/dev").glob("nvidia*")):
                 args += ["--dev-bind", str(node), str(node)]
             args += ["--ro-bind", "/sys", "/sys"]
-        args += ["--chdir", WORKSPACE, "--clearenv"]
+        # the root (folders bubblewrap made for the mounts) read-only too: unprivileged, the
+        # runner would own them in its user namespace
+        args += ["--remount-ro", "/", "--chdir", WORKSPACE, "--clearenv"]
         for key, value in self.environment().items():
             args += ["--setenv", key, value]
         if self.uid is not None:

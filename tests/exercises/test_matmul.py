@@ -8,9 +8,9 @@ the same input (criteria in course.toml) and count only when the stage's correct
 import numpy as np
 import pytest
 
-from grader.correctness import expect_close
+from grader.judge.correctness import expect_close
 from grader.judge import require_kernel_launch
-from grader.perf import expect_performance
+from grader.judge.perf import expect_performance
 
 # (M, K, N): degenerate, one exact tile, odd sizes that are not multiples of 16 or 32 in any
 # dimension, K a multiple of 16 but not of 32, non-square both ways.

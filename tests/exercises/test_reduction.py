@@ -8,9 +8,9 @@ times the sum of magnitudes (so cancellation cannot make it vanish); int32 sums 
 import numpy as np
 import pytest
 
-from grader.correctness import WrongAnswer, reduction_rtol
+from grader.judge.correctness import WrongAnswer, reduction_rtol
 from grader.judge import require_kernel_launch
-from grader.perf import expect_performance
+from grader.judge.perf import expect_performance
 
 SIZES = [1, 31, 33, 1000, 1025, 40000]       # below a warp, around it, not a multiple of a block
 GRID_THREADS = 16 * 256                      # stage 3: the stub's GRID_BLOCKS x THREADS_PER_BLOCK

@@ -6,9 +6,9 @@ Inputs are drawn from a secret per-run seed; the reference is computed here, in 
 import numpy as np
 import pytest
 
-from grader.correctness import WrongAnswer, expect_close
+from grader.judge.correctness import WrongAnswer, expect_close
 from grader.judge import require_kernel_launch
-from grader.perf import expect_performance
+from grader.judge.perf import expect_performance
 
 # Sizes that are not a multiple of any block size: a missing bounds guard shows here.
 EDGE_SIZES = [1, 31, 32, 33, 1000, 1025]

@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 
 from .correctness import WrongAnswer
-from .errors import RunnerError, StudentCodeError
+from ..errors import RunnerError, StudentCodeError
 from . import recorded_reference
-from .judge import RunnerConnection, Student, TimeBudget
+from .student import RunnerConnection, Student, TimeBudget
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
-from .results import NOT_RUN, Results, TestResult
-from .sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
+from ..results import NOT_RUN, Results, TestResult
+from ..sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
 TEST_PREFIX = "test_"
 
@@ -140,7 +140,7 @@ class GradingSession:
 
     def _course_manifest(self):
         """course.toml, read once per session (a CourseError if the course has none)."""
-        from .manifest import find
+        from ..manifest import find
 
         if self._manifest is None:
             self._manifest = find(self.config.rootpath)
@@ -148,7 +148,7 @@ class GradingSession:
 
     def _allowed_imports(self) -> frozenset[str]:
         """The static policy's import allowlist, widened by the course's `[course] allow_imports`."""
-        from .manifest import MANIFEST
+        from ..manifest import MANIFEST
 
         extra = self._course_manifest().allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
         return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
@@ -187,7 +187,7 @@ class GradingSession:
     def _reference_connection(self) -> RunnerConnection:
         """The reference solutions' runner: trusted course code, so no compile check."""
         if self.reference_connection is None:
-            from .course import make_workspace
+            from ..course import make_workspace
 
             self._tmp = tempfile.TemporaryDirectory(prefix="gpugrade-reference-")
             workspace = os.path.join(self._tmp.name, "reference")

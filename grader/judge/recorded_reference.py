@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .judge import CallResult, Student
+from .student import CallResult, Student
 
 RECORD = Path("tests") / "exercises" / "reference_counters.json"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import wire
+from .. import wire
 
 
 class Runner:
@@ -32,11 +32,11 @@ class Runner:
         if backend == "sim" and self.remote:
             # the simulated GPU is the device process: launches, memory and their records are
             # there, and reach the judge from there
-            from .device.client import connect
+            from ..device.client import connect
 
             connect(device_fd, devices)
         elif backend == "sim":
-            from . import sim
+            from .. import sim
 
             sim.install(devices=devices, compile_check=True)
             self.trace = sim.trace
@@ -140,7 +140,7 @@ class Runner:
     def configure(self, request: dict) -> dict:
         """Settings the judge may change: only the compile check, off for its trusted reference runner."""
         if self.backend == "sim" and not self.remote and "compile_check" in request:
-            from . import sim
+            from .. import sim
 
             sim.current().compile_check = bool(request["compile_check"])
         return {"ok": True}

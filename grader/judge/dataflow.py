@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from .correctness import WrongAnswer
-from .wire import DeviceReport
-from .wire.messages import digest
+from ..wire import DeviceReport
+from ..wire.messages import digest
 
 
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any) -> None:

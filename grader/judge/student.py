@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from . import wire
-from .errors import ProtocolError, RunnerError, StudentCodeError
+from .. import wire
+from ..errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
-from .sandbox import Runner, Sandbox
+from ..sandbox import Runner, Sandbox
 
 STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
 # What a call may send back beyond its own array arguments, unless the test says (`returns=`).
@@ -264,7 +264,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
     to this side (the device process), `output` (default: what the function returned) was copied
     back from device memory that a kernel of this call wrote, after the call's inputs were copied
-    to the device, and is not bytes the host itself copied there (grader.dataflow)."""
+    to the device, and is not bytes the host itself copied there (grader.judge.dataflow)."""
     from .correctness import WrongAnswer
 
     if backend == "sim" and not result.launches:
