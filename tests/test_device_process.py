@@ -188,3 +188,30 @@ def test_inline_simulator_still_grades_for_debugging(device_student):
     a, b = _inputs()
     result = s.call("vector_add", a, b)
     assert result.device is None and result.launches and np.array_equal(result.value, a + b)
+
+
+def test_the_host_api_works_through_the_device(device_student):
+    s = device_student("""
+        def host_api(x):
+            d = cuda.to_device(x)
+            d[2:5] = np.zeros(3, np.float32)          # host writes into a slice
+            part = d[1:6].copy_to_host()             # a view, copied back
+            first = d[0]                             # one element read back
+            out = cuda.device_array_like(d)
+            start, end = cuda.event(), cuda.event()
+            start.record()
+            add[1, 32](d, d, out)
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+            grid = cuda.to_device(np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)))
+            return [part, np.float32(first), out.copy_to_host(), np.float32(ms), grid.copy_to_host(),
+                    np.int64(grid.is_f_contiguous()), np.int64(cuda.is_cuda_array(d))]
+    """)
+    x = np.arange(10, dtype=np.float32)
+    part, first, doubled, ms, grid, fortran, is_cuda = s.call("host_api", x).value
+    y = x.copy()
+    y[2:5] = 0
+    assert np.array_equal(part, y[1:6]) and first == x[0] and np.array_equal(doubled, 2 * y)
+    assert ms > 0, "events measure the device's modelled clock"
+    assert np.array_equal(grid, np.arange(6, dtype=np.float32).reshape(2, 3)) and fortran == 1 and is_cuda == 1

@@ -22,7 +22,7 @@ from .. import wire
 from ..sim import errors as sim_errors
 from ..sim import patching
 from ..sim.devices import Devices, GpuList
-from ..sim.host import HostAPI, SimStream, _as_dtype
+from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
 from .package import NotPackable, pack
 
 BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -183,30 +183,14 @@ class RemoteDeviceArray:
         return [self[i:i + section] for i in range(0, len(self), section)]
 
 
-class RemoteEvent:
-    """An event: `elapsed_time` is the difference of the device's modelled clock."""
-
-    def __init__(self, device: "RemoteDevice"):
-        self._device = device
-        self.time_ms: float | None = None
+class RemoteEvent(SimEvent):
+    """An event: `elapsed_time` is the difference of the device's modelled clock, read from the
+    device process when the event is recorded."""
 
     def record(self, stream=0):
-        dev = stream.device if isinstance(stream, SimStream) else self._device.devices.current.id
-        self.time_ms = float(self._device.channel.request({"op": "clock", "device": dev})["ms"])
-
-    def synchronize(self):
-        pass
-
-    def wait(self, stream=0):
-        pass
-
-    def query(self):
-        return True
-
-    def elapsed_time(self, end: "RemoteEvent") -> float:
-        if self.time_ms is None or end.time_ms is None:
-            raise RuntimeError("elapsed_time: both events must be recorded first")
-        return end.time_ms - self.time_ms
+        device = self._sim  # a RemoteDevice
+        self.device = stream.device if isinstance(stream, SimStream) else device.devices.current.id
+        self.time_ms = float(device.channel.request({"op": "clock", "device": self.device})["ms"])
 
 
 class RemoteHostAPI(HostAPI):
@@ -240,7 +224,7 @@ class RemoteHostAPI(HostAPI):
         return isinstance(obj, RemoteDeviceArray)
 
     def event(self, timing=True):
-        return RemoteEvent(self._sim)
+        return RemoteEvent(self._sim, timing)
 
 
 class _Declared:

@@ -116,8 +116,9 @@ class ErrorInfo:
 
 @dataclass(frozen=True)
 class LaunchSummary:
-    """One kernel launch as the runner reports it (feedback and, until the simulated GPU runs in
-    a process of its own, the counters that performance criteria read: checked here)."""
+    """One kernel launch: from the device process (its counters are what performance criteria
+    read), or from a runner with the simulator inline (`--simulator inline`: feedback only).
+    The fields mirror grader.sim's LaunchRecord on purpose: the wire imports nothing of it."""
 
     kernel: str
     grid: tuple[int, int, int]
