@@ -9,7 +9,12 @@ writer (global thread id, its block's barrier epoch, its warp's syncwarp epoch, 
 its threadfence count) and the last reader (or "several readers" of one block epoch). Two
 accesses conflict when they come from different threads, at least one writes, they are not both
 atomic, and nothing orders them: the same block with a barrier in between, the same warp with a
-syncwarp in between, or (a write read by another block) a threadfence by the writer after it.
+syncwarp in between, or (a write read by another block) a threadfence by the writer after it
+and, on the reader's side, a global atomic by the reading thread, or by a thread of its block
+before a barrier the reader passed (the "last block" pattern: write, fence, atomic counter; the
+block that sees the count reads). Blocks are not ordered on a GPU: a fence alone orders nothing,
+so a read of another block's fenced write with no acquire is a race even though the simulator
+happens to run that block first.
 
 Silent stores: a plain store of the bits its element already holds (bitwise: -0.0 over 0.0, or
 another NaN payload, is a change; an element never written since allocation holds garbage and
@@ -258,6 +263,11 @@ class Instrument:
         self._pending_lanes = 0  # lanes of the Lanes records held by _pending
         self._sync_ver = 0  # barriers + syncwarps so far (Lanes keep their epochs per version)
         self._fenced = False  # any threadfence yet
+        # acquire side of a fence: a load in another block is ordered after a fenced write only
+        # once the reading thread (or its block, before a barrier) did a global atomic, as in the
+        # "last block" pattern (blocks are not ordered on a GPU: a fence alone orders nothing)
+        self._acq1: set[int] = set()          # threads that did a global atomic
+        self._acq_ep1: dict[int, int] = {}    # block -> its epoch at its first global atomic
 
     # ------------------------------------------------------------------ diagnostics
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
@@ -486,6 +496,8 @@ class Instrument:
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
+        if kind == "atomic" and space == "global" and self.races:
+            self._acquired(lanes.block, lanes.g)
         if kind == "atomic" or line is None:
             self._count_vec(space, handle, kind, flat, lanes, last)
             return
@@ -524,6 +536,8 @@ class Instrument:
         if self.races and not silent:
             self._race1(space, handle, kind, flat, block, g, line, filename)
         if kind == "atomic":
+            if space == "global" and self.races:
+                self._acquired(block, g)
             self.counts["atomics"] += 1
             return
         slot = self.slot(space, handle)
@@ -731,7 +745,7 @@ class Instrument:
         if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
                 not self._ordered1(wt, rec[1], rec[2], g, block):
             if not (kind == "load" and wt // self.tpb != block
-                    and self._fence1.get(wt, 0) > rec[4]):
+                    and self._fence1.get(wt, 0) > rec[4] and self._has_acquired(block, g)):
                 self._race_msg(space, handle, kind, flat, wt, "atomic" if rec[3] else "store",
                                block, thread, line, filename)
         rt = rec[5]
@@ -807,7 +821,10 @@ class Instrument:
                 bad = ~self._ordered_vec(o, sh.w_ep[f], sh.w_wep[f], g[sub], bs, w[sub],
                                          ep[sub], wep[sub])
                 if kind == "load":
-                    bad &= ~((o // tpb != bs) & (self.fences[o] > sh.w_fence[f]))
+                    fenced = (o // tpb != bs) & (self.fences[o] > sh.w_fence[f])
+                    if fenced.any():
+                        fenced &= self._have_acquired(bs, g[sub], ep[sub])
+                    bad &= ~fenced
                 if bad.any():
                     i = int(sub[np.argmax(bad)])
                     self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
@@ -934,6 +951,27 @@ class Instrument:
         self._sync_ver += 1
         self.wepoch[block * self.wpb + warp] += 1
         self._wep1[block * self.wpb + warp] += 1
+
+    def _acquired(self, block, g) -> None:
+        """Lanes (block, global thread) did a global atomic: record the acquire."""
+        if self._stale1:
+            self._sync1()
+        for b, t in zip(np.atleast_1d(block).tolist(), np.atleast_1d(g).tolist()):
+            self._acq1.add(t)
+            self._acq_ep1.setdefault(b, self._ep1[b])
+
+    def _has_acquired(self, block: int, g: int) -> bool:
+        """Thread g did a global atomic, or a thread of its block did before a barrier since."""
+        if g in self._acq1:
+            return True
+        first = self._acq_ep1.get(block)
+        return first is not None and first < self._ep1[block]
+
+    def _have_acquired(self, block, g, ep) -> np.ndarray:
+        if not self._acq1:
+            return np.zeros(len(g), bool)
+        return np.fromiter((t in self._acq1 or (b in self._acq_ep1 and self._acq_ep1[b] < e)
+                            for b, t, e in zip(block.tolist(), g.tolist(), ep.tolist())), bool, len(g))
 
     def fence(self, block, thread) -> None:
         """threadfence by these lanes: their earlier writes become visible to other blocks."""
