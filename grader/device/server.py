@@ -66,6 +66,8 @@ class Device:
         self.handles: dict[int, Any] = {}
         self._next = 1
         self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
+        self.sources: dict[int, frozenset[int]] = {}  # allocation id -> the uploads its contents came from
+        self._uploads = 0
         self.log = CallLog(None)
 
     # -- the judge's channel ------------------------------------------------------------------
@@ -135,16 +137,28 @@ class Device:
                 "address": array._alloc.address + array.offset * array.dtype.itemsize,
                 "c_contiguous": bool(view.flags.c_contiguous), "f_contiguous": bool(view.flags.f_contiguous)}
 
-    def _uploaded(self, data: np.ndarray, into) -> None:
-        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes)})
-        self.kernel_writes[into._alloc.id] = None  # what the host wrote is no kernel's work
+    def _upload(self, data: np.ndarray) -> int:
+        """Log an upload; its number (what the memory it fills is computed from)."""
+        self._uploads += 1
+        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes), "id": self._uploads})
+        return self._uploads
+
+    def _uploaded(self, data: np.ndarray, into, whole: bool = True) -> None:
+        upload = self._upload(data)
+        alloc = into._alloc.id
+        self.kernel_writes[alloc] = None  # what the host wrote is no kernel's work
+        self.sources[alloc] = frozenset({upload}) | (frozenset() if whole else self.sources.get(alloc, frozenset()))
+
+    def _download(self, data: np.ndarray, kernel_written: bool, sources) -> None:
+        flat = np.ascontiguousarray(data).reshape(-1)
+        self.log.add("downloads", {"digest": digest(data), "nbytes": int(data.nbytes),
+                                   "kernel_written": kernel_written, "sources": sorted(sources),
+                                   "head": flat[:HEAD].copy()})
 
     def _downloaded(self, data: np.ndarray, source) -> None:
-        flat = np.ascontiguousarray(data).reshape(-1)
-        self.log.add("downloads", {
-            "digest": digest(data), "nbytes": int(data.nbytes),
-            "kernel_written": self.log.call is not None and self.kernel_writes.get(source._alloc.id) == self.log.call,
-            "head": flat[:HEAD].copy()})
+        alloc = source._alloc.id
+        self._download(data, self.log.call is not None and self.kernel_writes.get(alloc) == self.log.call,
+                       self.sources.get(alloc, ()))
 
     def op_alloc(self, request: dict) -> dict:
         host = self.sim.host
@@ -177,6 +191,7 @@ class Device:
         target, source = self._array(request), self._array(request, "source")
         target.copy_to_device(source)
         self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
+        self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
         return {"ok": True}
 
     def op_view(self, request: dict) -> dict:
@@ -192,7 +207,7 @@ class Device:
         array = self._array(request)
         data = np.asarray(request["data"])
         array[_index(request["key"])] = data
-        self._uploaded(data, array)
+        self._uploaded(data, array, whole=False)
         return {"ok": True}
 
     def op_reshape(self, request: dict) -> dict:
@@ -214,37 +229,43 @@ class Device:
         grid, block = _dims(request["grid"]), _dims(request["block"])
         with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
             kernel[grid, block, 0, request.get("sharedmem", 0)](*args)
-        written = set()
+        written, read = set(), set()
         for record in launches:
             self.log.add("launches", record.summary())
             written.update(record.arrays_written)
+            read.update(record.arrays_read)
         names = list(self.builder.params(kernel))
+        origin = {}  # parameter -> the uploads its contents came from
+        for name, value, (host, _, upload) in zip(names, args, hosts):
+            if hasattr(value, "_alloc"):
+                origin[name] = self.sources.get(value._alloc.id, frozenset())
+            elif host is not None:
+                origin[name] = frozenset({upload})
+        # what a kernel writes is computed from what it read
+        derived = frozenset().union(*(origin.get(name, frozenset()) for name in read))
         for name, value in zip(names, args):
             if name in written and hasattr(value, "_alloc"):
                 self.kernel_writes[value._alloc.id] = self.log.call
+                self.sources[value._alloc.id] = derived
         back = []
-        for name, (host, wants) in zip(names, hosts):
+        for name, (host, wants, _) in zip(names, hosts):
             if host is not None and wants:
                 back.append(host)
-                if name in written:
-                    flat = np.ascontiguousarray(host).reshape(-1)
-                    self.log.add("downloads", {"digest": digest(host), "nbytes": int(host.nbytes),
-                                               "kernel_written": self.log.call is not None,
-                                               "head": flat[:HEAD].copy()})
+                if name in written:  # numba copies it back: a download of what the kernel wrote
+                    self._download(host, self.log.call is not None, derived)
         return {"ok": True, "writeback": back}
 
     def _arg(self, spec, hosts: list):
         if "handle" in spec:
-            hosts.append((None, False))
+            hosts.append((None, False, 0))
             return self._array(spec)
         if "host" in spec:
             data = np.asarray(spec["host"])
             if spec.get("order") == "F":
                 data = np.asfortranarray(data)
-            self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes)})
-            hosts.append((data, bool(spec.get("writeback"))))
+            hosts.append((data, bool(spec.get("writeback")), self._upload(data)))
             return data
-        hosts.append((None, False))
+        hosts.append((None, False, 0))
         if "tuple" in spec:
             return tuple(self._arg(v, []) for v in spec["tuple"])
         if "complex" in spec:

@@ -5,7 +5,8 @@ upload, and of each download with whether a kernel of this call last wrote the m
 from. The judge holds the call's inputs and the student's answer, and checks:
 - every input array was copied to the device, whole, during the call;
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
-  returned, from memory a kernel of this call wrote;
+  returned, from memory a kernel of this call wrote, computed (through the arrays the kernels
+  loaded from, launch after launch) from every input;
 - the answer is not bytes the host copied to the device in this call (an answer computed on the
   host, then copied through the GPU by a copy kernel or returned as uploaded).
 Each failure is a WrongAnswer that says which rule, in the student's terms.
@@ -24,16 +25,21 @@ from ..wire.messages import digest
 
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any) -> None:
     uploaded = {t.digest for t in report.uploads}
+    copies: list[set[int]] = []  # per input: the uploads of it in this call
     for i, array in enumerate(inputs):
-        if digest(array) not in uploaded:
+        key = digest(array)
+        ids = {t.id for t in report.uploads if t.digest == key}
+        if not ids:
             raise WrongAnswer(f"input array {i + 1} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
                               f"during the call: the kernels must read the inputs (copy each whole array with "
                               f"cuda.to_device, or pass it to the kernel)")
+        copies.append(ids)
     for value in output if isinstance(output, (list, tuple)) else [output]:
-        _answer(report, value, uploaded)
+        _answer(report, value, uploaded, copies, inputs)
 
 
-def _answer(report: DeviceReport, value: Any, uploaded: set[str]) -> None:
+def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[set[int]],
+            inputs: list[np.ndarray]) -> None:
     if value is None:
         return
     written = [t for t in report.downloads if t.kernel_written]
@@ -42,14 +48,18 @@ def _answer(report: DeviceReport, value: Any, uploaded: set[str]) -> None:
         if key in uploaded:
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
-        if not any(t.digest == key for t in written):
-            raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
-                              "(was it computed on the host?)")
+        found = [t for t in written if t.digest == key]
+    elif isinstance(value, (bool, int, float, complex, np.generic)):
+        found = [t for t in written if _holds(t.head, value)]
+    else:
         return
-    if isinstance(value, (bool, int, float, complex, np.generic)):
-        if not any(_holds(t.head, value) for t in written):
-            raise WrongAnswer("the answer was not read back from GPU memory written by a kernel of this call "
-                              "(was it computed on the host?)")
+    if not found:
+        raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
+                          "(was it computed on the host?)")
+    for i, ids in enumerate(copies):
+        if not any(ids & set(t.sources) for t in found):
+            raise WrongAnswer(f"the answer was not computed from input array {i + 1} "
+                              f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
 
 
 def _holds(head: np.ndarray | None, value: Any) -> bool:

@@ -31,7 +31,7 @@ class CallResult:
     launches: list[dict] = field(default_factory=list)  # one record per kernel launch (sim backend)
     # the device process's report (launches and copies seen by the simulated GPU), None without one
     device: wire.DeviceReport | None = None
-    inputs: list = field(default_factory=list)  # the array arguments as the judge sent them
+    sent: list = field(default_factory=list)  # the arguments as the judge sent them
 
 
 @dataclass(frozen=True)
@@ -250,8 +250,7 @@ class Student:
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
             _check_returned(function, reply.returned, returns)
-        return CallResult(reply.returned, reply.args, launches, device,
-                          [a for a in sent if isinstance(a, np.ndarray)])
+        return CallResult(reply.returned, reply.args, launches, device, sent)
 
     def close(self) -> None:
         self.connection.close()
@@ -260,11 +259,13 @@ class Student:
 _RETURNED = object()
 
 
-def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED) -> None:
+def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED,
+                          inputs: list[int] | None = None) -> None:
     """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
     to this side (the device process), `output` (default: what the function returned) was copied
-    back from device memory that a kernel of this call wrote, after the call's inputs were copied
-    to the device, and is not bytes the host itself copied there (grader.judge.dataflow)."""
+    back from device memory that kernels of this call wrote from the call's inputs (`inputs`:
+    the positions of the arguments that are inputs; default: every array argument), and is not
+    bytes the host itself copied there (grader.judge.dataflow)."""
     from .correctness import WrongAnswer
 
     if backend == "sim" and not result.launches:
@@ -272,7 +273,9 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     if result.device is not None:
         from .dataflow import verify
 
-        verify(result.device, result.inputs, result.value if output is _RETURNED else output)
+        chosen = range(len(result.sent)) if inputs is None else inputs
+        arrays = [result.sent[i] for i in chosen if isinstance(result.sent[i], np.ndarray)]
+        verify(result.device, arrays, result.value if output is _RETURNED else output)
 
 
 def _check_returned(function: str, value: Any, returns: Returns) -> None:

@@ -35,6 +35,7 @@ class LaunchRecord:
     threads: dict = field(repr=False, default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     arrays_written: list[str] = field(default_factory=list)
+    arrays_read: list[str] = field(default_factory=list)  # global arrays loaded from (the data flow)
     compiled: dict = field(default_factory=dict)  # compile check: registers, shared bytes, occupancy
     # memory requests per source line: {line, space, kind, requests, sectors | wavefronts}
     lines: list = field(default_factory=list)
@@ -260,7 +261,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         _devices.DEVICE_BANDWIDTH_BPS)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
-                          list(inst.warnings), sorted(inst.written), compiled,
+                          list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,
                           typing_note=typing_note, lines=lines)
     _publish(record)
 

@@ -240,6 +240,7 @@ class Instrument:
              "global_load_sectors", "global_store_sectors", "shared_loads", "shared_stores",
              "shared_requests", "bank_conflict_wavefronts", "atomics", "barriers", "warp_ops"), 0)
         self.written: set[str] = set()
+        self.read: set[str] = set()  # global arrays some thread loaded from (the data flow)
         # per source line: (space, kind, line) -> [requests, sectors or wavefronts], so a
         # diagnostic can name the line of an uncoalesced or bank-conflicted access
         self.by_line: dict[tuple[str, str, int], list[int]] = {}
@@ -523,6 +524,8 @@ class Instrument:
         if kind == "load":
             if self.uninit and not handle.initialised[flat]:
                 self._uninit(space, handle, flat, block, thread, line, filename)
+            if space == "global":
+                self.read.add(handle.name)
         else:
             if kind == "atomic":
                 if self.uninit and not handle.initialised[flat]:
@@ -994,6 +997,11 @@ class Instrument:
         return handle.address + flat * handle.dtype.itemsize
 
     def _count_vec(self, space, handle, kind, flat, lanes, last=None):
+        if kind == "load" and space == "global":
+            self.read.add(handle.name)
+        self._count_vec_units(space, handle, kind, flat, lanes, last)
+
+    def _count_vec_units(self, space, handle, kind, flat, lanes, last=None):
         n = lanes.n
         if kind == "atomic":
             self.counts["atomics"] += n
@@ -1099,6 +1107,9 @@ class Instrument:
         nth[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
         warp = g // self.tpb * self.wpb + (g % self.tpb) // WARP
         g0 = int(g.min())
+        loads = code == _CODE["global", "load"]
+        if loads.any():
+            self.read.update(self._slot_global[k].name for k in np.unique(slot[loads]).tolist())
         for c, (space, kind) in enumerate(_CODES):
             m = code == c
             if not m.any():
@@ -1208,11 +1219,14 @@ class Instrument:
         self._mark_stores(hc, flat.reshape(-1))
 
     def _mark_stores(self, hc: int, flat: np.ndarray) -> None:
-        """What the recorders mark for a global store: the elements written, and the array."""
+        """What the recorders mark for a global store: the elements written, and the array;
+        for a global load, the array as read."""
         if hc % 4 == _CODE["global", "store"]:
             handle = self._slot_global[hc // 4]
             handle.initialised[flat] = True
             self.written.add(handle.name)
+        elif hc % 4 == _CODE["global", "load"] and flat.size:
+            self.read.add(self._slot_global[hc // 4].name)
 
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""

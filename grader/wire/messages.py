@@ -130,6 +130,7 @@ class LaunchSummary:
     counters: dict[str, float]
     warnings: list[str] = field(default_factory=list)
     arrays_written: list[str] = field(default_factory=list)
+    arrays_read: list[str] = field(default_factory=list)
     compiled: dict = field(default_factory=dict)
     lines: list[dict] = field(default_factory=list)
     typing_note: str | None = None
@@ -166,6 +167,8 @@ class LaunchSummary:
             warnings=[_text(w, f"{where}.warnings[{i}]") for i, w in enumerate(_list(doc.get("warnings", []), f"{where}.warnings"))],
             arrays_written=[_text(a, f"{where}.arrays_written[{i}]", MAX_NAME)
                             for i, a in enumerate(_list(doc.get("arrays_written", []), f"{where}.arrays_written"))],
+            arrays_read=[_text(a, f"{where}.arrays_read[{i}]", MAX_NAME)
+                         for i, a in enumerate(_list(doc.get("arrays_read", []), f"{where}.arrays_read"))],
             compiled=_plain(_dict(doc.get("compiled", {}), f"{where}.compiled"), f"{where}.compiled"),
             lines=lines,
             typing_note=_text(doc.get("typing_note"), f"{where}.typing_note", optional=True),
@@ -177,6 +180,7 @@ class LaunchSummary:
                 "shared_bytes": self.shared_bytes, "device": self.device, "executor": self.executor,
                 "fallback_reason": self.fallback_reason, "counters": dict(self.counters),
                 "warnings": list(self.warnings), "arrays_written": list(self.arrays_written),
+                "arrays_read": list(self.arrays_read),
                 "compiled": self.compiled, "lines": [dict(e) for e in self.lines], "typing_note": self.typing_note}
 
 
@@ -266,6 +270,8 @@ class Transfer:
     nbytes: int
     kernel_written: bool = False     # downloads: the memory was last written by a kernel of this call
     head: np.ndarray | None = None   # downloads: the first values (a returned scalar is one of them)
+    id: int = 0                      # uploads: the device's number for it
+    sources: tuple[int, ...] = ()    # downloads: the uploads the memory was computed from
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -276,8 +282,10 @@ class Transfer:
         kernel_written = doc.get("kernel_written", False)
         if not isinstance(kernel_written, bool):
             raise ProtocolError(f"{where}.kernel_written: expected true or false")
+        sources = tuple(_int(u, f"{where}.sources[{i}]")
+                        for i, u in enumerate(_list(doc.get("sources", []), f"{where}.sources")))
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
-                   kernel_written, head if download else None)
+                   kernel_written, head if download else None, _int(doc.get("id", 0), f"{where}.id"), sources)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grader.judge.correctness import expect_close
-from grader.judge import require_kernel_launch
+from grader.judge import Returns, require_kernel_launch
 from grader.judge.perf import expect_performance
 
 # (M, K, N): degenerate, one exact tile, odd sizes that are not multiples of 16 or 32 in any
@@ -28,7 +28,7 @@ def _inputs(rng, m, k, n):
 
 def _check(student, backend, rng, function, shape):
     A, B = _inputs(rng, *shape)
-    result = student.call(function, A, B)
+    result = student.call(function, A, B, returns=Returns((A.shape[0], B.shape[1]), np.dtype(np.float32)))
     require_kernel_launch(result, backend)
     expected = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
     # float32 GEMM: rounding grows with K and with the magnitude of the terms, not of the sum

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grader.judge.correctness import WrongAnswer, expect_close
-from grader.judge import require_kernel_launch
+from grader.judge import Returns, require_kernel_launch
 from grader.judge.perf import expect_performance
 
 # Sizes that are not a multiple of any block size: a missing bounds guard shows here.
@@ -21,7 +21,7 @@ def _inputs(rng, n):
 
 def _check_add(student, backend, rng, n):
     a, b = _inputs(rng, n)
-    result = student.call("vector_add", a, b)
+    result = student.call("vector_add", a, b, returns=Returns.like(a))
     require_kernel_launch(result, backend)
     expect_close(result.value, a + b, rtol=1e-6, what=f"vector_add(a, b) with n={n}")
     if not (np.array_equal(result.args[0], a) and np.array_equal(result.args[1], b)):
@@ -49,7 +49,7 @@ def test_special_values(student, backend, rng):
     """Infinities and NaN propagate as IEEE arithmetic says (NaN never passes as a number)."""
     a, b = _inputs(rng, 300)
     a[:3] = [np.inf, -np.inf, np.nan]
-    result = student.call("vector_add", a, b)
+    result = student.call("vector_add", a, b, returns=Returns.like(a))
     require_kernel_launch(result, backend)
     expected = a + b
     got = result.value
@@ -68,7 +68,7 @@ STRIDE_SIZES = [1, 33, 1025, GRID_THREADS, 5 * GRID_THREADS + 7]
 
 def _check_grid_stride(student, backend, rng, n):
     a, b = _inputs(rng, n)
-    result = student.call("vector_add_grid_stride", a, b)
+    result = student.call("vector_add_grid_stride", a, b, returns=Returns.like(a))
     require_kernel_launch(result, backend)
     expect_close(result.value, a + b, rtol=1e-6, what=f"vector_add_grid_stride(a, b) with n={n}")
     return result
@@ -103,7 +103,7 @@ def test_grid_stride_is_coalesced(student, reference, stage_spec, backend, rng):
     if backend != "sim":
         pytest.skip("GPU timing thresholds are measured by a later issue")
     a, b = _inputs(rng, 5 * GRID_THREADS + 7)
-    got = student.call("vector_add_grid_stride", a, b)
+    got = student.call("vector_add_grid_stride", a, b, returns=Returns.like(a))
     expect_close(got.value, a + b, rtol=1e-6, what="vector_add_grid_stride(a, b)")
     expect_performance(stage_spec, got.launches, reference.call("vector_add_grid_stride", a, b).launches)
 
@@ -116,7 +116,7 @@ def _check_saxpy(student, backend, rng, n):
     x, y = _inputs(rng, n)
     alpha = np.float32(rng.uniform(0.5, 2.0))
     expected = (alpha * x + y).astype(np.float32)
-    result = student.call("saxpy_inplace", float(alpha), x, y)
+    result = student.call("saxpy_inplace", float(alpha), x, y, returns=Returns.like(y))
     require_kernel_launch(result, backend, output=[result.value, result.args[2]])
     expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
     expect_close(result.value, expected, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
