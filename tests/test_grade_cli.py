@@ -225,3 +225,18 @@ def test_hostile_submissions_graded_beside_an_honest_one_leave_its_grade_unchang
     assert "timed out after 3 s" in results["hang"].tests[0].output
     assert "no kernel was launched" in results["flood"].tests[0].output
     assert "RecursionError" in results["crash"].tests[0].output
+
+
+def test_a_submission_cannot_bloat_the_results_file(tmp_path):
+    """Messages of any size from the student's process: the results file stays small."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    (tmp_path / "vector_add.py").write_text(
+        "def vector_add(a, b):\n    raise ValueError('x' * (50 << 20))\n")
+    results = grade(tmp_path, ["vector_add"], backend="sim", course=Course(ROOT), stages=[1])
+    assert results.score == 0 and not results.errors
+    out = tmp_path / "results.json"
+    results.dump(str(out))
+    assert out.stat().st_size < 200_000, "9 failed tests cannot make a results file of megabytes"
+    assert all(len(t.output) <= 16_100 for t in results.tests)

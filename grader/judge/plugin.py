@@ -95,6 +95,17 @@ def failure_message(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# A test's message in the results file: whatever the student's code makes the messages say, a
+# results file stays small (a few hundred tests of this at most).
+MAX_OUTPUT = 16_000
+
+
+def _capped(text: str) -> str:
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} characters cut]"
+
+
 class GradingSession:
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -232,7 +243,7 @@ class GradingSession:
             max_score=points,
             score=points if passed else 0.0,
             status="passed" if passed else "failed",
-            output=output,
+            output=_capped(output),
             nodeid=item.nodeid,
             visibility=str(_marker_arg(item, "visibility", "visible")),
         )
