@@ -151,3 +151,47 @@ def test_a_call_reply_must_give_back_the_arguments_that_were_sent():
         Reply.parse({"ok": "yes"})
     with pytest.raises(ProtocolError, match="returned"):
         CallReply.parse({"ok": True, "returned": {"score": 100}, "args": [np.zeros(4, np.float32), None]}, sent)
+
+
+# -- frames through sealed shared memory (the runner <-> device process socket) ----------------
+import socket as _socket  # noqa: E402
+
+from grader.wire import shared  # noqa: E402
+
+needs_memfd = pytest.mark.skipif(not shared.AVAILABLE, reason="memfds and SCM_RIGHTS are Linux's")
+
+
+@needs_memfd
+def test_large_arrays_cross_as_sealed_shared_memory_and_arrive_writable():
+    left, right = _socket.socketpair()
+    big = np.arange(1 << 20, dtype=np.float32)
+    shared.send(left, {"big": big, "small": np.arange(3, dtype=np.int64), "s": np.float32(1.5)})
+    got = shared.receive(right, Bounds())
+    assert np.array_equal(got["big"], big) and np.array_equal(got["small"], [0, 1, 2]) and got["s"] == 1.5
+    got["big"][0] = -1  # copy-on-write: the receiver's own
+    assert big[0] == 0
+
+
+def _raw(sock, doc: dict, fds: list[int]) -> None:
+    body = __import__("json").dumps(doc).encode()
+    _socket.send_fds(sock, [frames._HEADER.pack(len(body))], fds)
+    sock.sendall(body)
+
+
+@needs_memfd
+@pytest.mark.parametrize("problem", ["unsealed", "wrong size", "missing fd"])
+def test_a_shared_frame_that_is_not_sealed_or_not_the_announced_size_is_refused(problem):
+    import os
+
+    left, right = _socket.socketpair()
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.write(fd, bytes(1 << 16))
+    if problem != "unsealed":
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    size = (1 << 17) if problem == "wrong size" else (1 << 16)
+    doc = {"message": {"__ndarray__": 0, "dtype": "|u1", "shape": [size]}, "frames": [size], "shared": [0]}
+    _raw(left, doc, [] if problem == "missing fd" else [fd])
+    with pytest.raises(ProtocolError, match="sealed|size|announced"):
+        shared.receive(right, Bounds())

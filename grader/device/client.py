@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import wire
+from ..wire import shared
 from ..sim import errors as sim_errors
 from ..sim import patching
 from ..sim.devices import Devices, GpuList
@@ -50,8 +51,6 @@ class Channel:
 
     def __init__(self, fd: int):
         self._sock = socket.socket(fileno=fd)
-        self._in = self._sock.makefile("rb", buffering=0)
-        self._out = self._sock.makefile("wb", buffering=0)
         self._lock = threading.Lock()
         self._freed: list[int] = []
 
@@ -60,7 +59,7 @@ class Channel:
             if self._freed:
                 message = dict(message, free=self._freed)
                 self._freed = []
-            reply = wire.exchange(self._out, self._in, message, BOUNDS)
+            reply = shared.exchange(self._sock, message, BOUNDS)  # arrays through sealed shared memory
         if not isinstance(reply, dict) or not reply.get("ok"):
             _raise((reply or {}).get("error") or {} if isinstance(reply, dict) else {})
         return reply

@@ -2,7 +2,8 @@
 
 `python -m grader.device` serves two channels from one loop, one message at a time:
 - the runner's (a socket): device memory, copies, views and launches asked for by the student's
-  host code (grader.device.client). Arrays arrive and leave as raw frames, never pickles.
+  host code (grader.device.client). Arrays arrive and leave as raw frames, large ones as sealed
+  shared memory (grader.wire.shared), never pickles.
 - the judge's (a pipe pair, the runner protocol's framing): `configure`, `ping`, and `begin` /
   `end` around each call the judge makes into the runner. `end` answers with what happened on
   the device during that call: every launch's record and counters, every finding (race, out of
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import wire
+from ..wire import shared
 from ..wire.messages import digest
 from .package import Builder, NotPackable
 
@@ -303,8 +305,6 @@ def _dims(value):
 
 
 def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> None:
-    runner_in = runner_sock.makefile("rb", buffering=0)
-    runner_out = runner_sock.makefile("wb", buffering=0)
     judge_fd, runner_fd = judge_in.fileno(), runner_sock.fileno()
     watched = [judge_fd, runner_fd]
     while watched:
@@ -319,7 +319,7 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
             continue
         if runner_fd in ready:
             try:
-                request = wire.receive(runner_in, RUNNER_BOUNDS)
+                request = shared.receive(runner_sock, RUNNER_BOUNDS)
             except (EOFError, OSError):
                 watched.remove(runner_fd)  # the runner is gone; the judge may still ask for its report
                 continue
@@ -329,7 +329,7 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
                 continue
             reply = device.runner(request) if isinstance(request, dict) else Device._error("ProtocolError", "not a request")
             try:
-                wire.send(runner_out, reply)
+                shared.send(runner_sock, reply)
             except OSError:
                 watched.remove(runner_fd)
 

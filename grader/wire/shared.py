@@ -1,0 +1,124 @@
+"""Frames through shared memory, on a Unix socket: the runner <-> device process channel.
+
+The same messages as grader.wire.frames, but an array frame of SHARED_MIN bytes or more travels
+as a sealed memfd passed with the message (SCM_RIGHTS) instead of through the socket: the sender
+writes it once, seals it (no write, shrink or grow: the receiver's view cannot change under it),
+and the receiver maps it copy-on-write, so the array is usable and writable at no further copy.
+Bounds, dtypes and sizes are checked as for any frame; a descriptor that is not a sealed memfd
+of exactly the announced size is a ProtocolError. Where memfds do not exist (not Linux), every
+frame goes through the socket.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import mmap
+import os
+import socket
+from typing import Any
+
+import numpy as np
+
+from .frames import _HEADER, Bounds, ProtocolError, _decode, _encode
+
+SHARED_MIN = 1 << 16
+MAX_FDS = 64  # shared frames in one message
+_SEALS = getattr(fcntl, "F_SEAL_WRITE", 8) | getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
+AVAILABLE = hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS") and hasattr(socket, "send_fds")
+
+
+def _sealed(array: np.ndarray) -> int:
+    fd = os.memfd_create("gpugrade-frame", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(array.reshape(-1).view(np.uint8))
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS | getattr(fcntl, "F_SEAL_SEAL", 1))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def send(sock: socket.socket, message: Any) -> None:
+    frames: list[np.ndarray] = []
+    encoded = _encode(message, frames)
+    shared = [i for i, f in enumerate(frames) if AVAILABLE and f.nbytes >= SHARED_MIN][:MAX_FDS]
+    body = json.dumps({"message": encoded, "frames": [f.nbytes for f in frames], "shared": shared}).encode()
+    fds = [_sealed(frames[i]) for i in shared]
+    try:
+        head = _HEADER.pack(len(body))
+        if fds:
+            sent = socket.send_fds(sock, [head], fds)  # the descriptors travel with the first bytes
+            if sent < len(head):
+                sock.sendall(head[sent:])
+        else:
+            sock.sendall(head)
+        sock.sendall(body)
+        for i, frame in enumerate(frames):
+            if frame.nbytes and i not in shared:
+                sock.sendall(frame.reshape(-1).view(np.uint8).data)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buffer, view, got = bytearray(n), None, 0
+    view = memoryview(buffer)
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
+            raise EOFError("the other side closed the channel")
+        got += k
+    return buffer
+
+
+def receive(sock: socket.socket, bounds: Bounds = Bounds()) -> Any:
+    data, fds, _, _ = socket.recv_fds(sock, _HEADER.size, MAX_FDS) if AVAILABLE else (sock.recv(_HEADER.size), [], 0, 0)
+    try:
+        if not data:
+            raise EOFError("the other side closed the channel")
+        head = bytes(data) + (bytes(_recv_exact(sock, _HEADER.size - len(data))) if len(data) < _HEADER.size else b"")
+        (length,) = _HEADER.unpack(head)
+        if length > bounds.json_bytes:
+            raise ProtocolError(f"a message of {length} bytes; at most {bounds.json_bytes} are accepted here")
+        try:
+            doc = json.loads(_recv_exact(sock, length))
+            sizes = [int(s) for s in doc["frames"]]
+            shared = [int(i) for i in doc.get("shared", [])]
+            message = doc["message"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProtocolError(f"malformed message: {exc}") from None
+        if any(s < 0 for s in sizes) or sum(sizes) > bounds.frame_bytes:
+            raise ProtocolError(f"array frames of {sum(sizes)} bytes; at most {bounds.frame_bytes} are accepted here")
+        if len(shared) != len(fds) or len(set(shared)) != len(shared) or any(not 0 <= i < len(sizes) for i in shared):
+            raise ProtocolError(f"{len(fds)} shared frames passed for {len(shared)} announced")
+        mapped = dict(zip(shared, (_map(fd, sizes[i]) for i, fd in zip(shared, fds))))
+        frames = [mapped[i] if i in mapped else _recv_exact(sock, s) for i, s in enumerate(sizes)]
+        return _decode(message, frames)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _map(fd: int, size: int):
+    """A sealed memfd of exactly `size` bytes, mapped copy-on-write."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        raise ProtocolError("a shared frame that is not a memfd") from None
+    if seals & _SEALS != _SEALS:
+        raise ProtocolError("a shared frame that is not sealed against writes")
+    if os.fstat(fd).st_size != size:
+        raise ProtocolError("a shared frame whose size is not the announced one")
+    if size == 0:
+        return bytearray()
+    return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def exchange(sock: socket.socket, message: Any, bounds: Bounds = Bounds()) -> Any:
+    send(sock, message)
+    return receive(sock, bounds)
