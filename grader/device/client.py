@@ -202,18 +202,10 @@ class RemoteHostAPI(HostAPI):
                                            "initialised": initialised})
         return RemoteDeviceArray(self._sim, reply)
 
-    def to_device(self, obj, stream=0, copy=True, to=None):
-        if to is not None:
-            to.copy_to_device(obj, stream)
-            return to
-        if isinstance(obj, RemoteDeviceArray):
-            out = self._new(obj.shape, obj.dtype, True)
-            out.copy_to_device(obj)
-            return out
-        host = np.asarray(obj)
-        order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
+    def _from_host(self, host: np.ndarray, order: str, copy: bool) -> RemoteDeviceArray:
         if not copy:
             return self._new(host.shape, host.dtype, True, order)
+        # allocation and upload in one request
         reply = self._sim.channel.request({"op": "alloc", "device": self._current(), "shape": list(host.shape),
                                            "dtype": host.dtype.str, "order": order, "initialised": True,
                                            "data": np.ascontiguousarray(host)})

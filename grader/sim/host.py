@@ -335,12 +335,16 @@ class HostAPI:
         if to is not None:
             to.copy_to_device(obj, stream)
             return to
-        if isinstance(obj, SimDeviceArray):
+        if self.is_cuda_array(obj):
             out = self._new(obj.shape, obj.dtype, True)
             out.copy_to_device(obj)
             return out
         host = np.asarray(obj)
         order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
+        return self._from_host(host, order, copy)
+
+    def _from_host(self, host: np.ndarray, order: str, copy: bool):
+        """A new device array of `host`'s shape and dtype, holding a copy of it when `copy`."""
         out = self._new(host.shape, host.dtype, True, order)
         if copy:
             out.copy_to_device(host)
