@@ -15,7 +15,7 @@ Public API::
     toolchain_status() -> ToolchainStatus
     find_ptxas() -> str | None
     numba_type_of(value) / argtypes_for(args) -> numba types as numba types them
-    compile_check(kernel, argtypes, cc=(9, 0)) -> CompileReport
+    compile_check(kernel, argtypes, cc=TARGET_CC) -> CompileReport
     CompileReport.occupancy(threads_per_block, dynamic_shared=0) -> Occupancy
     clear_cache(disk=False)
 
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from grader.sim import patching
+from grader.sim.devices import TARGET_CC
 from grader.sim.occupancy import Occupancy, occupancy as _occupancy
 
 __all__ = [
@@ -91,7 +92,7 @@ class CompileReport:
     lineno: int | None = None
     source_line: str | None = None
     detail: str = ""  # numba's / ptxas's own message, trimmed
-    cc: tuple[int, int] = (9, 0)
+    cc: tuple[int, int] = TARGET_CC
     argtypes: list[str] = field(default_factory=list)
     registers: int | None = None  # per thread
     barriers: int | None = None
@@ -138,7 +139,7 @@ class CompileReport:
     def from_dict(cls, d: dict) -> "CompileReport":
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        kw["cc"] = tuple(kw.get("cc", (9, 0)))
+        kw["cc"] = tuple(kw.get("cc", TARGET_CC))
         return cls(**kw)
 
 
@@ -280,7 +281,7 @@ def toolchain_status(refresh: bool = False) -> ToolchainStatus:
             except Exception as e:  # noqa: BLE001
                 st.compile_ptx_reason = f"NVVM not usable: {_first_line(e)}"
             if not st.compile_ptx_reason:
-                ptx, _ = cuda.compile_ptx(_probe_kernel, (float32[:],), cc=(9, 0))
+                ptx, _ = cuda.compile_ptx(_probe_kernel, (float32[:],), cc=TARGET_CC)
                 st.compile_ptx = True
         except Exception as e:  # noqa: BLE001
             st.compile_ptx_reason = st.compile_ptx_reason or (
@@ -298,7 +299,7 @@ def toolchain_status(refresh: bool = False) -> ToolchainStatus:
             if st.ptxas_version is None:
                 st.ptxas_reason = f"{path} --version failed"
             elif ptx is not None:
-                res = _run_ptxas(path, ptx, (9, 0))
+                res = _run_ptxas(path, ptx, TARGET_CC)
                 if res.returncode != 0:
                     st.ptxas_reason = f"ptxas cannot assemble numba's PTX: {_ptxas_errors(res.log)}"
                 else:
@@ -651,7 +652,7 @@ def _prune(d: Path) -> None:
 # --------------------------------------------------------------------------- compile
 
 
-def compile_check(kernel, argtypes: Sequence[Any] | None = None, cc: tuple[int, int] = (9, 0),
+def compile_check(kernel, argtypes: Sequence[Any] | None = None, cc: tuple[int, int] = TARGET_CC,
                   *, use_cache: bool = True) -> CompileReport:
     """Compile ``kernel`` (a ``@cuda.jit`` dispatcher or its ``py_func``) for ``cc`` and
     assemble it with ``ptxas -v``.

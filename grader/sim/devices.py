@@ -10,6 +10,10 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
+# The one compute capability everything simulated targets: the devices report it, kernels are
+# typed, compiled and ptxas-checked for it, occupancy is computed for its SM (an H100/H200).
+TARGET_CC = (9, 0)
+
 # Modelled costs used by the event clock (documented as a model, not a measurement).
 LAUNCH_OVERHEAD_MS = 0.005
 DEVICE_BANDWIDTH_BPS = 3.35e12  # HBM3 of an H100/H200 class part
@@ -41,7 +45,7 @@ class VirtualDevice:
         self._devices = devices
         self.id = ident
         self.name = f"Simulated GPU {ident} (gpugrade)"
-        self.compute_capability = (9, 0)
+        self.compute_capability = TARGET_CC
         self.limits = Limits()
         self.clock_ms = 0.0
         self._lock = threading.Lock()

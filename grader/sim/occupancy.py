@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .devices import TARGET_CC
+
 __all__ = ["SMLimits", "Occupancy", "LIMITS", "limits_for", "occupancy"]
 
 
@@ -104,7 +106,7 @@ _LIMITER_ORDER = ("warps", "blocks", "registers", "shared_memory")
 
 
 def occupancy(registers: int, static_shared: int, threads_per_block: int,
-              dynamic_shared: int = 0, cc: tuple[int, int] = (9, 0)) -> Occupancy:
+              dynamic_shared: int = 0, cc: tuple[int, int] = TARGET_CC) -> Occupancy:
     """Resident blocks/warps per SM for a kernel using ``registers`` per thread and
     ``static_shared`` bytes of ``cuda.shared.array`` per block, launched with
     ``threads_per_block`` threads and ``dynamic_shared`` bytes of dynamic shared memory."""

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import patching
+from ..devices import TARGET_CC
 from .unsupported import SimtUnsupported
-
-# compute capability the typing pretends to target (device functions are compiled while typing)
-COMPUTE_CAPABILITY = (9, 0)
 
 
 def _numba():
@@ -155,10 +153,10 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     flags = compiler.CUDAFlags()
     flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
     flags.error_model = "numpy"
-    flags.compute_capability = COMPUTE_CAPABILITY
+    flags.compute_capability = TARGET_CC
     try:
         with utils.numba_target_override(), \
-                patching.typing_device(COMPUTE_CAPABILITY, py_func):
+                patching.typing_device(TARGET_CC, py_func):
             state = compiler.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
