@@ -52,6 +52,7 @@ def run_case(name, repeat, profile=False, warmup=1):
     import kernels
 
     executor, checks, workload = CASES[name]
+    sim.tune_process()  # as the device process does at its start
     sim.install(executor=executor, checks=sim.Checks(off=OFF[checks]))
     try:
         w = kernels.WORKLOADS[workload]()

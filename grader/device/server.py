@@ -58,6 +58,7 @@ class Device:
     def __init__(self, devices: int, workspace: str):
         from .. import sim
 
+        sim.tune_process()  # this process is the simulated GPU's own
         self.sim = sim.install(devices=devices, compile_check=True)
         self._trace = sim.trace
         self._errors = sim.SimError

@@ -38,6 +38,7 @@ class Runner:
         elif backend == "sim":
             from .. import sim
 
+            sim.tune_process()  # this process is ours (`python -m grader.runner`)
             sim.install(devices=devices, compile_check=True)
             self.trace = sim.trace
 

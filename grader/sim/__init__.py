@@ -28,7 +28,7 @@ from .launch import LaunchRecord, SimLaunchConfiguration, trace
 from .launch import run as _run
 
 __all__ = [
-    "install", "uninstall", "installed", "is_installed", "current", "trace", "Checks",
+    "install", "uninstall", "tune_process", "installed", "is_installed", "current", "trace", "Checks",
     "LaunchRecord", "SimDeviceArray", "Simulator", "SimError", "OutOfBoundsError", "RaceError",
     "UninitialisedReadError", "BarrierDivergenceError", "WarpOpError", "DeadlockError",
     "LaunchConfigError", "WrongDeviceError", "NotSimulatedError", "SimWarning",
@@ -81,6 +81,16 @@ class _Forall:
 
 _state_lock = threading.Lock()
 _active: tuple[Simulator, patching.PatchScope] | None = None
+
+
+def tune_process() -> None:
+    """Process-wide settings that make simulation faster (glibc malloc thresholds; see
+    simt.executor.tune_malloc): only for a process that is the simulator's own, at its start."""
+    try:
+        from .simt.executor import tune_malloc
+    except ImportError:  # the lockstep executor is not available here
+        return
+    tune_malloc()
 
 
 def install(devices: int = 1, executor: str = "auto", checks: Checks | None = None,

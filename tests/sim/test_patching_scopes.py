@@ -191,3 +191,21 @@ def test_device_dispatchers_follow_globals_closures_and_modules():
         a[0] = outer(a[0])
 
     assert set(map(id, patching.device_dispatchers(uses_outer.py_func))) == {id(outer), id(inner)}
+
+
+def test_a_launch_changes_nothing_process_wide():
+    """Regression (issue 10): the first SIMT launch set glibc's malloc thresholds for the whole
+    process. Only a process that is the simulator's own asks for that, at its start
+    (`sim.tune_process()`: the device process, a runner, the benchmarks)."""
+    import gc
+
+    from grader.sim.simt import executor
+
+    kernel, _ = _fresh_kernel()
+    before = (executor._malloc_tuned, gc.isenabled())
+    for name in ("simt", "thread"):
+        with sim.installed(executor=name):
+            out = cuda.device_array(64, np.float32)
+            kernel[2, 32](cuda.to_device(np.ones(64, np.float32)), out)
+            assert np.array_equal(out.copy_to_host(), np.full(64, 0.5, np.float32))
+    assert (executor._malloc_tuned, gc.isenabled()) == before == (False, True)

@@ -97,8 +97,11 @@ def run_simt(kernel, config, args, instrument) -> None:
 _malloc_tuned = False
 
 
-def _tune_malloc() -> None:
-    """Keep numpy's lane-sized temporaries in the heap. Every statement allocates and frees
+def tune_malloc() -> None:
+    """For a process that is the simulator's own (the device process, a runner, a benchmark),
+    called at its start, never by a launch: a library call does not change the whole process.
+
+    Keep numpy's lane-sized temporaries in the heap. Every statement allocates and frees
     vectors of 128 KiB to a few MiB; with glibc's defaults each such block goes back to the
     kernel when freed (mmap from 128 KiB up, the heap trimmed once 128 KiB lie free at its top),
     so the next statement's vectors page-fault afresh (measured: 1,700 minor faults per warm
@@ -125,7 +128,6 @@ def _tune_malloc() -> None:
 
 
 def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
-    _tune_malloc()
     filename = fn.__code__.co_filename
     tpb, n_blocks = config.threads_per_block, config.n_blocks
     per_batch = max(1, min(n_blocks, BATCH_LANES // tpb))
