@@ -314,6 +314,23 @@ _DEVICE_HOOK = _DeviceHook()
 _compile_lock = threading.RLock()
 
 
+@contextlib.contextmanager
+def registered_pass(cls, mutates_CFG: bool = False, analysis_only: bool = True):
+    """numba's (process-wide) compiler pass registry holds `cls` inside the block only: the
+    SIMT typing's stop-after-typing pass is there while a kernel is typed, never after."""
+    from numba.cuda.core.compiler_machinery import _pass_registry
+
+    with _compile_lock:
+        added = not _pass_registry.is_registered(cls)
+        if added:
+            _pass_registry.register(mutates_CFG, analysis_only)(cls)
+        try:
+            yield
+        finally:
+            if added:
+                _pass_registry._registry.pop(cls, None)
+
+
 def device_dispatchers(func) -> list:
     """The CUDA dispatchers `func` reaches through its globals, closure and module attributes,
     transitively (the device functions numba compiles when it types `func`)."""

@@ -209,3 +209,7 @@ def test_a_launch_changes_nothing_process_wide():
             kernel[2, 32](cuda.to_device(np.ones(64, np.float32)), out)
             assert np.array_equal(out.copy_to_host(), np.full(64, 0.5, np.float32))
     assert (executor._malloc_tuned, gc.isenabled()) == before == (False, True)
+    from numba.cuda.core.compiler_machinery import _pass_registry
+
+    assert not any(v.pass_inst.name() == "simt_stop_after_typing" for v in _pass_registry._registry.values()), \
+        "the SIMT typing's pass is in numba's registry only while a kernel is typed"

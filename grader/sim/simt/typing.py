@@ -105,11 +105,10 @@ def _numba_refuses(err: BaseException) -> bool:
 def _typing_pipeline():
     from numba.cuda import compiler
     from numba.cuda.core.compiler import _EarlyPipelineCompletion
-    from numba.cuda.core.compiler_machinery import AnalysisPass, PassManager, register_pass
+    from numba.cuda.core.compiler_machinery import AnalysisPass, PassManager
     from numba.cuda.core.typed_passes import NopythonTypeInference
 
-    @register_pass(mutates_CFG=False, analysis_only=True)
-    class SimtStopAfterTyping(AnalysisPass):
+    class SimtStopAfterTyping(AnalysisPass):  # registered only while typing (patching.registered_pass)
         _name = "simt_stop_after_typing"
 
         def __init__(self):
@@ -132,7 +131,7 @@ def _typing_pipeline():
             pm.finalize()
             return [pm]
 
-    return compiler, TypingOnly
+    return compiler, TypingOnly, SimtStopAfterTyping
 
 
 _pipeline = None
@@ -146,7 +145,7 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
         return _inferred[key]
     if _pipeline is None:
         _pipeline = _typing_pipeline()
-    compiler, TypingOnly = _pipeline
+    compiler, TypingOnly, stop_pass = _pipeline
     types, cuda_target, _ = _numba()
     from numba.cuda import utils
 
@@ -155,8 +154,8 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     flags.error_model = "numpy"
     flags.compute_capability = TARGET_CC
     try:
-        with utils.numba_target_override(), \
-                patching.typing_device(TARGET_CC, py_func):
+        with utils.numba_target_override(), patching.typing_device(TARGET_CC, py_func), \
+                patching.registered_pass(stop_pass):
             state = compiler.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
