@@ -12,7 +12,7 @@ from .course import Course
 from .errors import GpugradeError, UsageError
 from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
 from .report import FORMATS, render
-from .results import EXIT_INTERNAL, EXIT_USAGE, Results
+from .results import ExitCode, Results
 from .sandbox import SANDBOXES, SandboxSpec
 
 
@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         code = run(argv)
     except UsageError as exc:
         print(f"gpugrade: {exc}", file=sys.stderr)
-        code = EXIT_USAGE
+        code = ExitCode.USAGE
     except GpugradeError as exc:
         print(f"gpugrade: {type(exc).__name__}: {exc}", file=sys.stderr)
-        code = EXIT_INTERNAL
+        code = ExitCode.INTERNAL
     sys.exit(code)

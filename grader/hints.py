@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, Stage
-from .results import Results
+from .results import Results, Status
 
 STATE_FILE = Path(".gpugrade") / "hints.json"
 
@@ -45,7 +45,7 @@ class HintState:
 def first_failing_stage(results: Results, manifest: Manifest) -> Stage | None:
     """The earliest stage (exercise order of the results, then stage number) with a failed test."""
     for exercise in results.exercises():
-        failed = sorted({t.stage for t in results.tests if t.exercise == exercise and t.status == "failed"})
+        failed = sorted({t.stage for t in results.tests if t.exercise == exercise and t.status == Status.FAILED})
         if failed and exercise in manifest.exercises:
             return manifest.stage(exercise, failed[0])
     return None

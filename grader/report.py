@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .results import Results
+from .results import Results, Status
 
 FORMATS = ("table", "gradescope", "prairielearn", "junit", "markdown", "html", "json")
 # Tests a student must not see the details of yet (Gradescope applies these itself).
@@ -41,7 +41,7 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
         stages = sorted({t.stage for t in results.tests if t.exercise == exercise})
         for stage in stages:
             for t in (t for t in results.tests if t.exercise == exercise and t.stage == stage):
-                mark = Text("ok", style="green") if t.status == "passed" else Text(first_line(t.output) or "failed",
+                mark = Text("ok", style="green") if t.status == Status.PASSED else Text(first_line(t.output) or "failed",
                                                                                      style="red")
                 grid.add_row(Text(t.name), str(t.stage), f"{_num(t.score)}/{_num(t.max_score)}", mark)
             got, out_of = results.subtotal(exercise, stage)
@@ -57,7 +57,7 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
 def first_failure(results: Results) -> str:
     """The student loop's next step: the first failing test with its whole message, and the
     distinct simulator findings (race, out of bounds, ... with kernel, file and line) of all."""
-    failed = [t for t in results.tests if t.status == "failed"]
+    failed = [t for t in results.tests if t.status == Status.FAILED]
     if not failed:
         return ""
     first = failed[0]
@@ -96,7 +96,7 @@ def gradescope(results: Results) -> dict:
 
 def junit(results: Results) -> str:
     suite = ET.Element("testsuite", name=results.submission, tests=str(len(results.tests)),
-                       failures=str(sum(t.status == "failed" for t in results.tests)),
+                       failures=str(sum(t.status == Status.FAILED for t in results.tests)),
                        errors=str(len(results.errors)), time=str(results.execution_time))
     for t in results.tests:
         case = ET.SubElement(suite, "testcase", classname=t.exercise, name=t.name, time="0")
@@ -105,7 +105,7 @@ def junit(results: Results) -> str:
             ET.Element("property", name="max_score", value=_num(t.max_score)),
             ET.Element("property", name="stage", value=str(t.stage)),
         ])
-        if t.status == "failed":
+        if t.status == Status.FAILED:
             failure = ET.SubElement(case, "failure", message=first_line(t.output))
             failure.text = t.output
     for error in results.errors:
@@ -141,11 +141,11 @@ def markdown(results: Results) -> str:
              f"{_num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
              "| test | stage | score | result |", "|---|---|---|---|"]
     for t in shown:
-        result = "ok" if t.status == "passed" else first_line(t.output).replace("|", "\\|")
+        result = "ok" if t.status == Status.PASSED else first_line(t.output).replace("|", "\\|")
         lines.append(f"| `{t.name}` | {t.stage} | {_num(t.score)}/{_num(t.max_score)} | {result} |")
     if hidden:
         lines += ["", f"{hidden} more test(s) are hidden until after the due date."]
-    failures = [t for t in shown if t.status == "failed" and "\n" in t.output.strip()]
+    failures = [t for t in shown if t.status == Status.FAILED and "\n" in t.output.strip()]
     for t in failures:
         lines += ["", f"## {t.name}", "", "```", t.output.strip(), "```"]
     return "\n".join(lines) + "\n"

@@ -9,9 +9,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum, IntEnum
 from typing import Any
 
-EXIT_FULL_MARKS, EXIT_POINTS_LOST, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+class ExitCode(IntEnum):
+    """What `gpugrade` exits with (documented in the README)."""
+
+    FULL_MARKS = 0
+    POINTS_LOST = 1
+    USAGE = 2
+    INTERNAL = 3
+
+
+class Status(str, Enum):
+    """A test's outcome; its value is what every format writes (Gradescope's `status`)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 NOT_RUN = "not run: grading stopped before this test"  # a collected test the judge never reached
 
 
@@ -23,7 +43,7 @@ class TestResult:
     stage: int
     max_score: float
     score: float
-    status: str               # "passed" | "failed"
+    status: Status
     output: str = ""          # one-line reason for a failure, then details
     nodeid: str = ""
     visibility: str = "visible"
@@ -48,10 +68,10 @@ class Results:
         return round(sum(t.max_score for t in self.tests), 6)
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         if self.errors:
-            return EXIT_INTERNAL
-        return EXIT_FULL_MARKS if self.score >= self.max_score else EXIT_POINTS_LOST
+            return ExitCode.INTERNAL
+        return ExitCode.FULL_MARKS if self.score >= self.max_score else ExitCode.POINTS_LOST
 
     def exercises(self) -> list[str]:
         return list(dict.fromkeys(t.exercise for t in self.tests))
@@ -65,7 +85,7 @@ class Results:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Results":
-        tests = [TestResult(**t) for t in data.get("tests", [])]
+        tests = [TestResult(**{**t, "status": Status(t["status"])}) for t in data.get("tests", [])]
         return cls(submission=data["submission"], backend=data["backend"], tests=tests,
                    errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
                    seed=str(data.get("seed", "")))

@@ -27,7 +27,7 @@ from .course import Course, submission_modules
 from .errors import CourseError
 from .grading import grade
 from .manifest import find as find_manifest
-from .results import Results
+from .results import Results, Status
 from .sandbox import SandboxSpec
 
 SUBMISSIONS = Path("tests") / "submissions"
@@ -60,7 +60,7 @@ class KnownWrong:
 
     @property
     def failing(self) -> set[str]:
-        return {t.name for t in self.results.tests if t.status == "failed"} if self.results else set()
+        return {t.name for t in self.results.tests if t.status == Status.FAILED} if self.results else set()
 
     def expected_score(self) -> float:
         """Full marks minus the points of exactly the tests that must fail."""
@@ -148,7 +148,7 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
         v.problems += [f"{label}: grader error: {e.strip().splitlines()[0] if e.strip() else e}"
                        for e in results.errors]
     v.problems += [f"reference solutions: {t.name} failed: {t.output.strip().splitlines()[0] if t.output else ''}"
-                   for t in v.reference.tests if t.status != "passed"]
+                   for t in v.reference.tests if t.status != Status.PASSED]
     if v.stubs.score != 0:
         passed = [t.name for t in v.stubs.tests if t.score]
         v.problems.append(f"stubs score {v.stubs.score:g}, not 0 (passing: {', '.join(passed)})")

@@ -26,7 +26,7 @@ from . import recorded_reference
 from .student import RunnerConnection, Student, TimeBudget
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
-from ..results import NOT_RUN, Results, TestResult
+from ..results import NOT_RUN, Results, Status, TestResult
 from ..sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
 
 TEST_PREFIX = "test_"
@@ -242,7 +242,7 @@ class GradingSession:
             stage=int(_marker_arg(item, "stage", 1)),
             max_score=points,
             score=points if passed else 0.0,
-            status="passed" if passed else "failed",
+            status=Status.PASSED if passed else Status.FAILED,
             output=_capped(output),
             nodeid=item.nodeid,
             visibility=str(_marker_arg(item, "visibility", "visible")),
