@@ -122,7 +122,11 @@ class RunnerConnection:
         # limit starts once both answer.
         configure = {"op": "configure", "compile_check": self.compile_check}
         if self._device is not None:
-            wire.Reply.parse(self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+            try:
+                wire.Reply.parse(self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+            except RunnerError as exc:  # the grader's own process: say so, not "the student's process"
+                raise RunnerError(f"the simulated GPU (device process) did not start: {exc.reason}",
+                                  self._device.output_tail()) from None
         wire.Reply.parse(runner.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
         self._ready = True
 
