@@ -30,12 +30,14 @@ class RunnerError(GpugradeError):
 class StudentCodeError(GpugradeError):
     """The student's code raised (or failed to import); `where` is file:line in their module."""
 
-    def __init__(self, kind: str, exc_type: str, message: str, where: str = "", traceback: str = ""):
+    def __init__(self, kind: str, exc_type: str, message: str, where: str = "", traceback: str = "",
+                 finding=None):
         self.kind = kind          # "import" | "not_implemented" | "simulator" | "policy" | "exception"
         self.exc_type = exc_type
         self.message = message
         self.where = where
         self.traceback = traceback
+        self.finding = finding    # a simulator finding: its grader.wire.Finding record
         super().__init__(self.summary())
 
     def summary(self) -> str:

@@ -48,6 +48,9 @@ class TestResult:
     nodeid: str = ""
     visibility: str = "visible"
     tags: list[str] = field(default_factory=list)
+    # a simulator finding that failed the test, as a record (grader.wire.Finding.as_dict): check,
+    # type, message, kernel, file, line, block, thread, array, index
+    finding: dict | None = None
 
 
 @dataclass

@@ -240,3 +240,29 @@ def test_a_submission_cannot_bloat_the_results_file(tmp_path):
     results.dump(str(out))
     assert out.stat().st_size < 200_000, "9 failed tests cannot make a results file of megabytes"
     assert all(len(t.output) <= 16_100 for t in results.tests)
+
+
+def test_a_simulator_finding_reaches_the_results_as_a_record(tmp_path):
+    """Findings cross as typed records from the device process to the results (issue 10), and the
+    student's next step lists them from the records, not by matching message text."""
+    import json as _json
+
+    from grader.course import Course
+    from grader.grading import grade
+    from grader.report import first_failure
+
+    spec = _json.loads((ROOT / "tests" / "submissions" / "vector_add_no_bounds_guard" / "expected.json").read_text())
+    source = (ROOT / "solutions" / "vector_add.py").read_text()
+    for m in spec["mutations"]:
+        source = source.replace(m["old"], m["new"])
+    (tmp_path / "vector_add.py").write_text(source)
+    results = grade(tmp_path, ["vector_add"], backend="sim", course=Course(ROOT), stages=[1])
+    found = [t.finding for t in results.tests if t.finding]
+    assert found, [t.output[:100] for t in results.tests]
+    finding = found[0]
+    assert finding["check"] == "bounds" and finding["type"] == "OutOfBoundsError"
+    assert finding["kernel"] == "add_kernel" and finding["file"] == "vector_add.py" and finding["line"] > 0
+    assert finding["array"] in ("a", "b", "out") and len(finding["thread"]) == 3 and len(finding["block"]) == 3
+    assert "Simulator findings:" in first_failure(results) and finding["message"].splitlines()[0] in first_failure(results)
+    again = type(results).from_dict(results.to_dict())
+    assert [t.finding for t in again.tests] == [t.finding for t in results.tests], "the record round-trips"

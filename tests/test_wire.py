@@ -195,3 +195,15 @@ def test_a_shared_frame_that_is_not_sealed_or_not_the_announced_size_is_refused(
     _raw(left, doc, [] if problem == "missing fd" else [fd])
     with pytest.raises(ProtocolError, match="sealed|size|announced"):
         shared.receive(right, Bounds())
+
+
+def test_a_finding_is_a_checked_record():
+    from grader.wire import Finding
+
+    doc = {"check": "races", "type": "RaceError", "message": "data race on shared array 'sA'", "kernel": "k",
+           "file": "matmul.py", "line": 42, "block": [1, 0, 0], "thread": [3, 2, 0], "array": "sA", "index": [2, 5]}
+    finding = ErrorInfo.parse({"kind": "simulator", "type": "RaceError", "message": "m", "finding": doc}).finding
+    assert isinstance(finding, Finding) and finding.block == (1, 0, 0) and finding.as_dict()["index"] == [2, 5]
+    for bad in ({"check": "score"}, {"line": -1}, {"block": list(range(20))}, {"thread": ["x"]}):
+        with pytest.raises(ProtocolError, match="finding"):
+            ErrorInfo.parse({"kind": "simulator", "type": "RaceError", "message": "m", "finding": dict(doc, **bad)})

@@ -103,7 +103,11 @@ class Device:
         try:
             return method(request)
         except self._errors as exc:
-            finding = {"kind": "simulator", "type": type(exc).__name__, "message": self._relative(str(exc))}
+            record = exc.record()
+            record["message"] = self._relative(record["message"])
+            record["file"] = self._relative(record["file"]) if record["file"] else None
+            finding = {"kind": "simulator", "type": type(exc).__name__, "message": record["message"],
+                       "finding": record}
             self.log.add("findings", finding)
             return {"ok": False, "error": finding}
         except NotPackable as exc:

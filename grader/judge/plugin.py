@@ -284,8 +284,11 @@ class GradingSession:
         if not passed and item.get_closest_marker("perf") is None:
             self.failed_stages.add((exercise_of(item), int(_marker_arg(item, "stage", 1))))
         self.pending.pop(item.nodeid, None)
-        self.results.tests.append(self._result(
-            item, passed, "" if passed else failure_message(call.excinfo.value if call.excinfo else None)))
+        exc = call.excinfo.value if call.excinfo else None
+        result = self._result(item, passed, "" if passed else failure_message(exc))
+        if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
+            result.finding = exc.finding.as_dict()
+        self.results.tests.append(result)
         self._write_results()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

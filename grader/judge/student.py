@@ -233,7 +233,7 @@ class Student:
     def _raise_for(reply) -> None:
         if not reply.ok:
             error = reply.error
-            raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback)
+            raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback, error.finding)
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None
              ) -> CallResult:
@@ -249,7 +249,7 @@ class Student:
             lambda doc: wire.CallReply.parse(doc, sent)), timeout)
         if device is not None and device.findings:  # the simulated GPU's word, whatever the runner says
             finding = device.findings[0]
-            raise StudentCodeError("simulator", finding.type, finding.message)
+            raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
         self._raise_for(reply)
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:

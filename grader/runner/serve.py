@@ -68,7 +68,7 @@ class Runner:
         elif type(exc).__module__.startswith("grader.sim"):
             kind = "simulator"
         text = self._relative(str(exc).strip())
-        return {
+        error = {
             "kind": kind,
             "type": type(exc).__name__,
             "message": text.splitlines()[0][:2000] if text else "",
@@ -76,6 +76,13 @@ class Runner:
             "where": where,
             "traceback": self._student_traceback(exc)[-8000:],
         }
+        record = getattr(exc, "record", None)
+        if kind == "simulator" and callable(record):  # the inline simulator's finding, as a record
+            finding = record()
+            finding["message"] = self._relative(finding["message"])
+            finding["file"] = self._relative(finding["file"]) if finding["file"] else None
+            error["finding"] = finding
+        return error
 
     def _student_traceback(self, exc: BaseException) -> str:
         """The traceback through the student's own frames only: the grader's are noise to them."""

@@ -23,6 +23,23 @@ class SimError(Exception):
         self.kernel, self.filename, self.line = kernel, filename, line
         self.block, self.thread, self.array, self.index = block, thread, array, index
 
+    def record(self) -> dict:
+        """The finding as plain data (what crosses to the judge): checker, type, message, kernel,
+        file, line, block, thread, array, index (coordinates as lists of ints)."""
+        def coords(value):
+            if value is None:
+                return None
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            try:
+                return [int(v) for v in items][:8] or None
+            except (TypeError, ValueError):
+                return None
+
+        return {"check": self.check, "type": type(self).__name__, "message": str(self), "kernel": self.kernel,
+                "file": self.filename, "line": None if self.line is None else int(self.line),
+                "block": coords(self.block), "thread": coords(self.thread), "array": self.array,
+                "index": coords(self.index)}
+
 
 class OutOfBoundsError(SimError, IndexError):
     check = "bounds"
@@ -58,6 +75,8 @@ class WrongDeviceError(SimError):
 
 class CompileError(SimError):
     """The kernel runs in Python but would not compile for a GPU (numba's typing or ptxas refused it)."""
+
+    check = "compile"
 
 
 class NotSimulatedError(SimError, NotImplementedError):

@@ -92,6 +92,56 @@ def _dim3(value: Any, where: str) -> tuple[int, int, int]:
     return tuple(_int(d, f"{where}[{i}]", 1) for i, d in enumerate(dims))
 
 
+CHECKS = frozenset({"bounds", "races", "uninitialised", "barriers", "warps", "deadlock", "launch", "devices",
+                    "compile", "unsupported", "error"})
+
+
+def _coords(value: Any, where: str) -> tuple[int, ...] | None:
+    """A block, thread or index: one integer or up to 8 of them, or absent."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not 1 <= len(items) <= 8:
+        raise ProtocolError(f"{where}: expected 1 to 8 coordinates")
+    return tuple(_int(v, f"{where}[{i}]", -(1 << 62)) for i, v in enumerate(items))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the simulator found, as a record: which checker, where in the student's code, which
+    block and thread, which array and index, and the whole message."""
+
+    check: str
+    type: str
+    message: str
+    kernel: str | None = None
+    file: str | None = None
+    line: int | None = None
+    block: tuple[int, ...] | None = None
+    thread: tuple[int, ...] | None = None
+    array: str | None = None
+    index: tuple[int, ...] | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, where: str = "finding") -> "Finding":
+        doc = _dict(doc, where)
+        check = doc.get("check", "error")
+        if check not in CHECKS:
+            raise ProtocolError(f"{where}.check: {str(check)[:40]!r} is not one of {sorted(CHECKS)}")
+        line = doc.get("line")
+        return cls(check, _text(doc.get("type", "SimError"), f"{where}.type", MAX_NAME),
+                   _text(doc.get("message", ""), f"{where}.message", MAX_TEXT),
+                   _text(doc.get("kernel"), f"{where}.kernel", MAX_NAME, optional=True),
+                   _text(doc.get("file"), f"{where}.file", MAX_NAME, optional=True),
+                   None if line is None else _int(line, f"{where}.line"),
+                   _coords(doc.get("block"), f"{where}.block"), _coords(doc.get("thread"), f"{where}.thread"),
+                   _text(doc.get("array"), f"{where}.array", MAX_NAME, optional=True),
+                   _coords(doc.get("index"), f"{where}.index"))
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     kind: str
@@ -100,6 +150,7 @@ class ErrorInfo:
     detail: str = ""
     where: str = ""
     traceback: str = ""
+    finding: Finding | None = None  # kind "simulator": the simulator's record of it
 
     @classmethod
     def parse(cls, doc: Any, where: str = "error") -> "ErrorInfo":
@@ -107,11 +158,13 @@ class ErrorInfo:
         kind = doc.get("kind", "exception")
         if kind not in ERROR_KINDS:
             raise ProtocolError(f"{where}.kind: {str(kind)[:40]!r} is not one of {sorted(ERROR_KINDS)}")
+        finding = doc.get("finding")
         return cls(kind, _text(doc.get("type", "Error"), f"{where}.type", MAX_NAME),
                    _text(doc.get("message", ""), f"{where}.message"),
                    _text(doc.get("detail", ""), f"{where}.detail", MAX_TEXT),
                    _text(doc.get("where", ""), f"{where}.where", MAX_NAME),
-                   _text(doc.get("traceback", ""), f"{where}.traceback", MAX_TEXT))
+                   _text(doc.get("traceback", ""), f"{where}.traceback", MAX_TEXT),
+                   None if finding is None else Finding.parse(finding, f"{where}.finding"))
 
 
 @dataclass(frozen=True)
