@@ -215,3 +215,22 @@ def test_the_host_api_works_through_the_device(device_student):
     assert np.array_equal(part, y[1:6]) and first == x[0] and np.array_equal(doubled, 2 * y)
     assert ms > 0, "events measure the device's modelled clock"
     assert np.array_equal(grid, np.arange(6, dtype=np.float32).reshape(2, 3)) and fortran == 1 and is_cuda == 1
+
+
+def test_a_host_api_mistake_is_the_same_exception_as_with_a_local_simulator(device_student):
+    s = device_student("""
+        def wrong_copy():
+            d = cuda.to_device(np.zeros(4, np.float32))
+            outcomes = []
+            try:
+                d.copy_to_device(np.zeros(5, np.float32))
+            except ValueError as exc:
+                outcomes.append("ValueError: " + str(exc))
+            try:
+                d[10]                      # refused by the device process itself
+            except IndexError as exc:
+                outcomes.append("IndexError: " + str(exc))
+            return outcomes
+    """)
+    copy, index = s.call("wrong_copy").value
+    assert copy.startswith("ValueError: copy_to_device") and index.startswith("IndexError: index 10")

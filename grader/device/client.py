@@ -33,10 +33,14 @@ class DeviceError(RuntimeError):
     """The device process refused a request for a reason that is not a simulator finding."""
 
 
+# what a host-API call refused for a plain reason raises here, as it would with a local simulator
+_BUILTIN_ERRORS = {cls.__name__: cls for cls in (TypeError, ValueError, IndexError, KeyError)}
+
+
 def _raise(error: dict) -> None:
     """The device's error, as the exception the student's code would see from a local simulator."""
     name, message = str(error.get("type", "")), str(error.get("message", ""))
-    cls = getattr(sim_errors, name, None)
+    cls = getattr(sim_errors, name, None) or _BUILTIN_ERRORS.get(name)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
             exc = cls(message)
