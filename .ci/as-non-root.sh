@@ -6,6 +6,9 @@
 # and installs the project there, with the wheels docker/build-images.sh cached where they fit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null; then  # Debian's python3 without venv
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
 user=gpugrade-ci
 id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
 # the docker sandbox as a non-root user: a member of the docker group (the engine is root's)
