@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .course import Course, make_workspace, submission_modules
+from .judge.settings import JudgeSettings
 from .results import NOT_RUN, Results
 from .sandbox import SandboxSpec
 
@@ -40,23 +41,15 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         private = Path(tmp) / "judge"  # the results file: never readable by the runner
         private.mkdir(mode=0o700)
         results_path = private / "results.json"
+        settings = JudgeSettings(
+            workspace=str(workspace), backend=backend, results=str(results_path), submission=name or str(submission),
+            seed=seed, stages=",".join(str(s) for s in stages or ()), simulator=simulator,
+            # each exercise gets its share of the submission's time: one cannot starve the others
+            exercise_budget=submission_timeout / max(1, len(chosen)),
+            record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,
+            gpus=sandbox.gpus, **({"timeout": float(timeout)} if timeout else {}))
         argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.judge.plugin", "-p", "no:cacheprovider",
-                "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root),
-                "--gpugrade-workspace", str(workspace), "--gpugrade-backend", backend,
-                "--gpugrade-results", str(results_path), "--gpugrade-submission", name or str(submission)]
-        if seed:
-            argv += ["--gpugrade-seed", seed]
-        if timeout:
-            argv += ["--gpugrade-timeout", str(timeout)]
-        if stages:
-            argv += ["--gpugrade-stages", ",".join(str(s) for s in stages)]
-        argv += ["--gpugrade-simulator", simulator]
-        # Each exercise gets its share of the submission's time: one cannot starve the others.
-        argv += ["--gpugrade-exercise-budget", f"{submission_timeout / max(1, len(chosen)):g}"]
-        if record_reference:
-            argv += ["--gpugrade-record-reference", str(record_reference)]
-        argv += ["--gpugrade-sandbox", sandbox.name, "--gpugrade-docker-image", sandbox.docker_image,
-                 "--gpugrade-gpus", sandbox.gpus]
+                "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root), *settings.argv()]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
         judge = subprocess.Popen(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)

@@ -266,3 +266,28 @@ def test_a_simulator_finding_reaches_the_results_as_a_record(tmp_path):
     assert "Simulator findings:" in first_failure(results) and finding["message"].splitlines()[0] in first_failure(results)
     again = type(results).from_dict(results.to_dict())
     assert [t.finding for t in again.tests] == [t.finding for t in results.tests], "the record round-trips"
+
+
+def test_the_judges_settings_are_declared_once():
+    """The plugin's options and the argv grade() builds come from one declaration (issue 10)."""
+    import dataclasses
+
+    from grader.judge.settings import JudgeSettings
+
+    settings = JudgeSettings(workspace="/w", seed="ab", timeout=2.5, stages="1,3", simulator="inline",
+                             exercise_budget=600.0)
+    argv = settings.argv()
+    assert argv == ["--gpugrade-workspace", "/w", "--gpugrade-seed", "ab", "--gpugrade-timeout", "2.5",
+                    "--gpugrade-exercise-budget", "600", "--gpugrade-simulator", "inline", "--gpugrade-stages", "1,3"]
+    import argparse
+
+    parser = argparse.ArgumentParser()  # what the plugin registers (pytest's options are argparse's), parsed back
+
+    class Group:
+        def addoption(self, *flags, **kwargs):
+            parser.add_argument(*flags, **kwargs)
+
+    JudgeSettings.add_options(Group())
+    parsed = parser.parse_args(argv)
+    again = JudgeSettings(**{f.name: getattr(parsed, "gpugrade_" + f.name) for f in dataclasses.fields(JudgeSettings)})
+    assert again == settings

@@ -27,34 +27,14 @@ from .student import RunnerConnection, Student, TimeBudget
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from ..results import NOT_RUN, Results, Status, TestResult
-from ..sandbox import SANDBOXES, Limits, SandboxSpec, make_sandbox
+from ..sandbox import Limits, SandboxSpec, make_sandbox
+from .settings import JudgeSettings
 
 TEST_PREFIX = "test_"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gpugrade", "grading with gpugrade")
-    group.addoption("--gpugrade-workspace", help="folder holding the student's exercise modules")
-    group.addoption("--gpugrade-backend", default="sim", choices=["sim", "gpu"])
-    group.addoption("--gpugrade-results", help="where to write the results JSON")
-    group.addoption("--gpugrade-submission", default="", help="submission name shown in results")
-    group.addoption("--gpugrade-seed", default="", help="hex seed for inputs (default: secret, random)")
-    group.addoption("--gpugrade-timeout", type=float, default=Limits.call_timeout_s,
-                    help="wall-clock seconds allowed for one call into student code")
-    group.addoption("--gpugrade-sandbox", default=SandboxSpec.name, choices=SANDBOXES,
-                    help="how runners are confined: process (default), docker, none (no confinement: debugging)")
-    group.addoption("--gpugrade-docker-image", default=SandboxSpec.docker_image, help="the docker sandbox's runner image")
-    group.addoption("--gpugrade-gpus", default="", help="docker sandbox: GPUs to request ('all' or ids '0,1')")
-    group.addoption("--gpugrade-exercise-budget", type=float, default=0.0,
-                    help="seconds of student code one exercise may use over all its calls (0: no budget)")
-    group.addoption("--gpugrade-simulator", default="device", choices=["device", "inline"],
-                    help="sim backend: the simulated GPU as a device process of its own (default), or inline in "
-                         "the runner (its records then come through the student's process: debugging only)")
-    group.addoption("--gpugrade-stages", default="", help="grade only these stages (comma-separated numbers)")
-    group.addoption("--gpugrade-reference", default="",
-                    help="folder of reference solutions for performance tests (default: <rootdir>/solutions)")
-    group.addoption("--gpugrade-record-reference", default="",
-                    help="write the reference's counters of every performance test to this JSON file")
+    JudgeSettings.add_options(parser.getgroup("gpugrade", "grading with gpugrade"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,29 +89,29 @@ def _capped(text: str) -> str:
 class GradingSession:
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.workspace = os.path.abspath(config.getoption("gpugrade_workspace"))
-        self.backend_name = config.getoption("gpugrade_backend")
-        self.seed = config.getoption("gpugrade_seed") or secrets.token_hex(8)
-        spec = SandboxSpec(config.getoption("gpugrade_sandbox"), config.getoption("gpugrade_docker_image"),
-                           config.getoption("gpugrade_gpus"))
+        self.settings = settings = JudgeSettings.from_config(config)
+        self.workspace = os.path.abspath(settings.workspace)
+        self.backend_name = settings.backend
+        self.seed = settings.seed or secrets.token_hex(8)
+        spec = SandboxSpec(settings.sandbox, settings.docker_image, settings.gpus)
         # Runners see a copy of their workspace and nothing else of this machine (the course tree,
         # the results file, other runners): grader.sandbox.
-        limits = Limits(call_timeout_s=config.getoption("gpugrade_timeout"))
+        limits = Limits(call_timeout_s=settings.timeout)
         self.sandbox = make_sandbox(spec, limits)
-        self.results = Results(submission=config.getoption("gpugrade_submission") or self.workspace,
+        self.results = Results(submission=settings.submission or self.workspace,
                                backend=self.backend_name, seed=self.seed)
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}
         # One runner for the submission and one for the reference solutions, whatever the number
         # of exercises: each runner start costs an interpreter and numba's imports.
-        self.device_process = config.getoption("gpugrade_simulator") == "device"
+        self.device_process = settings.simulator == "device"
         self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox,
                                            device_process=self.device_process)
         self.reference_connection: RunnerConnection | None = None
-        self.record_path = config.getoption("gpugrade_record_reference")
+        self.record_path = settings.record_reference
         self.recorded_path = config.rootpath / recorded_reference.RECORD
         self.recorded = {} if self.record_path else recorded_reference.load(self.recorded_path)
-        self.reference_dir = config.getoption("gpugrade_reference") or os.path.join(str(config.rootpath), "solutions")
+        self.reference_dir = settings.reference or os.path.join(str(config.rootpath), "solutions")
         self.failed_stages: set[tuple[str, int]] = set()
         self.pending: dict[str, TestResult] = {}  # collected, not yet run
         self._manifest = None
@@ -143,7 +123,7 @@ class GradingSession:
     def student(self, request: pytest.FixtureRequest) -> Student:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
-            budget = self.config.getoption("gpugrade_exercise_budget")
+            budget = self.settings.exercise_budget
             self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox,
                                               connection=self.connection, allowed_imports=self._allowed_imports(),
                                               budget=TimeBudget(budget, exercise) if budget > 0 else None)
@@ -220,7 +200,7 @@ class GradingSession:
 
     # -- recording ----------------------------------------------------------------------------
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        stages = {int(s) for s in str(config.getoption("gpugrade_stages")).split(",") if s.strip()}
+        stages = {int(s) for s in self.settings.stages.split(",") if s.strip()}
         if stages:
             chosen = [i for i in items if int(_marker_arg(i, "stage", 1)) in stages]
             config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
@@ -249,7 +229,7 @@ class GradingSession:
         )
 
     def _write_results(self) -> None:
-        path = self.config.getoption("gpugrade_results")
+        path = self.settings.results
         if path:
             self.results.execution_time = round(time.monotonic() - self.started, 3)
             replace(self.results, tests=[*self.results.tests, *self.pending.values()]).dump(path)

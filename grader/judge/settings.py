@@ -1,0 +1,64 @@
+"""The judge's settings, declared once: the pytest options of the plugin (`--gpugrade-<name>`),
+what the plugin reads back, and the argv `grading.grade` passes to the judge all come from the
+fields of `JudgeSettings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..sandbox import SANDBOXES, Limits, SandboxSpec
+
+
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    workspace: str = _opt("", "folder holding the student's exercise modules")
+    backend: str = _opt("sim", "the backend the runners use", ("sim", "gpu"))
+    results: str = _opt("", "where to write the results JSON")
+    submission: str = _opt("", "submission name shown in results")
+    seed: str = _opt("", "hex seed for inputs (default: secret, random)")
+    timeout: float = _opt(Limits.call_timeout_s, "wall-clock seconds allowed for one call into student code")
+    sandbox: str = _opt(SandboxSpec.name, "how runners are confined: process (default), docker, none (no "
+                                          "confinement: debugging)", SANDBOXES)
+    docker_image: str = _opt(SandboxSpec.docker_image, "the docker sandbox's runner image")
+    gpus: str = _opt("", "docker sandbox: GPUs to request ('all' or ids '0,1')")
+    exercise_budget: float = _opt(0.0, "seconds of student code one exercise may use over all its calls "
+                                       "(0: no budget)")
+    simulator: str = _opt("device", "sim backend: the simulated GPU as a device process of its own (default), "
+                                    "or inline in the runner (its records then come through the student's "
+                                    "process: debugging only)", ("device", "inline"))
+    stages: str = _opt("", "grade only these stages (comma-separated numbers)")
+    reference: str = _opt("", "folder of reference solutions for performance tests (default: <rootdir>/solutions)")
+    record_reference: str = _opt("", "write the reference's counters of every performance test to this JSON file")
+
+    @staticmethod
+    def flag(name: str) -> str:
+        return "--gpugrade-" + name.replace("_", "-")
+
+    @classmethod
+    def add_options(cls, group) -> None:
+        """The plugin's pytest options, one per field."""
+        for f in fields(cls):
+            kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
+            if f.metadata["choices"]:
+                kwargs["choices"] = list(f.metadata["choices"])
+            if isinstance(f.default, float):
+                kwargs["type"] = float
+            group.addoption(cls.flag(f.name), **kwargs)
+
+    @classmethod
+    def from_config(cls, config) -> "JudgeSettings":
+        return cls(**{f.name: config.getoption("gpugrade_" + f.name) for f in fields(cls)})
+
+    def argv(self) -> list[str]:
+        """These settings as the judge's command line (the values that differ from the defaults)."""
+        out: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out += [self.flag(f.name), f"{value:g}" if isinstance(value, float) else str(value)]
+        return out
