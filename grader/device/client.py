@@ -14,12 +14,12 @@ from __future__ import annotations
 import socket
 import threading
 import weakref
-from typing import Any
 
 import numpy as np
 
 from .. import wire
 from ..wire import shared
+from ..sim import LaunchTarget
 from ..sim import errors as sim_errors
 from ..sim import patching
 from ..sim.devices import Devices, GpuList
@@ -243,7 +243,7 @@ class _Declared:
         raise sim_errors.NotSimulatedError(f"inspect_{kind}() of a kernel is not available in the runner")
 
 
-class RemoteDevice:
+class RemoteDevice(LaunchTarget):
     """Stands where a `grader.sim.Simulator` stands for numba's patches (grader.sim.patching)."""
 
     def __init__(self, channel: Channel, devices: int):
@@ -253,24 +253,6 @@ class RemoteDevice:
         self.host = RemoteHostAPI(self)
         self.signatures = _Declared()
         self._packages: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
-        device = self
-
-        class Configured:
-            def __call__(self, *args):
-                device.launch(dispatcher, griddim, blockdim, args, stream, sharedmem)
-        return Configured()
-
-    def forall(self, dispatcher, ntasks, tpb=0, stream=0, sharedmem=0):
-        tpb = tpb or 128
-        device = self
-
-        class Forall:
-            def __call__(self, *args):
-                if ntasks:
-                    device.launch(dispatcher, (ntasks + tpb - 1) // tpb, tpb, args, stream, sharedmem)
-        return Forall()
 
     def _package(self, dispatcher) -> dict:
         """The kernel as data, made at its first launch (numba, too, freezes a kernel's globals

@@ -37,7 +37,23 @@ __all__ = [
 EXECUTORS = ("auto", "simt", "thread")
 
 
-class Simulator:
+class LaunchTarget:
+    """What numba's patched dispatchers launch through: `kernel[grid, block](...)` and
+    `kernel.forall(n)(...)` become `self.launch(...)`. A Simulator runs launches itself; the
+    runner's client of the device process (grader.device.client) sends them there."""
+
+    def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
+        return SimLaunchConfiguration(self, dispatcher, griddim, blockdim, stream, sharedmem)
+
+    def forall(self, dispatcher, ntasks, tpb=0, stream=0, sharedmem=0):
+        tpb = tpb or 128
+        return _Forall(self, dispatcher, ntasks, tpb, stream, sharedmem)
+
+    def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
+        raise NotImplementedError
+
+
+class Simulator(LaunchTarget):
     """One installation: devices, checks, executor choice; the target of numba's patches."""
 
     def __init__(self, devices: int = 1, executor: str = "auto", checks: Checks | None = None,
@@ -55,13 +71,6 @@ class Simulator:
         self.host = HostAPI(self)
         # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
         self.signatures = Signatures(lambda: self.devices.current)
-
-    def configure(self, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
-        return SimLaunchConfiguration(self, dispatcher, griddim, blockdim, stream, sharedmem)
-
-    def forall(self, dispatcher, ntasks, tpb=0, stream=0, sharedmem=0):
-        tpb = tpb or 128
-        return _Forall(self, dispatcher, ntasks, tpb, stream, sharedmem)
 
     def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
         _run(self, dispatcher, griddim, blockdim, stream, sharedmem, args)

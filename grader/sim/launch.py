@@ -171,7 +171,8 @@ def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
 
 # ---------------------------------------------------------------- launching
 class SimLaunchConfiguration:
-    """What `kernel[grid, block, stream, shared]` returns while the simulator is installed."""
+    """What `kernel[grid, block, stream, shared]` returns while the simulator is installed: a
+    launch of `sim.launch` (a Simulator, or the runner's client of the device process)."""
 
     def __init__(self, sim, dispatcher, griddim, blockdim, stream=0, sharedmem=0):
         self.sim, self.dispatcher = sim, dispatcher
@@ -179,8 +180,8 @@ class SimLaunchConfiguration:
                                                                    sharedmem)
 
     def __call__(self, *args):
-        return run(self.sim, self.dispatcher, self.griddim, self.blockdim, self.stream,
-                   self.sharedmem, args)
+        return self.sim.launch(self.dispatcher, self.griddim, self.blockdim, args, self.stream,
+                               self.sharedmem)
 
 
 # Threads one launch may have: the instrument keeps ~40 bytes of records per thread (counters,
