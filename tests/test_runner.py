@@ -251,3 +251,15 @@ def test_an_exercise_that_sleeps_under_every_timeout_spends_only_its_own_budget(
         assert fast.call("f").value == 2, "the other exercise keeps its whole budget"
     finally:
         connection.close()
+
+
+def test_an_exit_status_above_128_is_a_signal_only_when_it_is_one():
+    """Regression: behind bubblewrap's pid 1, os._exit(200) was reported as 'killed by signal 72'."""
+    from grader.sandbox.base import death_reason
+
+    limits = Limits(cpu_time_s=7)
+    assert death_reason(-11, limits, False) == "crashed: killed by SIGSEGV"
+    assert death_reason(128 + 9, limits, True) == "crashed: killed by SIGKILL"
+    assert death_reason(128 + 24, limits, True) == "killed: CPU time limit of 7 s exceeded"
+    assert death_reason(200, limits, True) == "the student's process exited with code 200 before answering"
+    assert death_reason(137, limits, False) == "the student's process exited with code 137 before answering"

@@ -11,6 +11,7 @@ already hide them.
 from __future__ import annotations
 
 import secrets
+import signal
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
@@ -40,6 +41,21 @@ class Limits:
     confine: bool = True            # False (`--sandbox none`): no limits, no namespaces
     memory_bytes: int = 4 << 30     # the runner's memory (cgroup, as root; else RLIMIT_DATA on the sim)
     tmp_bytes: int = 256 << 20      # the runner's private /tmp and /dev/shm, each (memory-backed)
+
+
+def death_reason(code: int, limits: Limits, signalled_as_128_plus: bool) -> str:
+    """Why a runner ended with exit status `code` (negative: killed by that signal), in the
+    student's terms. `signalled_as_128_plus`: a pid-1 in front of the runner (bubblewrap's,
+    docker-init) passes a signal death on as 128 + n."""
+    signum = -code if code < 0 else code - 128 if signalled_as_128_plus and code > 128 else 0
+    if signum == signal.SIGXCPU:
+        return f"killed: CPU time limit of {limits.cpu_time_s} s exceeded"
+    try:
+        if signum:
+            return f"crashed: killed by {signal.Signals(signum).name}"
+    except ValueError:  # not a signal: an exit status above 128 of its own
+        pass
+    return f"the student's process exited with code {code} before answering"
 
 
 def exchange_within(exchange: Callable[[], Any], timeout: float, runner: "Runner") -> Any:

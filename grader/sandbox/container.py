@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 
 from .. import wire
 from ..errors import RunnerError, UsageError
-from .base import Limits, exchange_within, runner_uid
+from .base import Limits, death_reason, exchange_within, runner_uid
 
 WORKSPACE = "/workspace"
 DEVICE = "/device"  # the folder of the socket to the device process (the simulated GPU)
@@ -208,15 +207,7 @@ class DockerRunner:
         self._stream.drain()
         if state.get("OOMKilled"):
             return f"killed: out of memory (limit {self.settings.memory_bytes >> 20} MiB)"
-        if code > 128:
-            signum = code - 128
-            if signum == signal.SIGXCPU:
-                return f"killed: CPU time limit of {self.limits.cpu_time_s} s exceeded"
-            try:
-                return f"crashed: killed by {signal.Signals(signum).name}"
-            except ValueError:
-                pass
-        return f"the student's process exited with code {code} before answering"
+        return death_reason(code, self.limits, signalled_as_128_plus=True)  # docker-init is pid 1
 
     def kill(self) -> None:
         if not self._dead:

@@ -26,7 +26,7 @@ from typing import Any
 from .. import wire
 from ..errors import RunnerError
 from . import bubblewrap, cgroups
-from .base import Limits, exchange_within, runner_uid
+from .base import Limits, death_reason, exchange_within, runner_uid
 
 
 def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str) -> None:
@@ -123,11 +123,7 @@ class RunnerProcess:
             return f"the runner broke the protocol: {exc}"
         if self._groups is not None and self._groups.oom_killed():
             return f"killed: out of memory (limit {self.limits.memory_bytes >> 20} MiB)"
-        if code < 0:
-            return _signal_reason(-code, self.limits)
-        if code > 128 and self.limits.confine:  # bubblewrap's pid 1 passes a signal death on as 128 + n
-            return _signal_reason(code - 128, self.limits)
-        return f"the student's process exited with code {code} before answering"
+        return death_reason(code, self.limits, signalled_as_128_plus=self.limits.confine)  # bubblewrap's pid 1
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -155,15 +151,6 @@ class RunnerProcess:
         self._scratch.cleanup()
         for undo in self.on_close:
             undo()
-
-
-def _signal_reason(signum: int, limits: Limits) -> str:
-    if signum == signal.SIGXCPU:
-        return f"killed: CPU time limit of {limits.cpu_time_s} s exceeded"
-    try:
-        return f"crashed: killed by {signal.Signals(signum).name}"
-    except ValueError:
-        return f"crashed: killed by signal {signum}"
 
 
 class ProcessSandbox:
