@@ -112,8 +112,10 @@ def _read_into(stream: BinaryIO, buffer: bytearray) -> bytearray:
     return buffer
 
 
-def receive(stream: BinaryIO, bounds: Bounds = Bounds()) -> Any:
-    (length,) = _HEADER.unpack(bytes(_read_into(stream, bytearray(_HEADER.size))))
+def read_document(stream: BinaryIO, head: bytes, bounds: Bounds) -> tuple[dict, Any, list[int]]:
+    """After the length header `head`: the JSON document, its message and its frame sizes, all
+    checked against `bounds` before a frame is read."""
+    (length,) = _HEADER.unpack(head)
     if length > bounds.json_bytes:
         raise ProtocolError(f"a message of {length} bytes; at most {bounds.json_bytes} are accepted here")
     try:
@@ -126,6 +128,11 @@ def receive(stream: BinaryIO, bounds: Bounds = Bounds()) -> Any:
         raise ProtocolError("a negative array frame size")
     if sum(sizes) > bounds.frame_bytes:
         raise ProtocolError(f"array frames of {sum(sizes)} bytes; at most {bounds.frame_bytes} are accepted here")
+    return doc, message, sizes
+
+
+def receive(stream: BinaryIO, bounds: Bounds = Bounds()) -> Any:
+    _, message, sizes = read_document(stream, bytes(_read_into(stream, bytearray(_HEADER.size))), bounds)
     frames = [_read_into(stream, bytearray(s)) for s in sizes]
     return _decode(message, frames)
 

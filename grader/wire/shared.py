@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .frames import _HEADER, Bounds, ProtocolError, _decode, _encode
+from .frames import _HEADER, Bounds, ProtocolError, _decode, _encode, _read_into, read_document
 
 SHARED_MIN = 1 << 16
 MAX_FDS = 64  # shared frames in one message
@@ -65,39 +65,22 @@ def send(sock: socket.socket, message: Any) -> None:
             os.close(fd)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buffer, view, got = bytearray(n), None, 0
-    view = memoryview(buffer)
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if not k:
-            raise EOFError("the other side closed the channel")
-        got += k
-    return buffer
-
-
 def receive(sock: socket.socket, bounds: Bounds = Bounds()) -> Any:
     data, fds, _, _ = socket.recv_fds(sock, _HEADER.size, MAX_FDS) if AVAILABLE else (sock.recv(_HEADER.size), [], 0, 0)
     try:
         if not data:
             raise EOFError("the other side closed the channel")
-        head = bytes(data) + (bytes(_recv_exact(sock, _HEADER.size - len(data))) if len(data) < _HEADER.size else b"")
-        (length,) = _HEADER.unpack(head)
-        if length > bounds.json_bytes:
-            raise ProtocolError(f"a message of {length} bytes; at most {bounds.json_bytes} are accepted here")
+        stream = sock.makefile("rb", buffering=0)  # the rest: plain reads of the same socket
+        head = bytes(data) + bytes(_read_into(stream, bytearray(_HEADER.size - len(data))))
+        doc, message, sizes = read_document(stream, head, bounds)
         try:
-            doc = json.loads(_recv_exact(sock, length))
-            sizes = [int(s) for s in doc["frames"]]
             shared = [int(i) for i in doc.get("shared", [])]
-            message = doc["message"]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"malformed message: {exc}") from None
-        if any(s < 0 for s in sizes) or sum(sizes) > bounds.frame_bytes:
-            raise ProtocolError(f"array frames of {sum(sizes)} bytes; at most {bounds.frame_bytes} are accepted here")
         if len(shared) != len(fds) or len(set(shared)) != len(shared) or any(not 0 <= i < len(sizes) for i in shared):
             raise ProtocolError(f"{len(fds)} shared frames passed for {len(shared)} announced")
         mapped = dict(zip(shared, (_map(fd, sizes[i]) for i, fd in zip(shared, fds))))
-        frames = [mapped[i] if i in mapped else _recv_exact(sock, s) for i, s in enumerate(sizes)]
+        frames = [mapped[i] if i in mapped else _read_into(stream, bytearray(s)) for i, s in enumerate(sizes)]
         return _decode(message, frames)
     finally:
         for fd in fds:
