@@ -34,7 +34,7 @@ from ..sim import patching
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
            "numba.cuda.fp16": "numba.cuda.fp16"}
 # jit options that may cross (numba's targetoptions); the rest is the device process's business
-OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", "max_registers", "link")
+OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", "max_registers")
 
 
 class NotPackable(Exception):
@@ -47,7 +47,6 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
     the argument types declared for dispatcher `d` (eager `cuda.jit("void(...)")`)."""
     functions: dict[str, dict] = {}
     files: dict[str, str] = {}
-    order: list = []
 
     def key_of(disp) -> str:
         fn = disp.py_func
@@ -60,7 +59,6 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
         if id(disp) in seen:
             continue
         seen.add(id(disp))
-        order.append(disp)
         fn = disp.py_func
         filename = fn.__code__.co_filename
         if filename not in files:
@@ -81,7 +79,7 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
         functions[key_of(disp)] = {
             "name": fn.__name__, "file": filename, "line": fn.__code__.co_firstlineno,
             "options": {k: v for k, v in (getattr(disp, "targetoptions", {}) or {}).items()
-                        if k in OPTIONS and isinstance(v, (bool, int, str)) and k != "link"},
+                        if k in OPTIONS and isinstance(v, (bool, int, str))},
             "signatures": [encode_signature(s) for s in declared(disp)],
             "values": values,
         }

@@ -87,10 +87,9 @@ class Device:
         if op == "end":
             log, self.log = self.log, CallLog(None)
             if log.call != request.get("call"):
-                return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
-                                               "message": "end of a call that did not begin"}}
+                return _protocol_error("end of a call that did not begin")
             return log.report()
-        return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": f"unknown op {op!r}"}}
+        return _protocol_error(f"unknown op {op!r}")
 
     # -- the runner's channel -----------------------------------------------------------------
     def runner(self, request: dict) -> dict:
@@ -99,27 +98,26 @@ class Device:
         op = request.get("op")
         method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if method is None:
-            return self._error("ProtocolError", f"unknown device op {op!r}")
+            return _protocol_error(f"unknown device op {op!r}")
         try:
             return method(request)
         except self._errors as exc:
-            record = exc.record()
-            record["message"] = self._relative(record["message"])
-            record["file"] = self._relative(record["file"]) if record["file"] else None
-            finding = {"kind": "simulator", "type": type(exc).__name__, "message": record["message"],
-                       "finding": record}
-            self.log.add("findings", finding)
-            return {"ok": False, "error": finding}
+            record = exc.record(self._relative)
+            return self._finding(type(exc).__name__, record["message"], record)
         except NotPackable as exc:
-            finding = {"kind": "simulator", "type": "NotSimulatedError", "message": str(exc)}
-            self.log.add("findings", finding)
-            return {"ok": False, "error": finding}
+            return self._finding("NotSimulatedError", str(exc))
         except (TypeError, ValueError, IndexError, KeyError) as exc:
             return self._error(type(exc).__name__, self._relative(str(exc)))
         except Exception as exc:  # noqa: BLE001 - numba's own errors (typing) and anything else: the launch failed
-            finding = {"kind": "simulator", "type": type(exc).__name__, "message": self._relative(str(exc))}
-            self.log.add("findings", finding)
-            return {"ok": False, "error": finding}
+            return self._finding(type(exc).__name__, str(exc))
+
+    def _finding(self, type_name: str, message: str, record: dict | None = None) -> dict:
+        """A failed request that is a finding: logged for the judge, and the runner's error."""
+        finding = {"kind": "simulator", "type": type_name, "message": self._relative(message)}
+        if record is not None:
+            finding["finding"] = dict(record, message=finding["message"])
+        self.log.add("findings", finding)
+        return {"ok": False, "error": finding}
 
     def _relative(self, text: str) -> str:
         return text.replace(self.workspace, "")
@@ -182,9 +180,7 @@ class Device:
     def op_upload(self, request: dict) -> dict:
         array = self._array(request)
         data = np.asarray(request["data"])
-        if data.size != array.size or data.dtype.kind not in "biufc":
-            raise ValueError(f"copy_to_device: {data.shape} does not fit {array.shape}")
-        array.copy_to_device(data)
+        array.copy_to_device(data)  # refuses data that does not fit (the wire, any non-numeric dtype)
         self._uploaded(data, array)
         return {"ok": True}
 
@@ -280,6 +276,10 @@ class Device:
         return spec["value"]
 
 
+def _protocol_error(message: str) -> dict:
+    return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": message}}
+
+
 def _host_array(data, shape, dtype) -> np.ndarray:
     data = np.asarray(data)
     if data.dtype != dtype or data.size != int(np.prod(shape, dtype=np.int64)):
@@ -320,7 +320,7 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
             except EOFError:
                 return  # the judge is gone: so is the device
             wire.send(judge_out, device.judge(request) if isinstance(request, dict) else
-                      {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": "not a request"}})
+                      _protocol_error("not a request"))
             continue
         if runner_fd in ready:
             try:
@@ -332,7 +332,7 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
                 watched.remove(runner_fd)  # a runner that breaks the protocol is not listened to again
                 device.log.add("findings", {"kind": "protocol", "type": "ProtocolError", "message": str(exc)})
                 continue
-            reply = device.runner(request) if isinstance(request, dict) else Device._error("ProtocolError", "not a request")
+            reply = device.runner(request) if isinstance(request, dict) else _protocol_error("not a request")
             try:
                 shared.send(runner_sock, reply)
             except OSError:

@@ -78,10 +78,7 @@ class Runner:
         }
         record = getattr(exc, "record", None)
         if kind == "simulator" and callable(record):  # the inline simulator's finding, as a record
-            finding = record()
-            finding["message"] = self._relative(finding["message"])
-            finding["file"] = self._relative(finding["file"]) if finding["file"] else None
-            error["finding"] = finding
+            error["finding"] = record(self._relative)
         return error
 
     def _student_traceback(self, exc: BaseException) -> str:

@@ -23,9 +23,10 @@ class SimError(Exception):
         self.kernel, self.filename, self.line = kernel, filename, line
         self.block, self.thread, self.array, self.index = block, thread, array, index
 
-    def record(self) -> dict:
+    def record(self, relative=lambda path: path) -> dict:
         """The finding as plain data (what crosses to the judge): checker, type, message, kernel,
-        file, line, block, thread, array, index (coordinates as lists of ints)."""
+        file, line, block, thread, array, index (coordinates as lists of ints). `relative` makes
+        the paths in the message and the file the student's (no workspace folder)."""
         def coords(value):
             if value is None:
                 return None
@@ -35,8 +36,9 @@ class SimError(Exception):
             except (TypeError, ValueError):
                 return None
 
-        return {"check": self.check, "type": type(self).__name__, "message": str(self), "kernel": self.kernel,
-                "file": self.filename, "line": None if self.line is None else int(self.line),
+        return {"check": self.check, "type": type(self).__name__, "message": relative(str(self)), "kernel": self.kernel,
+                "file": relative(self.filename) if self.filename else None,
+                "line": None if self.line is None else int(self.line),
                 "block": coords(self.block), "thread": coords(self.thread), "array": self.array,
                 "index": coords(self.index)}
 
