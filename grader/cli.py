@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .backends import BACKENDS, resolve
+from .backends import BACKENDS, Kind, resolve
 from .course import Course
 from .errors import GpugradeError, UsageError
 from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
 from .report import FORMATS, render
-from .results import ExitCode, Results
+from .report.results import ExitCode, Results
 from .sandbox import SANDBOXES, SandboxSpec
 
 
@@ -73,8 +73,8 @@ def _course(args) -> Course:
 
 
 def _hints(course: Course, results, everything: bool) -> str:
-    from . import hints
-    from .manifest import find
+    from .course import hints
+    from .course.manifest import find
 
     stage = hints.first_failing_stage(results, find(course.root))
     if stage is None:
@@ -102,7 +102,7 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     course = _course(args)
     if args.command == "release":
-        from .release import release
+        from .course.release import release
 
         for path in release(course.root / "solutions", course.root / "exercises"):
             print(f"wrote {path.relative_to(course.root)}")
@@ -111,14 +111,14 @@ def run(argv: list[str] | None = None) -> int:
         from .judge.recorded_reference import RECORD
 
         # students' copies have no solutions/: their performance tests compare with these counters
-        results = grade(course.root / "solutions", backend="sim", course=course, name="reference solutions",
+        results = grade(course.root / "solutions", backend=Kind.SIM, course=course, name="reference solutions",
                         record_reference=course.root / RECORD)
         print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
         return 0 if results.exit_code == 0 else results.exit_code
     backend = resolve(args.backend)
     sandbox = SandboxSpec(args.sandbox, args.docker_image, args.gpus)
     if args.command == "validate":
-        from . import validate
+        from .course import validate
 
         validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
                                        sandbox=sandbox)

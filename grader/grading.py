@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .course import Course, make_workspace, submission_modules
 from .judge.settings import JudgeSettings
-from .results import NOT_RUN, Results
+from .report.results import NOT_RUN, Results
 from .sandbox import SandboxSpec
 
 # Wall-clock limit of a whole submission: the tests done by then keep their points.

@@ -21,7 +21,7 @@ GPUGRADE = [sys.executable, "-m", "grader"]
 def known_wrong(name: str, dest: Path) -> Path:
     """A known-wrong submission of the course, written out as the folder a student would submit."""
     from grader.course import Course
-    from grader.validate import load_known_wrong
+    from grader.course.validate import load_known_wrong
 
     course = Course(ROOT)
     spec = next(kw for kw in load_known_wrong(course) if kw.name == name)

@@ -3,10 +3,10 @@
 
 import json
 
-from grader import hints
-from grader.manifest import GpuThreshold, Manifest, Exercise, Stage
-from grader.results import Results
-from grader.results import TestResult as Outcome
+from grader.course import hints
+from grader.course.manifest import GpuThreshold, Manifest, Exercise, Stage
+from grader.report.results import Results
+from grader.report.results import TestResult as Outcome
 
 
 def stage(exercise, number):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import manifest
+from grader.course import manifest
 from grader.errors import CourseError
 
 ROOT = Path(__file__).resolve().parents[1]

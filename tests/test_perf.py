@@ -2,7 +2,7 @@
 
 import pytest
 
-from grader.manifest import Criterion, Stage
+from grader.course.manifest import Criterion, Stage
 from grader.judge.perf import PerformanceShortfall, expect_performance, hotspots, totals
 
 

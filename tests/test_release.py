@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from grader.errors import CourseError
-from grader.release import release, strip_solutions
+from grader.course.release import release, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,12 @@ import xml.etree.ElementTree as ET
 import jsonschema
 
 from gradescope_schema import RESULTS
-from grader.report import gradescope, html_page, markdown, prairielearn, render
-from grader.results import Results, TestResult
+from grader.report import render
+from grader.report.gradescope import gradescope
+from grader.report.html import html_page
+from grader.report.markdown import markdown
+from grader.report.prairielearn import prairielearn
+from grader.report.results import Results, TestResult
 
 
 def sample() -> Results:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.course import Course
-from grader.validate import render, validate
+from grader.course.validate import render, validate
 
 SOLUTION = '''
 def double(x):
@@ -55,7 +55,7 @@ gpu = {{ baseline = "reference", max_time_ratio = 1.2 }}
 
 
 def make_course(root: Path, wrong: dict[str, tuple[str, list[str]]]) -> Course:
-    from grader.release import strip_solutions
+    from grader.course.release import strip_solutions
 
     (root / "tests" / "exercises").mkdir(parents=True)
     (root / "tests" / "exercises" / "test_toy.py").write_text(TESTS)
@@ -110,7 +110,7 @@ def test_cli_validate_exits_non_zero_on_problems(tmp_path):
 
 def test_a_mutation_that_no_longer_matches_the_solution_is_a_named_course_error(tmp_path):
     from grader.errors import CourseError
-    from grader.validate import KnownWrong
+    from grader.course.validate import KnownWrong
 
     (tmp_path / "tests" / "exercises").mkdir(parents=True)
     (tmp_path / "solutions").mkdir()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .correctness import WrongAnswer
-from ..manifest import Criterion, Stage
+from ..course.manifest import Criterion, Stage
 
 # Counters that are ratios: recomputed from the sums of their parts over all launches.
 RATIOS = {

@@ -26,7 +26,7 @@ from . import recorded_reference
 from .student import RunnerConnection, Student, TimeBudget
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
-from ..results import NOT_RUN, Results, Status, TestResult
+from ..report.results import NOT_RUN, Results, Status, TestResult
 from ..sandbox import Limits, SandboxSpec, make_sandbox
 from .settings import JudgeSettings
 
@@ -131,7 +131,7 @@ class GradingSession:
 
     def _course_manifest(self):
         """course.toml, read once per session (a CourseError if the course has none)."""
-        from ..manifest import find
+        from ..course.manifest import find
 
         if self._manifest is None:
             self._manifest = find(self.config.rootpath)
@@ -139,7 +139,7 @@ class GradingSession:
 
     def _allowed_imports(self) -> frozenset[str]:
         """The static policy's import allowlist, widened by the course's `[course] allow_imports`."""
-        from ..manifest import MANIFEST
+        from ..course.manifest import MANIFEST
 
         extra = self._course_manifest().allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
         return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)

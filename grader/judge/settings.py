@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..backends import Kind
 from ..sandbox import SANDBOXES, Limits, SandboxSpec
 
 
@@ -17,7 +18,7 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any
 @dataclass(frozen=True)
 class JudgeSettings:
     workspace: str = _opt("", "folder holding the student's exercise modules")
-    backend: str = _opt("sim", "the backend the runners use", ("sim", "gpu"))
+    backend: str = _opt(Kind.SIM.value, "the backend the runners use", tuple(k.value for k in Kind))
     results: str = _opt("", "where to write the results JSON")
     submission: str = _opt("", "submission name shown in results")
     seed: str = _opt("", "hex seed for inputs (default: secret, random)")

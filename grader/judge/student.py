@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import wire
+from ..backends import Kind
 from ..errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
@@ -96,7 +97,7 @@ class RunnerConnection:
     def remote_device(self) -> bool:
         """Whether the simulated GPU runs as a device process of its own beside the runner (it
         reports launches, findings and copies to this side directly)."""
-        return self.backend == "sim" and self.device_process and bool(getattr(self.sandbox, "hosts_device", False))
+        return self.backend == Kind.SIM and self.device_process and bool(getattr(self.sandbox, "hosts_device", False))
 
     def start(self) -> Runner:
         """Start the runner (and its device process); returns at once, their imports go on in
@@ -272,7 +273,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     bytes the host itself copied there (grader.judge.dataflow)."""
     from .correctness import WrongAnswer
 
-    if backend == "sim" and not result.launches:
+    if backend == Kind.SIM and not result.launches:
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
     if result.device is not None:
         from .dataflow import verify

@@ -19,28 +19,16 @@ from typing import Any
 import numpy as np
 
 from .. import wire
+from ..backends import Kind
+from ..backends.runtime import open_backend
 
 
 class Runner:
     def __init__(self, workspace: str, backend: str, devices: int, device_fd: int | None = None):
         self.workspace = os.path.realpath(workspace)
-        self.backend = backend
         self.modules: dict[str, Any] = {}
         sys.path.insert(0, self.workspace)
-        self.trace = None
-        self.remote = device_fd is not None
-        if backend == "sim" and self.remote:
-            # the simulated GPU is the device process: launches, memory and their records are
-            # there, and reach the judge from there
-            from ..device.client import connect
-
-            connect(device_fd, devices)
-        elif backend == "sim":
-            from .. import sim
-
-            sim.tune_process()  # this process is ours (`python -m grader.runner`)
-            sim.install(devices=devices, compile_check=True)
-            self.trace = sim.trace
+        self.backend = open_backend(backend, devices, device_fd)
 
     # -- errors as the student should see them ------------------------------------------------
     def _is_student_file(self, filename: str) -> bool:
@@ -113,10 +101,7 @@ class Runner:
         args = list(request.get("args", []))
         launches: list = []
         try:
-            if self.trace is not None:
-                with self.trace() as launches:
-                    returned = function(*args)
-            else:
+            with self.backend.launches() as launches:
                 returned = function(*args)
             returned = self._to_host(returned)
         except BaseException as exc:  # noqa: BLE001
@@ -144,10 +129,8 @@ class Runner:
 
     def configure(self, request: dict) -> dict:
         """Settings the judge may change: only the compile check, off for its trusted reference runner."""
-        if self.backend == "sim" and not self.remote and "compile_check" in request:
-            from .. import sim
-
-            sim.current().compile_check = bool(request["compile_check"])
+        if "compile_check" in request:
+            self.backend.configure(compile_check=bool(request["compile_check"]))
         return {"ok": True}
 
     def serve(self, inp, out) -> None:
@@ -160,7 +143,7 @@ class Runner:
             if op == "call":
                 reply = self.call(request)
             elif op == "ping":
-                reply = {"ok": True, "backend": self.backend}
+                reply = {"ok": True, "backend": str(self.backend.kind)}
             elif op == "configure":
                 reply = self.configure(request)
             elif op == "import":
@@ -176,7 +159,7 @@ class Runner:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m grader.runner")
     parser.add_argument("--workspace", required=True)
-    parser.add_argument("--backend", choices=["sim", "gpu"], required=True)
+    parser.add_argument("--backend", choices=[k.value for k in Kind], required=True)
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--in-fd", type=int)
     parser.add_argument("--out-fd", type=int)

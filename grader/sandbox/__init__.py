@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..backends import Kind
 from ..errors import UsageError
 from .base import Limits, Runner, Sandbox, exchange_within
 from .process import NoSandbox, ProcessSandbox
@@ -33,7 +34,7 @@ class SandboxSpec:
             raise UsageError(f"unknown sandbox {self.name!r}; choose one of {', '.join(SANDBOXES)}")
         if self.gpus and self.name != "docker":
             raise UsageError("--gpus applies to --sandbox docker only (other sandboxes see the machine's GPUs)")
-        if self.name == "docker" and backend == "gpu" and not self.gpus:
+        if self.name == "docker" and backend == Kind.GPU and not self.gpus:
             raise UsageError("--backend gpu in the docker sandbox needs --gpus (e.g. --gpus all)")
         if self.name == "process":
             from .bubblewrap import unavailable

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import wire
+from ..backends import Kind
 from ..errors import RunnerError
 from . import bubblewrap, cgroups
 from .base import Limits, death_reason, exchange_within, runner_uid
@@ -36,7 +37,7 @@ def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str)
         return
     if groups is not None:
         groups.join()
-    elif backend == "sim":  # no cgroups (not root): the heap limit. Never with CUDA (huge mappings)
+    elif backend == Kind.SIM:  # no cgroups (not root): the heap limit. Never with CUDA (huge mappings)
         resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
@@ -68,7 +69,7 @@ class RunnerProcess:
         passed = [req_r, resp_w, *fds]
         if confined:
             staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
-            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == "gpu")
+            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == Kind.GPU)
             argv, args_fd = view.command([sys.executable, *runner, "--workspace", bubblewrap.WORKSPACE])
             passed.append(args_fd)
             env, cwd = {}, "/"
@@ -196,7 +197,7 @@ class ProcessSandbox:
         """`python -m grader.device` confined, its runner socket `fd` (connected, or listening)."""
         self._check()
         seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
-        return RunnerProcess(None, "sim", self.limits, trusted, module="grader.device",
+        return RunnerProcess(None, Kind.SIM, self.limits, trusted, module="grader.device",
                              args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as),
                              fds=(fd,))
 

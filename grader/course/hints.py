@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, Stage
-from .results import Results, Status
+from ..report.results import Results, Status
 
 STATE_FILE = Path(".gpugrade") / "hints.json"
 

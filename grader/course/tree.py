@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CourseError, UsageError
+from ..errors import CourseError, UsageError
 
 GRADING_TESTS = Path("tests") / "exercises"
 

@@ -23,12 +23,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .course import Course, submission_modules
-from .errors import CourseError
-from .grading import grade
+from .tree import Course, submission_modules
+from ..errors import CourseError
+from ..grading import grade
 from .manifest import find as find_manifest
-from .results import Results, Status
-from .sandbox import SandboxSpec
+from ..report.results import Results, Status
+from ..sandbox import SandboxSpec
 
 SUBMISSIONS = Path("tests") / "submissions"
 

@@ -20,7 +20,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from .errors import CourseError
+from ..errors import CourseError
 
 MANIFEST = "course.toml"
 HINTS_PER_STAGE = 3

@@ -1,0 +1,30 @@
+"""Gradescope's autograder `results.json`."""
+
+from __future__ import annotations
+
+from .results import Results
+from .text import first_line
+
+
+def gradescope(results: Results) -> dict:
+    """Gradescope's results.json. `score` is given explicitly as the sum of the tests."""
+    doc = {
+        "score": results.score,
+        "execution_time": results.execution_time,
+        "output": f"Graded on the {results.backend} backend.",
+        "output_format": "text",
+        "test_output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": [
+            {"score": t.score, "max_score": t.max_score, "status": t.status, "name": t.name,
+             "name_format": "text", "number": f"{t.exercise}.{t.stage}.{i + 1}", "output": t.output,
+             "output_format": "text", "tags": [t.exercise, f"stage {t.stage}", *t.tags],
+             "visibility": t.visibility}
+            for i, t in enumerate(results.tests)
+        ],
+    }
+    if results.errors:
+        doc["output"] += "\nThe autograder hit an internal error; your instructor has been told:\n" + "\n".join(
+            first_line(e) for e in results.errors)
+    return doc
