@@ -24,7 +24,7 @@ from .errors import (BarrierDivergenceError, Checks, DeadlockError, LaunchConfig
                      NotSimulatedError, OutOfBoundsError, RaceError, SimError, SimWarning,
                      UninitialisedReadError, WarpOpError, WrongDeviceError)
 from .host import HostAPI, SimDeviceArray
-from .launch import LaunchRecord, SimLaunchConfiguration, trace
+from .launch import LaunchRecord, SimLaunchConfiguration, Tracer
 from .launch import run as _run
 
 __all__ = [
@@ -71,6 +71,7 @@ class Simulator(LaunchTarget):
         self.host = HostAPI(self)
         # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
         self.signatures = Signatures(lambda: self.devices.current)
+        self.tracer = Tracer()  # this simulator's launch records (`trace()`)
 
     def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
         _run(self, dispatcher, griddim, blockdim, stream, sharedmem, args)
@@ -123,6 +124,13 @@ def uninstall() -> None:
         if _active is not None:
             _active[1].restore()
             _active = None
+
+
+def trace():
+    """`with trace() as launches:` one LaunchRecord per launch of the installed simulator."""
+    if _active is None:
+        raise RuntimeError("grader.sim is not installed: install() before trace()")
+    return _active[0].tracer.trace()
 
 
 def is_installed() -> bool:

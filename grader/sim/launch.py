@@ -264,7 +264,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,
                           typing_note=typing_note, lines=lines)
-    _publish(record)
+    sim.tracer.publish(record)
 
 
 def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig) -> dict:
@@ -320,25 +320,28 @@ def _simt():
     return run_fn, unsupported
 
 
-# ---------------------------------------------------------------- trace sinks
-_sinks: list[list] = []
-_sinks_lock = threading.Lock()
+# ---------------------------------------------------------------- launch records
+class Tracer:
+    """The launch records of one simulator, handed to every `trace()` block open on it (each
+    simulator has its own: two in one process never see each other's launches)."""
 
+    def __init__(self):
+        self._sinks: list[list] = []
+        self._lock = threading.Lock()
 
-def _publish(record: LaunchRecord) -> None:
-    with _sinks_lock:
-        for sink in _sinks:
-            sink.append(record)
+    def publish(self, record: LaunchRecord) -> None:
+        with self._lock:
+            for sink in self._sinks:
+                sink.append(record)
 
-
-@contextlib.contextmanager
-def trace():
-    """`with trace() as launches:` collects one LaunchRecord per simulated launch."""
-    records: list[LaunchRecord] = []
-    with _sinks_lock:
-        _sinks.append(records)
-    try:
-        yield records
-    finally:
-        with _sinks_lock:
-            _sinks.remove(records)
+    @contextlib.contextmanager
+    def trace(self):
+        """`with tracer.trace() as launches:` collects one LaunchRecord per launch."""
+        records: list[LaunchRecord] = []
+        with self._lock:
+            self._sinks.append(records)
+        try:
+            yield records
+        finally:
+            with self._lock:
+                self._sinks.remove(records)

@@ -213,3 +213,16 @@ def test_a_launch_changes_nothing_process_wide():
 
     assert not any(v.pass_inst.name() == "simt_stop_after_typing" for v in _pass_registry._registry.values()), \
         "the SIMT typing's pass is in numba's registry only while a kernel is typed"
+
+
+def test_each_simulator_keeps_its_own_launch_records():
+    """Regression (issue 10): launch records went to a sink shared by every simulator of the process."""
+    kernel, _ = _fresh_kernel()
+    with sim.installed() as first, first.tracer.trace() as seen_by_first:
+        with sim.installed() as second, sim.trace() as seen_by_second:
+            assert sim.current() is second
+            out = cuda.device_array(64, np.float32)
+            kernel[2, 32](cuda.to_device(np.ones(64, np.float32)), out)
+    assert len(seen_by_second) == 1 and seen_by_first == []
+    with pytest.raises(RuntimeError, match="not installed"):
+        sim.trace()
