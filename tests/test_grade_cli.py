@@ -260,10 +260,10 @@ def test_a_simulator_finding_reaches_the_results_as_a_record(tmp_path):
     found = [t.finding for t in results.tests if t.finding]
     assert found, [t.output[:100] for t in results.tests]
     finding = found[0]
-    assert finding["check"] == "bounds" and finding["type"] == "OutOfBoundsError"
-    assert finding["kernel"] == "add_kernel" and finding["file"] == "vector_add.py" and finding["line"] > 0
-    assert finding["array"] in ("a", "b", "out") and len(finding["thread"]) == 3 and len(finding["block"]) == 3
-    assert "Simulator findings:" in first_failure(results) and finding["message"].splitlines()[0] in first_failure(results)
+    assert finding.check == "bounds" and finding.type == "OutOfBoundsError"
+    assert finding.kernel == "add_kernel" and finding.file == "vector_add.py" and finding.line > 0
+    assert finding.array in ("a", "b", "out") and len(finding.thread) == 3 and len(finding.block) == 3
+    assert "Simulator findings:" in first_failure(results) and finding.message.splitlines()[0] in first_failure(results)
     again = type(results).from_dict(results.to_dict())
     assert [t.finding for t in again.tests] == [t.finding for t in results.tests], "the record round-trips"
 

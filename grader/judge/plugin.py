@@ -267,7 +267,7 @@ class GradingSession:
         exc = call.excinfo.value if call.excinfo else None
         result = self._result(item, passed, "" if passed else failure_message(exc))
         if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
-            result.finding = exc.finding.as_dict()
+            result.finding = exc.finding
         self.results.tests.append(result)
         self._write_results()
 

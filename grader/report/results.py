@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
 
+from ..wire.messages import Finding
+
 
 class ExitCode(IntEnum):
     """What `gpugrade` exits with (documented in the README)."""
@@ -48,9 +50,9 @@ class TestResult:
     nodeid: str = ""
     visibility: str = "visible"
     tags: list[str] = field(default_factory=list)
-    # a simulator finding that failed the test, as a record (grader.wire.Finding.as_dict): check,
-    # type, message, kernel, file, line, block, thread, array, index
-    finding: dict | None = None
+    # the simulator finding that failed the test: check, type, message, kernel, file, line, block,
+    # thread, array, index (the record the device process sent, checked by grader.wire)
+    finding: Finding | None = None
 
 
 @dataclass
@@ -88,7 +90,9 @@ class Results:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Results":
-        tests = [TestResult(**{**t, "status": Status(t["status"])}) for t in data.get("tests", [])]
+        tests = [TestResult(**{**t, "status": Status(t["status"]),
+                               "finding": Finding.parse(t["finding"]) if t.get("finding") else None})
+                 for t in data.get("tests", [])]
         return cls(submission=data["submission"], backend=data["backend"], tests=tests,
                    errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
                    seed=str(data.get("seed", "")))

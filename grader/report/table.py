@@ -47,7 +47,7 @@ def first_failure(results: Results) -> str:
     first = failed[0]
     lines = [f"First failing test: {first.name} (stage {first.stage})"]
     lines += ["  " + line for line in first.output.strip().splitlines()[:40]]
-    findings = list(dict.fromkeys(first_line(t.finding["message"]) for t in failed if t.finding))
+    findings = list(dict.fromkeys(first_line(t.finding.message) for t in failed if t.finding))
     if findings:
         lines.append("Simulator findings:")
         lines += [f"  - {f}" for f in findings[:8]]

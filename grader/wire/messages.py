@@ -100,7 +100,7 @@ def _coords(value: Any, where: str) -> tuple[int, ...] | None:
     """A block, thread or index: one integer or up to 8 of them, or absent."""
     if value is None:
         return None
-    items = value if isinstance(value, list) else [value]
+    items = value if isinstance(value, (list, tuple)) else [value]
     if not 1 <= len(items) <= 8:
         raise ProtocolError(f"{where}: expected 1 to 8 coordinates")
     return tuple(_int(v, f"{where}[{i}]", -(1 << 62)) for i, v in enumerate(items))

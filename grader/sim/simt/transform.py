@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
 import itertools
-import textwrap
 
 import numpy as np
 
+from ..ast_tools import COMPARE, SCOPES, arguments, define, index_parts, parse_function, stored_names
+from ..ast_tools import name_node as _name
 from . import intrinsics
 from .intrinsics import Intrinsic
 from .typing import BINOPS, FunctionTypes, as_dtype
@@ -37,8 +37,7 @@ from .unsupported import SimtUnsupported
 C = "__c"  # the context parameter of generated functions
 _EXITS = (ast.Return, ast.Break, ast.Continue)
 _SITES = itertools.count()  # array declaration sites, unique across all generated functions
-_UNARY = {ast.USub: "USub", ast.Invert: "Invert"}
-_COMPARE = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+_COMPARE = tuple(COMPARE)
 
 
 def _ctx(method: str, *args: ast.expr, keywords=()) -> ast.Call:
@@ -46,14 +45,8 @@ def _ctx(method: str, *args: ast.expr, keywords=()) -> ast.Call:
     return ast.Call(func, list(args), list(keywords))
 
 
-def _name(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id_, ast.Store() if store else ast.Load())
-
-
 def _lambda(body: ast.expr) -> ast.Lambda:
-    empty = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
-                          kwarg=None, defaults=[])
-    return ast.Lambda(empty, body)
+    return ast.Lambda(arguments(), body)
 
 
 def _set_line(line: int) -> ast.stmt:
@@ -92,11 +85,9 @@ class Transformer:
 
     def build(self):
         try:
-            lines, first = inspect.getsourcelines(self.py_func)
+            tree, first = parse_function(self.py_func)
         except (OSError, TypeError) as err:
             raise SimtUnsupported(f"no source for {self.py_func.__name__!r}") from err
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-        ast.increment_lineno(tree, first - 1)
         fdef = tree.body[0]
         if not isinstance(fdef, ast.FunctionDef):
             raise SimtUnsupported("kernel source is not a plain function definition", first)
@@ -104,33 +95,25 @@ class Transformer:
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
             raise SimtUnsupported("*args, **kwargs or keyword-only parameters", fdef.lineno)
         self.params = [a.arg for a in args.args]
-        self.locals = set()
         for node in ast.walk(fdef):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                self.locals.add(node.id)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
                 raise SimtUnsupported("global/nonlocal statement", node.lineno)
-            elif isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef,
-                                   ast.AsyncFunctionDef)) and node is not fdef:
+            if isinstance(node, SCOPES) and node is not fdef:
                 raise SimtUnsupported("nested function or lambda", node.lineno)
-        self.locals -= set(self.params)
+        self.locals = stored_names(fdef) - set(self.params)
         body = [ast.Assign([_name(n, True) for n in sorted(self.locals)], ast.Constant(None))] \
             if self.locals else []
         body += self.block(fdef.body)
         body.append(ast.Return(_ctx("result")))
-        gen_args = ast.arguments(posonlyargs=[], args=[ast.arg(C)] + [ast.arg(p) for p in self.params],
-                                 vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
-        gen = ast.FunctionDef(fdef.name, gen_args, body, [], None, type_params=[])
+        gen = ast.FunctionDef(fdef.name, arguments([C, *self.params]), body, [], None,
+                              type_params=[])
         ast.copy_location(gen, fdef)
         module = ast.Module([gen], type_ignores=[])
         for node in ast.walk(module):  # nodes we made inherit the line of the statement they serve
             if not hasattr(node, "lineno"):
                 node.lineno, node.col_offset = fdef.lineno, 0
         ast.fix_missing_locations(module)
-        code = compile(module, self.filename, "exec")
-        namespace = dict(self.generated_globals)
-        exec(code, namespace)
-        return namespace[fdef.name]
+        return define(module, self.filename, fdef.name, dict(self.generated_globals))
 
     def fail(self, feature: str, node=None):
         raise SimtUnsupported(feature, getattr(node, "lineno", self.line), self.filename)
@@ -412,7 +395,7 @@ class Transformer:
             return _ctx("not_", self.expr(node.operand))
         if isinstance(node.op, ast.UAdd):
             return self.expr(node.operand)
-        return _ctx("unop", ast.Constant(_UNARY[type(node.op)]), self.expr(node.operand))
+        return _ctx("unop", ast.Constant(type(node.op).__name__), self.expr(node.operand))
 
     def expr_BoolOp(self, node):
         method = "and_" if isinstance(node.op, ast.And) else "or_"
@@ -442,8 +425,7 @@ class Transformer:
         indices = []
         base = node
         while isinstance(base, ast.Subscript):
-            index = base.slice
-            parts = index.elts if isinstance(index, ast.Tuple) else [index]
+            parts = index_parts(base)
             if any(isinstance(p, ast.Slice) for p in parts):
                 self.fail("array slice", node)
             indices[:0] = parts
