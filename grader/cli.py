@@ -11,6 +11,7 @@ from .backends import BACKENDS, Kind, resolve
 from .course import Course
 from .errors import GpugradeError, UsageError
 from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
+from .judge.settings import JudgeSettings
 from .report import FORMATS, render
 from .report.results import ExitCode, Results
 from .sandbox import SANDBOXES, SandboxSpec
@@ -25,20 +26,12 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--backend", choices=BACKENDS, default="auto",
                          help="gpu, sim (the CPU simulator) or auto (gpu when one is visible)")
         cmd.add_argument("--course", help="course folder (default: found from the current folder upwards)")
-        cmd.add_argument("--seed", default="", help="hex seed to reproduce inputs (default: secret, random)")
-        cmd.add_argument("--timeout", type=float, default=None, help="seconds allowed per call into student code")
+        for name in ("seed", "timeout"):
+            JudgeSettings.add_cli_option(cmd, name)
         cmd.add_argument("--submission-timeout", type=float, default=DEFAULT_SUBMISSION_TIMEOUT_S,
                          help="seconds for a whole submission; tests finished by then keep their points")
-        cmd.add_argument("--sandbox", choices=SANDBOXES, default=SandboxSpec.name,
-                         help="how student code is confined: process (default), docker (a container per "
-                              "runner), none (a plain subprocess, for debugging)")
-        cmd.add_argument("--docker-image", default=SandboxSpec.docker_image,
-                         help="--sandbox docker: the runner image (docker/build-images.sh builds it)")
-        cmd.add_argument("--gpus", default="", help="--sandbox docker: GPUs for the runner ('all' or ids '0,1'); "
-                                                    "needed with --backend gpu")
-        cmd.add_argument("--simulator", choices=["device", "inline"], default="device",
-                         help="sim backend: the simulated GPU as a device process of its own, reporting to the "
-                              "judge (default), or inline in the runner (debugging and measuring only)")
+        for name in ("sandbox", "docker_image", "gpus", "simulator"):
+            JudgeSettings.add_cli_option(cmd, name)
 
     check = sub.add_parser("check", help="student self-check of your exercises/ folder")
     check.add_argument("exercise", nargs="?", help="one exercise (default: all)")

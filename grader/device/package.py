@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..sim import patching
+from ..sim.kernel_graph import code_names, is_cuda_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
            "numba.cuda.fp16": "numba.cuda.fp16"}
@@ -67,7 +68,7 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
                 raise NotPackable(f"the source of {fn.__name__!r} ({filename}) cannot be read")
             files[filename] = "".join(lines)
         values = {}
-        for name in _names(fn.__code__):
+        for name in code_names(fn.__code__):
             if name in fn.__globals__:
                 values[name] = _encode(fn.__globals__[name], fn.__name__, name, pending, key_of)
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -104,16 +105,8 @@ def _identity(package: dict) -> Any:
     return strip(package)
 
 
-def _names(code) -> list[str]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names += _names(const)
-    return list(dict.fromkeys(names))
-
-
 def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
-    if patching.is_dispatcher(value):
+    if is_cuda_dispatcher(value):
         pending.append(value)
         return {"function": key_of(value)}
     if isinstance(value, types.ModuleType):

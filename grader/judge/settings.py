@@ -23,15 +23,18 @@ class JudgeSettings:
     submission: str = _opt("", "submission name shown in results")
     seed: str = _opt("", "hex seed for inputs (default: secret, random)")
     timeout: float = _opt(Limits.call_timeout_s, "wall-clock seconds allowed for one call into student code")
-    sandbox: str = _opt(SandboxSpec.name, "how runners are confined: process (default), docker, none (no "
-                                          "confinement: debugging)", SANDBOXES)
-    docker_image: str = _opt(SandboxSpec.docker_image, "the docker sandbox's runner image")
-    gpus: str = _opt("", "docker sandbox: GPUs to request ('all' or ids '0,1')")
+    sandbox: str = _opt(SandboxSpec.name, "how student code is confined: process (default: bubblewrap), docker "
+                                          "(a container per runner), none (a plain subprocess: debugging)",
+                        SANDBOXES)
+    docker_image: str = _opt(SandboxSpec.docker_image, "--sandbox docker: the runner image "
+                                                       "(docker/build-images.sh builds it)")
+    gpus: str = _opt("", "--sandbox docker: GPUs for the runner ('all' or ids '0,1'); needed with --backend gpu")
     exercise_budget: float = _opt(0.0, "seconds of student code one exercise may use over all its calls "
                                        "(0: no budget)")
-    simulator: str = _opt("device", "sim backend: the simulated GPU as a device process of its own (default), "
-                                    "or inline in the runner (its records then come through the student's "
-                                    "process: debugging only)", ("device", "inline"))
+    simulator: str = _opt("device", "sim backend: the simulated GPU as a device process of its own, reporting "
+                                    "to the judge (default), or inline in the runner (its records then come "
+                                    "through the student's process: debugging and measuring only)",
+                          ("device", "inline"))
     stages: str = _opt("", "grade only these stages (comma-separated numbers)")
     reference: str = _opt("", "folder of reference solutions for performance tests (default: <rootdir>/solutions)")
     record_reference: str = _opt("", "write the reference's counters of every performance test to this JSON file")
@@ -50,6 +53,18 @@ class JudgeSettings:
             if isinstance(f.default, float):
                 kwargs["type"] = float
             group.addoption(cls.flag(f.name), **kwargs)
+
+    @classmethod
+    def add_cli_option(cls, parser, name: str) -> None:
+        """The same setting as an option of the `gpugrade` command (`--<name>`): declared once here,
+        offered by both front ends."""
+        f = next(f for f in fields(cls) if f.name == name)
+        kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
+        if f.metadata["choices"]:
+            kwargs["choices"] = list(f.metadata["choices"])
+        if isinstance(f.default, float):
+            kwargs["type"] = float
+        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
 
     @classmethod
     def from_config(cls, config) -> "JudgeSettings":

@@ -14,12 +14,11 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-import textwrap
 import types
 
 import numpy as np
 
-from . import device_math, patching
+from . import ast_tools, device_math, patching
 
 
 class KernelSource:
@@ -58,23 +57,14 @@ def marked_code(func):
     result = None
     if not code.co_freevars:
         try:
-            source = textwrap.dedent(inspect.getsource(func))
-            tree = ast.parse(source)
+            tree, _ = ast_tools.parse_function(func)
             fdef = tree.body[0]
             if isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                     fdef.name == func.__name__:
                 fdef.decorator_list = []
-                ret = ast.Return(ast.Name(_END_MARKER, ast.Load()))
-                last = fdef.body[-1]
-                ast.copy_location(ret, last)
-                ret.lineno = ret.value.lineno = getattr(last, "end_lineno", last.lineno)
-                ast.copy_location(ret.value, ret)
-                fdef.body.append(ret)
+                ast_tools.append_return(fdef, _END_MARKER)
                 ast.fix_missing_locations(tree)
-                ast.increment_lineno(tree, code.co_firstlineno - 1)
-                namespace: dict = {}
-                exec(compile(tree, code.co_filename, "exec"), {}, namespace)
-                result = namespace[func.__name__].__code__
+                result = ast_tools.define(tree, code.co_filename, func.__name__).__code__
         except (OSError, TypeError, SyntaxError, IndexError, KeyError):
             result = None
     _marked_cache[code] = result
@@ -130,7 +120,7 @@ def _replacement(value, fake_cuda, cache, real_attrs):
         if value is math:
             return _MATH_SHIM
         return value
-    if patching.is_dispatcher(value):
+    if is_cuda_dispatcher(value):
         return rebind(value.py_func, fake_cuda, cache, device=True)
     name = real_attrs.get(id(value))
     if name is not None:
@@ -149,7 +139,7 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     `cache` maps original functions to their rebound twins for one launch; it makes shared and
     recursive device functions resolve to one object each. With `mark_end`, the function returns
     `FELL_OFF` when it runs off its end (see `marked_code`; unchanged when no source).
-    `typer` (a `thread_typing.Typer`, kept in `cache` for the device functions): the code follows
+    `typer` (a `thread.typer.Typer`, kept in `cache` for the device functions): the code follows
     numba's types, and each device function (`device=True`) becomes the typer's wrapper that
     does the same for every signature it is called with.
     """

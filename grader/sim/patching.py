@@ -12,6 +12,8 @@ import importlib
 import threading
 import types
 
+from .kernel_graph import device_dispatchers, dispatcher_classes
+
 _MISSING = object()
 
 # numba.cuda host-API names replaced while installed (each a method of host.HostAPI)
@@ -64,6 +66,7 @@ class PatchScope:
 
 
 # ---------------------------------------------------------------- what numba offers
+# (numba's CUDA dispatcher classes, and the device functions a kernel reaches: `kernel_graph`)
 def numba_module():
     return importlib.import_module("numba")
 
@@ -74,30 +77,6 @@ def cuda_module():
         return importlib.import_module("numba.cuda")
     except Exception:  # an ImportError, or a CUDA bindings error raised at import
         return None
-
-
-def dispatcher_classes() -> list[type]:
-    """The CUDA dispatcher classes present in this process (usually exactly one)."""
-    classes = []
-    for modname in ("numba.cuda.dispatcher", "numba_cuda.numba.cuda.dispatcher"):
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:
-            continue
-        cls = getattr(mod, "CUDADispatcher", None)
-        if isinstance(cls, type) and cls not in classes:
-            classes.append(cls)
-    return classes
-
-
-_DISPATCHERS: tuple[type, ...] | None = None
-
-
-def is_dispatcher(obj) -> bool:
-    global _DISPATCHERS
-    if _DISPATCHERS is None:
-        _DISPATCHERS = tuple(dispatcher_classes())
-    return isinstance(obj, _DISPATCHERS) and hasattr(obj, "py_func")
 
 
 def cuda_attribute_names(fake_cuda) -> dict[int, str]:
@@ -329,44 +308,6 @@ def registered_pass(cls, mutates_CFG: bool = False, analysis_only: bool = True):
         finally:
             if added:
                 _pass_registry._registry.pop(cls, None)
-
-
-def device_dispatchers(func) -> list:
-    """The CUDA dispatchers `func` reaches through its globals, closure and module attributes,
-    transitively (the device functions numba compiles when it types `func`)."""
-    found: list = []
-    seen: set[int] = set()
-    stack = [func]
-    while stack:
-        fn = stack.pop()
-        code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        scope = [fn.__globals__.get(n) for n in _names(code)]
-        for cell in fn.__closure__ or ():
-            try:
-                scope.append(cell.cell_contents)
-            except ValueError:
-                pass
-        for value in scope:
-            values = [value]
-            if isinstance(value, types.ModuleType):
-                values = [getattr(value, n, None) for n in _names(code)]
-            for v in values:
-                if is_dispatcher(v) and id(v) not in seen:
-                    seen.add(id(v))
-                    found.append(v)
-                    stack.append(v.py_func)
-    return found
-
-
-def _names(code) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:  # nested code (comprehensions)
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
 
 
 @contextlib.contextmanager

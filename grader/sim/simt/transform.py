@@ -480,10 +480,8 @@ class Transformer:
         args = [self.expr(a) for a in node.args]
         keywords = [ast.keyword(k.arg, self.expr(k.value)) for k in node.keywords]
         if isinstance(hit, _Object):
-            from numba.cuda.dispatcher import CUDADispatcher
-
             obj = hit.obj
-            if isinstance(obj, CUDADispatcher) or type(obj).__name__ == "CUDADispatcher":
+            if is_cuda_dispatcher(obj):
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
                 return _ctx("call", self.const_object(obj), *args)
