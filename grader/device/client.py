@@ -22,6 +22,7 @@ from ..wire import shared
 from ..sim import LaunchTarget
 from ..sim import errors as sim_errors
 from ..sim import patching
+from ..sim.argtypes import declared_argtypes
 from ..sim.devices import Devices, GpuList
 from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
 from .package import NotPackable, pack
@@ -229,12 +230,10 @@ class _Declared:
         self._declared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def declare(self, dispatcher, sig) -> None:
-        from numba.cuda.core import sigutils
-
-        argtypes, _ = sigutils.normalize_signature(sig)
+        argtypes = declared_argtypes(sig)
         known = self._declared.setdefault(dispatcher, [])
-        if tuple(argtypes) not in known:
-            known.append(tuple(argtypes))
+        if argtypes not in known:
+            known.append(argtypes)
 
     def declared(self, dispatcher) -> list:
         return list(self._declared.get(dispatcher, ()))

@@ -9,7 +9,8 @@ numba compiles such a kernel at decoration, so
   way before typing the launch (arrays are passed as they are, as numba passes them).
 
 `Signatures` (one per installation) holds the declared argument types of each dispatcher; the
-`compile` that `patching` puts in place of numba's calls `declare`.
+`compile` that `patching` puts in place of numba's calls `declare`. How values fit a declared
+signature and are converted to it is `argtypes`' (the one typing of launch arguments).
 
 Compiled code (`kernel.inspect_llvm()`, `inspect_asm()`, `inspect_lto_ptx()`) needs no GPU:
 `inspect` builds numba-cuda's own kernel object for a signature the first time one is asked for
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import weakref
 
-import numpy as np
+from . import patching
+from .argtypes import declared_argtypes, fits_declared, to_declared
+from .kernel_graph import device_dispatchers
 
 __all__ = ["Signatures"]
 
@@ -39,10 +42,7 @@ class Signatures:
         """Record `sig` (what numba's `CUDADispatcher.compile` takes: argument types, or a
         signature string / object) for `dispatcher` and type the kernel for it: numba's
         TypingError propagates from here, as from a real decorator."""
-        from numba.cuda.core import sigutils
-
-        argtypes, _ = sigutils.normalize_signature(sig)
-        argtypes = tuple(argtypes)
+        argtypes = declared_argtypes(sig)
         known = self._declared.setdefault(dispatcher, [])
         if argtypes not in known:
             known.append(argtypes)
@@ -54,12 +54,10 @@ class Signatures:
     def inspect(self, dispatcher, kind: str, signature=None):
         """What numba's `dispatcher.inspect_<kind>(signature)` returns for a kernel: the code
         for `signature`, or {argument types: code} over the declared signatures."""
-        from numba.cuda.core import sigutils
-
         if signature is None:
             return {argtypes: self.inspect(dispatcher, kind, argtypes)
                     for argtypes in self.declared(dispatcher)}
-        argtypes = tuple(sigutils.normalize_signature(signature)[0])
+        argtypes = declared_argtypes(signature)
         kernel, cc = self._kernel(dispatcher, argtypes)
         if kind == "llvm":
             return kernel.inspect_llvm()
@@ -75,11 +73,8 @@ class Signatures:
         if hit is None:
             from numba.cuda.dispatcher import _Kernel
 
-            from . import patching
-
             cc = tuple(self._device().compute_capability)
-            with patching.compile_check_device(cc, patching.device_dispatchers(
-                    dispatcher.py_func)):
+            with patching.compile_check_device(cc, device_dispatchers(dispatcher.py_func)):
                 kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
             hit = compiled[argtypes] = (kernel, cc)
         return hit
@@ -88,8 +83,8 @@ class Signatures:
         """`args` with each scalar converted to the type declared for its parameter (the first
         declared signature the arguments fit); unchanged without a declared signature."""
         for argtypes in self._declared.get(dispatcher, ()):
-            if _fits(argtypes, args):
-                return tuple(_convert(v, t) for v, t in zip(args, argtypes))
+            if fits_declared(argtypes, args):
+                return tuple(to_declared(v, t) for v, t in zip(args, argtypes))
         return tuple(args)
 
 
@@ -106,52 +101,3 @@ def _type_at_decoration(py_func, argtypes: tuple) -> None:
             raise exc.error from None
     except (SimtUnsupported, ImportError):
         pass  # not typeable on the CPU here: the launch decides, as without a signature
-
-
-def _scalar_dtype(nbtype) -> np.dtype | None:
-    from numba.core import types
-
-    if isinstance(nbtype, (types.Boolean, types.Integer, types.Float, types.Complex)):
-        from numba.np import numpy_support
-
-        return numpy_support.as_dtype(nbtype)
-    return None
-
-
-def _is_array(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and np.ndim(value) > 0
-
-
-def _fits(argtypes: tuple, args) -> bool:
-    from numba.core import types
-
-    if len(argtypes) != len(args):
-        return False
-    for value, nbtype in zip(args, argtypes):
-        if isinstance(nbtype, types.Array):
-            if not _is_array(value) or len(value.shape) != nbtype.ndim:
-                return False
-            dtype = _scalar_dtype(nbtype.dtype)
-            if dtype is not None and np.dtype(value.dtype) != dtype:
-                return False
-        elif _scalar_dtype(nbtype) is not None and not isinstance(
-                value, (bool, int, float, complex, np.bool_, np.number)):
-            return False
-    return True
-
-
-def _convert(value, nbtype):
-    dtype = _scalar_dtype(nbtype)
-    if dtype is None or not isinstance(value, (bool, int, float, complex, np.bool_, np.number)):
-        return value
-    if dtype.kind in "iu" and isinstance(value, (bool, int, np.bool_, np.integer)):
-        bits = dtype.itemsize * 8
-        v = int(value) & ((1 << bits) - 1)
-        if dtype.kind == "i" and v >= 1 << (bits - 1):
-            v -= 1 << bits
-        return dtype.type(v)
-    if dtype.kind == "b":
-        return np.bool_(bool(value))
-    if dtype.kind in "iu":  # a float for an integer parameter: truncated, as a C cast
-        return dtype.type(int(value))
-    return dtype.type(value)

@@ -19,6 +19,7 @@ import types
 import numpy as np
 
 from . import ast_tools, device_math, patching
+from .kernel_graph import is_cuda_dispatcher
 
 
 class KernelSource:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import devices as _devices
+from .argtypes import launch_scalar
 from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_source import KernelSource
@@ -130,25 +131,6 @@ def normalise_config(kernel: str, griddim, blockdim, stream, sharedmem, device: 
 
 
 # ---------------------------------------------------------------- arguments
-def _scalar(value):
-    """A host scalar as numba would type it."""
-    if isinstance(value, (bool, np.bool_)):
-        return np.bool_(value)
-    if isinstance(value, (np.integer, np.floating, np.complexfloating)):
-        return value
-    if isinstance(value, int):
-        return np.int64(value)
-    if isinstance(value, float):
-        return np.float64(value)
-    if isinstance(value, complex):
-        return np.complex128(value)
-    if isinstance(value, tuple):
-        items = tuple(_scalar(v) for v in value)
-        # a namedtuple keeps its class: numba types it as a named tuple (fields by name)
-        return type(value)(*items) if hasattr(type(value), "_fields") else items
-    return value
-
-
 def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
     out = []
     names = kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
@@ -165,7 +147,7 @@ def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
                                     f"{type(value).__name__}; the simulator takes numpy arrays "
                                     f"and arrays from cuda.to_device / device_array")
         else:
-            out.append(_scalar(value))
+            out.append(launch_scalar(value))  # as numba types it
     return out
 
 
@@ -238,7 +220,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                                             f"not handle it: {reason}") from None
                 continue
         else:
-            from .thread_executor import ThreadExecutor
+            from .thread.executor import ThreadExecutor
 
             try:
                 executor = ThreadExecutor(launch)  # types the kernel as numba does

@@ -17,7 +17,7 @@ def simulator():
 def thread_sim(request):
     """The per-thread executor with every checker on (accesses through the recorders), and
     with the race and uninitialised-read checkers off (accesses compiled inline,
-    grader/sim/thread_access.py): tests of what both must do."""
+    grader/sim/thread/access.py): tests of what both must do."""
     checks = None if request.param == "recorded" else sim.Checks(off={"races", "uninitialised"})
     s = sim.install(executor="thread", checks=checks)
     try:

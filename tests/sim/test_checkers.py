@@ -277,7 +277,7 @@ def shuffle_waits_for_barrier(out):
 
 
 def test_deadlocks_are_reported(simulator, monkeypatch):
-    from grader.sim import thread_executor
+    from grader.sim.thread import executor as thread_executor
 
     monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
     flag = cuda.to_device(np.zeros(1, np.int32))
@@ -323,7 +323,7 @@ def loops_forever(out):
 
 
 def test_loop_that_never_ends_is_reported_not_a_hang(thread_sim, monkeypatch):
-    from grader.sim import thread_executor
+    from grader.sim.thread import executor as thread_executor
 
     monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
     with pytest.raises(sim.DeadlockError, match=f":{line_of(loops_forever, 'while True')},"):
@@ -332,7 +332,7 @@ def test_loop_that_never_ends_is_reported_not_a_hang(thread_sim, monkeypatch):
 
 def test_spin_loops_with_compiled_accesses(monkeypatch):
     """Compiled accesses do not count loads: a `while` loop yields every few iterations."""
-    from grader.sim import thread_executor
+    from grader.sim.thread import executor as thread_executor
 
     monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
     with sim.installed(executor="thread", checks=sim.Checks(off={"races", "uninitialised"})):

@@ -16,6 +16,7 @@ import pytest
 from numba import cuda, float32, types
 
 from grader.sim import compile_check as cc_mod
+from grader.sim.compile_check import ptxas as ptxas_mod, toolchain as toolchain_mod
 from grader.sim.compile_check import (
     CompileReport,
     ToolchainStatus,
@@ -533,7 +534,7 @@ def _status(**kw) -> ToolchainStatus:
 
 
 def test_no_compiler_is_unavailable_not_failed(monkeypatch):
-    monkeypatch.setattr(cc_mod, "_status_for_check",
+    monkeypatch.setattr(toolchain_mod, "status_for_check",
                         lambda refresh=False: _status(
                             compile_ptx=False,
                             compile_ptx_reason="NVVM not usable: libNVVM cannot be found"))
@@ -546,7 +547,7 @@ def test_no_compiler_is_unavailable_not_failed(monkeypatch):
 
 
 def test_no_ptxas_still_reports_typing_failures(monkeypatch, toolchain):
-    monkeypatch.setattr(cc_mod, "_status_for_check",
+    monkeypatch.setattr(toolchain_mod, "status_for_check",
                         lambda refresh=False: _status(ptxas=False, ptxas_path=None,
                                                       ptxas_reason="ptxas not found"))
     good = compile_check(vector_add, (float32[:],) * 3, use_cache=False)
@@ -576,7 +577,7 @@ ptxas info    : Compile time = 3.5 ms
 
 def test_parse_ptxas_log():
     r = CompileReport(ok=True)
-    cc_mod._parse_ptxas(PTXAS_LOG, r)
+    ptxas_mod.parse_log(PTXAS_LOG, r)
     assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (255, 1, 4096, 376)
     assert (r.local_bytes, r.spill_stores, r.spill_loads) == (40, 24, 16)
 

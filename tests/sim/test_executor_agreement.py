@@ -13,14 +13,14 @@ import pytest
 from numba import cuda, float32, int32, int64
 
 import grader.sim as sim
-from grader.sim import thread_typing
+from grader.sim.thread import rewrite as thread_rewrite
 from grader.sim.errors import CompileError
 from sim_kernels import (barrier_in_branch, local_prefix, shuffle_from_exited_lane,
                          uses_device_functions, vector_add)
 
 EXECUTORS = ("simt", "thread")
 # the per-thread executor with the race and uninitialised-read checkers off: element accesses
-# are compiled inline (grader/sim/thread_access.py) instead of going through the recorders
+# are compiled inline (grader/sim/thread/access.py) instead of going through the recorders
 COMPILED = sim.Checks(off={"races", "uninitialised"})
 
 # counters that do not depend on how an executor groups accesses into requests
@@ -301,7 +301,7 @@ def test_typed_code_keeps_the_students_file_and_lines():
     argtypes = (simt_typing.array_type(np.dtype(np.float32), 2),) * 2 + (
         simt_typing.array_type(np.dtype(np.float64), 1),
         simt_typing.array_type(np.dtype(np.int32), 1))
-    code, _ = thread_typing.typed_code(func, simt_typing.infer(func, argtypes), "kernel")
+    code, _ = thread_rewrite.typed_code(func, simt_typing.infer(func, argtypes), "kernel")
     assert code.co_filename == func.__code__.co_filename
     original = {line for _, _, line in func.__code__.co_lines() if line}
     assert {line for _, _, line in code.co_lines() if line} <= original | {

@@ -11,7 +11,7 @@ import pytest
 from numba import cuda, float32, int32
 
 import grader.sim as sim
-from grader.sim import patching
+from grader.sim import kernel_graph, patching
 
 SIM_DIR = pathlib.Path(sim.__file__).parent
 
@@ -176,7 +176,7 @@ def test_scope_restores_after_an_error_inside():
 
 def test_device_dispatchers_follow_globals_closures_and_modules():
     kernel, halve = _fresh_kernel()
-    assert patching.device_dispatchers(kernel.py_func) == [halve]
+    assert kernel_graph.device_dispatchers(kernel.py_func) == [halve]
 
     @cuda.jit(device=True)
     def inner(x):
@@ -190,7 +190,7 @@ def test_device_dispatchers_follow_globals_closures_and_modules():
     def uses_outer(a):
         a[0] = outer(a[0])
 
-    assert set(map(id, patching.device_dispatchers(uses_outer.py_func))) == {id(outer), id(inner)}
+    assert set(map(id, kernel_graph.device_dispatchers(uses_outer.py_func))) == {id(outer), id(inner)}
 
 
 def test_a_launch_changes_nothing_process_wide():

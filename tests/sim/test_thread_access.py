@@ -1,4 +1,4 @@
-"""Compiled element accesses of the per-thread executor (grader/sim/thread_access.py): with the
+"""Compiled element accesses of the per-thread executor (grader/sim/thread/access.py): with the
 race and uninitialised-read checkers off, the accesses numba types as full integer indices of
 an array local run inline. They must give what the recorded path gives: the same outputs,
 counters, per-thread table and per-line costs, and the same findings for what stays checked."""
@@ -8,7 +8,7 @@ import pytest
 from numba import cuda, float32, float64, int32
 
 import grader.sim as sim
-from grader.sim import thread_typing
+from grader.sim.thread import rewrite as thread_rewrite
 from grader.sim.simt import typing as simt_typing
 from test_executor_agreement import tree_sum_missing_barrier  # (tests/sim is on sys.path)
 
@@ -45,7 +45,7 @@ def assert_same_as_recorded(kernel, grid, block, make_args, shared=0, simt=True)
 @pytest.fixture(autouse=True)
 def _recorded_means_recorded(monkeypatch):
     """`_recorded()`: the same checkers off, accesses through the recorders."""
-    from grader.sim import thread_executor
+    from grader.sim.thread import executor as thread_executor
 
     original = thread_executor.ThreadExecutor.__init__
 
@@ -80,9 +80,9 @@ def scale(a, out):
 def test_the_typed_code_compiles_the_accesses():
     arr = simt_typing.array_type(np.dtype(np.float32), 1)
     types = simt_typing.infer(scale.py_func, (arr, arr))
-    counted, _ = thread_typing.typed_code(scale.py_func, types, "kernel", access="count")
-    recorded, _ = thread_typing.typed_code(scale.py_func, types, "kernel", access="record")
-    plain, _ = thread_typing.typed_code(scale.py_func, types, "kernel")
+    counted, _ = thread_rewrite.typed_code(scale.py_func, types, "kernel", access="count")
+    recorded, _ = thread_rewrite.typed_code(scale.py_func, types, "kernel", access="record")
+    plain, _ = thread_rewrite.typed_code(scale.py_func, types, "kernel")
     assert "__gg_unpack" in counted.co_names and "__gg_thread_id" not in counted.co_names
     assert {"__gg_unpack", "__gg_thread_id"} <= set(recorded.co_names)  # checkers need the id
     assert "__gg_unpack" not in plain.co_names
@@ -327,7 +327,7 @@ def test_checked_accesses_report_what_the_recorders_report(monkeypatch, kernel, 
                                                            line_text):
     """With the checkers on, compiled accesses call the arrays' checkers with a Site for the
     frame: the same finding, on the same line, as through ThreadArray."""
-    from grader.sim import thread_executor
+    from grader.sim.thread import executor as thread_executor
 
     found = {}
     for compiled in (True, False):

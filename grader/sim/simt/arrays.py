@@ -4,7 +4,7 @@ Every access gathers or scatters the active lanes' elements through flat positio
 `Instrument.index` computes (and bounds-checks); `Instrument.access` then checks races and
 uninitialised reads and counts. Storage per space:
 - global: the argument's `DeviceBuffer.flat` (the whole allocation);
-- shared: a `memory.SharedArray` holding one fresh copy per block of the batch;
+- shared: a `kernel_arrays.SharedArray` holding one fresh copy per block of the batch;
 - local: one copy per lane, `(lanes, size)`, handed to the instrument as a `_LocalHandle`;
 - const: a read-only host array.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LaunchConfigError, where
-from ..memory import SharedArray
+from ..kernel_arrays import SharedArray
 from . import typing as simt_typing
 from .unsupported import SimtUnsupported
 

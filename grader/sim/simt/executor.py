@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ..memory import WARP
+from ..geometry import WARP
 from . import typing as simt_typing
 from .arrays import ArrayOps, global_array
 from .atomics import AtomicOps
@@ -87,7 +87,7 @@ def run(launch) -> None:
 
 def run_simt(kernel, config, args, instrument) -> None:
     """Run one launch in lockstep. `kernel`: a CUDA dispatcher, `KernelSource` or function;
-    `config`: `memory.LaunchConfig`; `args`: `DeviceBuffer`s and numpy scalars in parameter
+    `config`: `geometry.LaunchConfig`; `args`: `DeviceBuffer`s and numpy scalars in parameter
     order; `instrument`: the launch's `memory.Instrument`. Raises `SimtUnsupported` (before
     running anything) for what lockstep cannot model, and `SimError`s for findings."""
     fn, sim_args = prepare(kernel, args)

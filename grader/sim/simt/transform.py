@@ -27,8 +27,10 @@ import itertools
 
 import numpy as np
 
-from ..ast_tools import COMPARE, SCOPES, arguments, define, index_parts, parse_function, stored_names
+from ..ast_tools import (COMPARE, SCOPES, arguments, define, index_parts, parse_function,
+                         stored_names)
 from ..ast_tools import name_node as _name
+from ..kernel_graph import is_cuda_dispatcher
 from . import intrinsics
 from .intrinsics import Intrinsic
 from .typing import BINOPS, FunctionTypes, as_dtype

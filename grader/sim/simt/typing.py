@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import patching
+from .. import argtypes, patching
 from ..devices import TARGET_CC
 from .unsupported import SimtUnsupported
 
@@ -31,24 +31,26 @@ def _numba():
 
 
 # --- numba types of runtime values -----------------------------------------------------------
+# A lockstep value is not a launch argument: a lane vector (one value per lane) has the type of
+# its elements and a SimtArray carries its own, so `type_of` is not `argtypes.numba_type_of`;
+# its scalar and array types are built by `argtypes` (the launch arguments' typing), after
+# `_numba()` made sure numba-cuda is there (lockstep typing needs it).
 
 
 def scalar_type(dtype: np.dtype):
-    return _numba()[2].from_dtype(np.dtype(dtype))
+    _numba()
+    return argtypes.scalar_type(dtype)
 
 
 def as_dtype(nbtype) -> np.dtype | None:
     """numpy dtype of a numba scalar type; None for arrays, tuples and other non-scalars."""
-    types, _, numpy_support = _numba()
-    nbtype = types.unliteral(nbtype)
-    if isinstance(nbtype, (types.Boolean, types.Integer, types.Float, types.Complex)):
-        return numpy_support.as_dtype(nbtype)
-    return None
+    _numba()
+    return argtypes.scalar_dtype(nbtype)
 
 
 def array_type(dtype: np.dtype, ndim: int, contiguous: bool = True, readonly: bool = False):
-    types = _numba()[0]
-    return types.Array(scalar_type(dtype), ndim, "C" if contiguous else "A", readonly=readonly)
+    _numba()
+    return argtypes.array_type(dtype, ndim, "C" if contiguous else "A", readonly=readonly)
 
 
 def named_class(value):

@@ -85,6 +85,6 @@ reproducers are in this file's git history.
   already holds as no access for the race rule (no conflict with loads or stores; the previous
   writer stays the last writer); a store that changes the value is checked as before, and -0.0
   over 0.0 or another NaN payload is a change. The rule, and the races it can hide, are in
-  grader/sim/memory.py's docstring and docs/SIMULATOR_DESIGN.md; tests in
+  grader/sim/checks/silent_stores.py's docstring and docs/SIMULATOR_DESIGN.md; tests in
   `tests/sim/test_silent_store.py`.
 '''

@@ -1,0 +1,313 @@
+"""Races: one shadow record per element of each allocation, reset every launch.
+
+The record holds the last writer (global thread id, its block's barrier epoch, its warp's
+syncwarp epoch, atomic or not, its threadfence count) and the last reader (or "several
+readers" of one block epoch). Two accesses conflict when they come from different threads, at
+least one writes, they are not both atomic, and nothing orders them (ordering.py): the same
+block with a barrier in between, the same warp with a syncwarp in between, or (a write read by
+another block) a threadfence by the writer after it and, on the reader's side, a global atomic
+by the reading thread, or by a thread of its block before a barrier the reader passed (the
+"last block" pattern: write, fence, atomic counter; the block that sees the count reads).
+Blocks are not ordered on a GPU: a fence alone orders nothing, so a read of another block's
+fenced write with no acquire is a race even though the simulator happens to run that block
+first. Two lanes of one store instruction storing different values to one element race; silent
+stores are no accesses (silent_stores.py).
+
+Two paths apply the one rule: `_race_vec` for an instruction's lanes (numpy shadows, `Shadow`)
+and `_race1` / the `_race_checker` closures for one lane at a time (Python lists in a dict per
+allocation, several times cheaper from Python than numpy scalars).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import RaceError
+from ..geometry import WARP, Lanes
+from .silent_stores import quiet_lanes, same_bits_recorder
+from .uninitialised import flags_view
+
+
+class Shadow:
+    """Race shadow of one allocation for one launch (the vector path)."""
+
+    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "r_thr", "r_ep", "r_wep",
+                 "written", "read", "atomic")
+
+    def __init__(self, n: int):
+        # has anything been written / read / written by an atomic (while not, the matching
+        # arrays still hold their initial values and need not be consulted)
+        self.written = self.read = self.atomic = False
+        self.w_thr = np.full(n, -1, np.int64)
+        self.w_ep = np.zeros(n, np.int64)
+        self.w_wep = np.zeros(n, np.int64)
+        self.w_atomic = np.zeros(n, bool)
+        self.w_fence = np.zeros(n, np.int64)
+        self.r_thr = np.full(n, -1, np.int64)  # -1 none, >= 0 thread, <= -2: several of block -r-2
+        self.r_ep = np.zeros(n, np.int64)
+        self.r_wep = np.zeros(n, np.int64)
+
+
+class RaceChecks:
+    """Mixin of `memory.Instrument` (reads config, tpb, wpb, written; the epochs of
+    `Ordering`; reports through `_fail`)."""
+
+    def _init_races(self) -> None:
+        self._shadows: dict[int, Shadow] = {}  # buffer id -> vector shadow
+        self._shadows1: dict[int, dict[int, list]] = {}  # buffer id -> {flat: record}
+
+    def _shadow(self, handle) -> Shadow:
+        sh = self._shadows.get(handle.buffer_id)
+        if sh is None:
+            sh = self._shadows[handle.buffer_id] = Shadow(handle.flat.shape[0])
+        return sh
+
+    def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
+                  filename):
+        """Report a conflict with `other`: a global thread id, or <= -2 for several readers
+        of block -other - 2."""
+        if other <= -2:
+            who = f"other threads of block {self.config.block_xyz(-other - 2)}"
+        else:
+            ob, ot = divmod(int(other), self.tpb)
+            who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
+        hint = ("with no syncthreads() in between" if space == "shared" or
+                (other > -2 and int(other) // self.tpb == block) or other <= -2
+                else "from another block (use an atomic, or a separate launch)")
+        self._fail(RaceError,
+                   f"data race on {space} array {handle.name!r} at index "
+                   f"{self._index_of(handle, flat)}: {kind} conflicts with a {other_kind} by "
+                   f"{who} {hint}", block, thread, line, filename, handle.name,
+                   self._index_of(handle, flat))
+
+    def _race1(self, space, handle, kind, flat, block, g, line, filename):
+        if self._stale1:
+            self._sync1()
+        shadows = self._shadows1.get(handle.buffer_id)
+        if shadows is None:
+            shadows = self._shadows1[handle.buffer_id] = {}
+        rec = shadows.get(flat)
+        ep = self._ep1[block]
+        wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        if rec is None:
+            # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch]
+            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+        thread = g % self.tpb
+        wt = rec[0]
+        if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
+                not self._ordered1(wt, rec[1], rec[2], g, block):
+            if not (kind == "load" and wt // self.tpb != block
+                    and self._fence1.get(wt, 0) > rec[4] and self._has_acquired(block, g)):
+                self._race_msg(space, handle, kind, flat, wt, "atomic" if rec[3] else "store",
+                               block, thread, line, filename)
+        rt = rec[5]
+        if kind == "load":
+            if rt == -1 or rt == g:
+                rec[5] = g
+            elif rt <= -2:
+                rec[5] = -block - 2 if (-rt - 2 == block and rec[6] == ep) else g
+            elif rt // self.tpb != block or self._ordered1(rt, rec[6], rec[7], g, block):
+                rec[5] = g
+            else:
+                rec[5] = -block - 2
+            rec[6], rec[7] = ep, wep
+            return
+        if rt != -1 and rt != g:
+            if rt <= -2:
+                conflict = (-rt - 2) != block or rec[6] == ep
+            else:
+                conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
+            if conflict:
+                self._race_msg(space, handle, kind, flat, rt, "load", block, thread, line,
+                               filename)
+        rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
+                                                          self._fence1.get(g, 0), -1)
+
+    def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None,
+                  values=None):
+        """The race rule of the module docstring for one instruction. Cheap tests settle most
+        lanes (nothing recorded yet, the same thread, a barrier of the block in between); the
+        exact rule runs on the lanes left. `values` (stores): what the lanes store; silent
+        lanes (silent_stores.quiet_lanes) are left out of the rule and of the shadow."""
+        dups = None
+        if values is not None and flat.shape[0]:
+            if flat.shape[0] > 1:
+                dups = duplicate_lanes(flat, lanes, pat)
+            quiet = quiet_lanes(handle, flat, values, dups)
+            if quiet is not None:
+                keep = np.flatnonzero(~quiet)
+                if keep.shape[0] == 0:
+                    return
+                lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
+                flat, pat, dups = flat[keep], None, None
+        sh = self._shadow(handle)
+        block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
+        ep, wep = self._lane_epochs(lanes)
+        tpb = self.tpb
+        # against the previous writer
+        if sh.written:
+            wt = sh.w_thr[flat]
+            cand = (wt >= 0) & (wt != g)
+            if kind == "atomic" and sh.atomic:
+                cand &= ~sh.w_atomic[flat]
+            if cand.any():
+                cand &= (wt // tpb != block) | (sh.w_ep[flat] == ep)
+            if cand.any():
+                sub = np.flatnonzero(cand)
+                f, o, bs = flat[sub], wt[sub], block[sub]
+                bad = ~self._ordered_vec(o, sh.w_ep[f], sh.w_wep[f], g[sub], bs, w[sub],
+                                         ep[sub], wep[sub])
+                if kind == "load":
+                    fenced = (o // tpb != bs) & (self.fences[o] > sh.w_fence[f])
+                    if fenced.any():
+                        fenced &= self._have_acquired(bs, g[sub], ep[sub])
+                    bad &= ~fenced
+                if bad.any():
+                    i = int(sub[np.argmax(bad)])
+                    self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
+                                   "atomic" if sh.w_atomic[flat[i]] else "store", int(block[i]),
+                                   int(thread[i]), line, filename)
+        if kind != "load":
+            # against earlier readers
+            if sh.read:
+                rt = sh.r_thr[flat]
+                cand = (rt != -1) & (rt != g)
+                if cand.any():
+                    rb = np.where(rt <= -2, -rt - 2, rt // tpb)  # the readers' block
+                    cand &= (rb != block) | (sh.r_ep[flat] == ep)
+                if cand.any():
+                    sub = np.flatnonzero(cand)
+                    f, rs, bs, eps = flat[sub], rt[sub], block[sub], ep[sub]
+                    r_ep = sh.r_ep[f]
+                    multi = rs <= -2
+                    ordered = self._ordered_vec(np.maximum(rs, 0), r_ep, sh.r_wep[f], g[sub],
+                                                bs, w[sub], eps, wep[sub])
+                    multi_ok = multi & ((-rs - 2) == bs) & (r_ep != eps)
+                    bad = np.where(multi, ~multi_ok, ~ordered)
+                    if bad.any():
+                        i = int(sub[np.argmax(bad)])
+                        self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
+                                       int(block[i]), int(thread[i]), line, filename)
+            if kind == "store" and flat.shape[0] > 1:
+                # two lanes of one instruction storing to one element
+                pair = (dups or duplicate_lanes(flat, lanes, pat))[0]
+                if pair is not None:
+                    i, j = pair
+                    self._race_msg(space, handle, kind, int(flat[i]), int(g[j]), "store",
+                                   int(block[i]), int(thread[i]), line, filename)
+            sh.w_thr[flat] = g
+            sh.w_ep[flat], sh.w_wep[flat] = ep, wep
+            if kind == "atomic" or sh.atomic:
+                sh.w_atomic[flat] = kind == "atomic"
+                sh.atomic = True
+            if self._fenced:  # else every fence count is 0, as w_fence already is
+                sh.w_fence[flat] = self.fences[g]
+            if sh.read:
+                sh.r_thr[flat] = -1
+            sh.written = True
+        else:
+            # readers: one thread, or "several of this block epoch"
+            dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else (None, None, False)
+            if lanes.neg_block is None:
+                lanes.neg_block = -block - 2
+            if dups[2]:  # every lane shares its element with another lane
+                new = lanes.neg_block
+            else:
+                rt = sh.r_thr[flat]
+                keep = (rt == -1) | (rt == g)
+                if not keep.all():
+                    sub = np.flatnonzero(~keep)
+                    f, rs, bs, eps = flat[sub], rt[sub], block[sub], ep[sub]
+                    r_ep = sh.r_ep[f]
+                    r0 = np.maximum(rs, 0)
+                    ordered = self._ordered_vec(r0, r_ep, sh.r_wep[f], g[sub], bs, w[sub], eps,
+                                                wep[sub])
+                    ks = (rs >= 0) & (ordered | (r0 // tpb != bs))
+                    ks |= (rs <= -2) & (((-rs - 2) != bs) | (r_ep != eps))
+                    keep[sub] = ks
+                new = np.where(keep, g, lanes.neg_block)
+                if dups[1] is not None:
+                    new = np.where(dups[1], lanes.neg_block, new)
+            sh.r_thr[flat] = new
+            sh.r_ep[flat], sh.r_wep[flat] = ep, wep
+            sh.read = True
+
+    def _race_checker(self, space, handle, store, uninit_check):
+        """`scalar_checker` with the race checker on: the cases `_race1` settles without a
+        finding (nothing recorded, the same thread, a barrier of the block in between) are
+        done inline; anything else goes through `_race1` itself. A silent store (the bits
+        already there, element initialised) skips the race shadow altogether."""
+        tpb, wpb = self.tpb, self.wpb
+        init, written, name = flags_view(handle.initialised), self.written, handle.name
+        is_global = space == "global"
+        kind = "store" if store else "load"
+        shadows = self._shadows1.setdefault(handle.buffer_id, {})
+        ep1, wep1, fence1 = self._ep1, self._wep1, self._fence1
+        race1, ordered1, uninit = self._race1, self._ordered1, self._uninit
+        inst = self
+        same = same_bits_recorder(handle.flat) if store else None
+
+        def check(flat, g, frame, value=None):
+            if uninit_check and not init[flat]:
+                uninit(space, handle, flat, g // tpb, g % tpb, frame.f_lineno,
+                       frame.f_code.co_filename)
+            if store:
+                if init[flat] and value is not None and same(flat, value):
+                    return  # it changes nothing, so it neither races nor orders
+                init[flat] = True
+                if is_global:
+                    written.add(name)
+            if inst._stale1:
+                inst._sync1()
+            block = g // tpb
+            r = shadows.get(flat)
+            if r is None:
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+            ep = ep1[block]
+            wt = r[0]
+            rt = r[5]
+            if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
+                    not store or rt == -1 or rt == g or r[6] != ep and (
+                        -rt - 2 == block if rt <= -2 else rt // tpb == block)):
+                wep = wep1[block * wpb + (g % tpb) // WARP]
+                if store:
+                    r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
+                else:
+                    if rt == -1 or rt == g:
+                        r[5] = g
+                    elif rt <= -2:
+                        r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
+                    elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
+                        r[5] = g
+                    else:
+                        r[5] = -block - 2
+                    r[6], r[7] = ep, wep
+            else:
+                race1(space, handle, kind, flat, block, g, frame.f_lineno,
+                      frame.f_code.co_filename)
+        return check
+
+
+def duplicate_lanes(flat, lanes, pat=None):
+    """Lanes of one instruction on one element: (first pair (i, j) in element order or
+    None, mask of the lanes sharing an element or None, every lane shares). Kept on the
+    pattern (shifting every position keeps the answer)."""
+    if pat is not None and pat.dups is not None:
+        return pat.dups
+    order = np.argsort(flat if pat is None else pat.vec_flat, kind="stable")
+    fs = flat[order]
+    dup = fs[1:] == fs[:-1]
+    if not lanes.ordered:  # the same thread twice is no conflict
+        gs = lanes.g[order]
+        dup &= gs[1:] != gs[:-1]
+    if dup.any():
+        k = int(np.argmax(dup))
+        shared = np.zeros(flat.shape[0], bool)
+        shared[order[1:][dup]] = True
+        shared[order[:-1][dup]] = True
+        out = ((int(order[1:][k]), int(order[:-1][k])), shared, bool(shared.all()))
+    else:
+        out = (None, None, False)
+    if pat is not None:
+        pat.dups = out
+    return out

@@ -1,0 +1,31 @@
+"""Uninitialised reads: a load (or atomic) of an element no store has written since allocation.
+
+Every array carries `initialised` flags (one bool per element of `flat`); stores set them
+whether or not this checker is on, since the data flow and silent-store rule read them too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UninitialisedReadError
+
+
+class UninitialisedReads:
+    """Mixin of `memory.Instrument` (reports through `_fail`)."""
+
+    def _uninit(self, space, handle, flat, block, thread, line, filename):
+        what = "shared array" if space == "shared" else "device array"
+        self._fail(UninitialisedReadError,
+                   f"read of uninitialised {what} {handle.name!r} at index "
+                   f"{self._index_of(handle, flat)} (never written since allocation)",
+                   block, thread, line, filename, handle.name, self._index_of(handle, flat))
+
+
+def flags_view(initialised: np.ndarray):
+    """The initialised flags for indexing one element at a time from Python: a memoryview on
+    the same memory (an item is a Python bool, several times cheaper than a numpy scalar)."""
+    if initialised.dtype == np.bool_ and initialised.ndim == 1 and \
+            initialised.flags.c_contiguous and initialised.flags.writeable:
+        return memoryview(initialised)
+    return initialised

@@ -1,0 +1,277 @@
+"""Arrays as one simulated thread of the per-thread executor sees them, and the memory spaces
+its threads declare arrays in.
+
+`ThreadArray` instruments every element access that the typed rewrite did not compile inline
+(`access`): bounds, the recorders (counters) and checkers (races, uninitialised reads) of the
+launch's Instrument. Its fast path (plain int indices, in bounds) is inline in `__getitem__` and
+`__setitem__`: it is the executor's hot path. `Spaces` holds the shared arrays of the running
+block (one per declaration site; dynamic shared memory one allocation) and the launch's constant
+arrays.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+
+import numpy as np
+
+from ..errors import LaunchConfigError, NotSimulatedError, SimError, where
+from ..host import _as_dtype
+from ..memory import LocalArray, SharedArray
+from .values import converter
+
+# Forward progress (see executor): a thread yields every this many loads through ThreadArray
+# (flag loops); the compiled accesses do not count loads, their `while` loops tick instead
+LOADS_PER_YIELD = 256
+_getframe = sys._getframe
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+
+
+class _View:
+    """A sub-array of a handle (partial indexing or a slice): same storage, new layout."""
+
+    def __init__(self, base, offset, shape, estrides):
+        self.name, self.flat, self.initialised = base.name, base.flat, base.initialised
+        self.dtype, self.buffer_id, self.address = base.dtype, base.buffer_id, base.address
+        self.first_block = getattr(base, "first_block", 0)
+        self.block_stride = getattr(base, "block_stride", 0)
+        self.offset, self.shape, self.estrides = offset, tuple(shape), tuple(estrides)
+
+
+class ThreadArray:
+    """An array as one simulated thread indexes it: every element access is instrumented.
+    `space`: "global" | "shared" | "local" | "const"; `ex` the ThreadExecutor."""
+
+    __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype", "_store", "_off",
+                 "_strides", "_bid", "_load1", "_store1", "_unpacked")
+
+    def __init__(self, handle, space: str, ex):
+        self._h, self._space, self._ex = handle, space, ex
+        self.shape = tuple(handle.shape)
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = handle.dtype
+        # the fast path of __getitem__ / __setitem__ (plain int indices, in bounds): what
+        # `Instrument.index1` computes, with the block's shared copy fixed (`_bid`)
+        self._store = handle.flat
+        self._strides = tuple(int(s) for s in handle.estrides)
+        self._off = int(handle.offset)
+        self._bid = None
+        if space == "shared":
+            self._bid = ex.bid
+            self._off += (ex.bid - handle.first_block) * handle.block_stride
+        self._load1 = ex.inst.scalar_recorder(space, handle, "load")
+        self._store1 = ex.inst.scalar_recorder(space, handle, "store")
+        self._unpacked = None  # what compiled accesses unpack (AccessLogs.unpack), once
+
+    def __len__(self):
+        return self.shape[0]
+
+    def _flat(self, key, kind, frame, value=None):
+        """Flat position of a full index (checked and recorded), or None for a view key.
+        `value`: what a store stores (the race checker's silent-store rule)."""
+        if type(key) is not tuple:
+            key = (key,)
+        if len(key) != self.ndim:
+            return None
+        ex = self._ex
+        lin = ex.cur.lin
+        line = frame.f_lineno
+        filename = frame.f_code.co_filename
+        try:
+            flat = ex.inst.index1(self._space, self._h, key, ex.bid, lin, line, filename)
+        except TypeError:
+            if any(isinstance(k, slice) for k in key):
+                return None
+            raise
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename, value)
+        return flat
+
+    def _fast(self, key):
+        """`Instrument.index1` for plain int indices that are in bounds; None otherwise (the
+        full path then checks, reports and records)."""
+        shape = self.shape
+        if key.__class__ is int:
+            if len(shape) == 1 and 0 <= key < shape[0]:
+                return self._off + key * self._strides[0]
+            return None
+        if key.__class__ is not tuple or len(key) != len(shape):
+            return None
+        flat = self._off
+        for i, dim, st in zip(key, shape, self._strides):
+            if i.__class__ is not int or not 0 <= i < dim:
+                return None
+            flat += i * st
+        return flat
+
+    def __getitem__(self, key):
+        frame = _getframe(1)
+        rec = self._load1
+        if rec is not None and (self._bid is None or self._bid == self._ex.bid):
+            # the fast path, inline for the common shapes (a call costs as much as the rest)
+            flat = None
+            if key.__class__ is tuple:
+                if len(key) == 2 and self.ndim == 2:
+                    i, j = key
+                    if i.__class__ is int and j.__class__ is int:
+                        d0, d1 = self.shape
+                        if 0 <= i < d0 and 0 <= j < d1:
+                            s0, s1 = self._strides
+                            flat = self._off + i * s0 + j * s1
+                else:
+                    flat = self._fast(key)
+            elif key.__class__ is int and self.ndim == 1 and 0 <= key < self.shape[0]:
+                flat = self._off + key * self._strides[0]
+            if flat is not None:
+                st = self._ex.cur
+                rec(flat, st.g, frame)
+                st.loads += 1
+                if st.loads >= LOADS_PER_YIELD:
+                    st.loads = 0
+                    self._ex.hub.switch("yield_loads")
+                return self._store[flat]
+        flat = self._flat(key, "load", frame)
+        if flat is None:
+            return self._view(key, frame)
+        st = self._ex.cur
+        st.loads += 1
+        if st.loads >= LOADS_PER_YIELD:
+            st.loads = 0
+            self._ex.hub.switch("yield_loads")
+        return self._h.flat[flat]
+
+    def __setitem__(self, key, value):
+        frame = sys._getframe(1)
+        if value.__class__ is int and self.dtype.kind in "iu":
+            value = converter(self.dtype.type)(value)  # wrapped, as numba stores
+        if self._space == "const":
+            raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                           f"store to constant array {self._h.name!r}")
+        rec = self._store1
+        if rec is not None and (self._bid is None or self._bid == self._ex.bid):
+            flat = None
+            if key.__class__ is tuple:
+                if len(key) == 2 and self.ndim == 2:
+                    i, j = key
+                    if i.__class__ is int and j.__class__ is int:
+                        d0, d1 = self.shape
+                        if 0 <= i < d0 and 0 <= j < d1:
+                            s0, s1 = self._strides
+                            flat = self._off + i * s0 + j * s1
+                else:
+                    flat = self._fast(key)
+            elif key.__class__ is int and self.ndim == 1 and 0 <= key < self.shape[0]:
+                flat = self._off + key * self._strides[0]
+            if flat is not None:
+                rec(flat, self._ex.cur.g, frame, value)
+                self._store[flat] = value
+                self._ex.progress += 1
+                return
+        flat = self._flat(key, "store", frame, value)
+        if flat is None:
+            raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
+                                    "simulated; store element by element")
+        self._h.flat[flat] = value
+        self._ex.progress += 1
+
+    def _view(self, key, frame):
+        if type(key) is not tuple:
+            key = (key,)
+        h = self._h
+        offset, shape, strides = h.offset, [], []
+        for k, (dim, st) in enumerate(zip(h.shape, h.estrides)):
+            if k >= len(key):
+                shape.append(dim)
+                strides.append(st)
+                continue
+            i = key[k]
+            if isinstance(i, slice):
+                start, stop, step = i.indices(dim)
+                shape.append(len(range(start, stop, step)))
+                strides.append(st * step)
+                offset += start * st
+            else:
+                if not 0 <= i < dim:
+                    self._ex.inst._oob(h, self._space, tuple(key), self._ex.bid, self._ex.cur.lin,
+                                       frame.f_lineno, frame.f_code.co_filename)
+                offset += i * st
+        return ThreadArray(_View(h, offset, shape, strides), self._space, self._ex)
+
+
+
+class Spaces:
+    """The shared arrays of the running block and the constant arrays of a launch, as the
+    threads of executor `ex` declare them (`cuda.shared.array`, `cuda.const.array_like`)."""
+
+    def __init__(self, ex):
+        self._ex = ex
+        self._const: dict[int, ThreadArray] = {}
+        self.new_block()
+
+    def new_block(self) -> None:
+        self.shared: dict = {}  # (id(code), f_lasti) of the declaration -> its ThreadArray
+        self.dynamic: dict = {}  # dtype -> handle on the dynamic shared memory; "bytes"
+        self.shared_offset = 0  # bytes of static shared memory declared so far
+
+    def shared_array(self, shape, dtype, frame):
+        key = (id(frame.f_code), frame.f_lasti)  # (a code object hashes its contents)
+        arr = self.shared.get(key)
+        if arr is not None:
+            return arr
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        dtype = _as_dtype(dtype)
+        name = self._name_at(frame, "shared array")
+        if shape in ((0,), ()) or int(np.prod(shape)) == 0:
+            handle = self._dynamic_shared(dtype, name)
+        else:
+            size = int(np.prod(shape)) * dtype.itemsize
+            start = -(-self.shared_offset // dtype.itemsize) * dtype.itemsize
+            self.shared_offset = start + size
+            self._check_shared(frame)
+            handle = SharedArray(name, shape, dtype, first_block=self._ex.bid, address=start)
+        arr = self.shared[key] = ThreadArray(handle, "shared", self._ex)
+        return arr
+
+    def _dynamic_shared(self, dtype, name):
+        """Every dynamic shared array starts at the same address, as `extern __shared__`
+        arrays do; arrays of one dtype are one handle (so races between them are seen)."""
+        handle = self.dynamic.get(dtype)
+        if handle is not None:
+            return handle
+        config = self._ex.config
+        n = config.shared_bytes // dtype.itemsize
+        if "bytes" not in self.dynamic:
+            self.dynamic["bytes"] = np.full(config.shared_bytes, 0xFF, np.uint8)
+        store = self.dynamic["bytes"][:n * dtype.itemsize].view(dtype)
+        handle = SharedArray(name, (n,), dtype, first_block=self._ex.bid, flat=store)
+        self.dynamic[dtype] = handle
+        return handle
+
+    def _check_shared(self, frame):
+        ex = self._ex
+        lim = ex.launch.device_limits
+        static, dyn = self.shared_offset, ex.config.shared_bytes
+        if static > lim.default_shared_bytes or static + dyn > lim.max_shared_bytes_optin:
+            raise LaunchConfigError(
+                f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: the block needs "
+                f"{static} bytes of static + {dyn} bytes of dynamic shared memory; the limit is "
+                f"{lim.default_shared_bytes} bytes static and {lim.max_shared_bytes_optin} in "
+                f"total", kernel=ex.name, filename=frame.f_code.co_filename,
+                line=frame.f_lineno)
+
+    def const_array(self, ary):
+        arr = self._const.get(id(ary))
+        if arr is None:
+            data = np.ascontiguousarray(ary.copy_to_host() if hasattr(ary, "copy_to_host")
+                                        else ary)
+            handle = LocalArray("constant array", data.shape, data.dtype)
+            handle.flat[:] = data.reshape(-1)
+            arr = self._const[id(ary)] = ThreadArray(handle, "const", self._ex)
+        return arr
+
+    @staticmethod
+    def _name_at(frame, default):
+        m = _ASSIGN.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+        return m.group(1) if m else f"{default} at line {frame.f_lineno}"
