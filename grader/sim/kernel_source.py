@@ -20,6 +20,7 @@ import numpy as np
 
 from . import ast_tools, device_math, patching
 from .kernel_graph import is_cuda_dispatcher
+from .bounded import BoundedCache
 
 
 class KernelSource:
@@ -46,7 +47,7 @@ class _FellOff:
 
 FELL_OFF = _FellOff()
 _END_MARKER = "__gpugrade_fell_off__"
-_marked_cache: dict = {}
+_marked_cache = BoundedCache(512)
 
 
 def marked_code(func):

@@ -226,3 +226,22 @@ def test_each_simulator_keeps_its_own_launch_records():
     assert len(seen_by_second) == 1 and seen_by_first == []
     with pytest.raises(RuntimeError, match="not installed"):
         sim.trace()
+
+
+def test_the_simulators_memo_tables_are_bounded():
+    """Regression (issue 10): per-kernel module caches grew for the life of the process."""
+    from grader.sim import kernel_source
+    from grader.sim.bounded import BoundedCache
+    from grader.sim.compile_check import cache
+    from grader.sim.simt import executor, typing
+    from grader.sim.thread import rewrite
+
+    for table in (kernel_source._marked_cache, rewrite._codes, cache._mem_cache, executor._compiled,
+                  typing._inferred, typing._signatures):
+        assert isinstance(table, BoundedCache)
+    small = BoundedCache(3)
+    for key in range(10):
+        small[key] = key
+    assert list(small) == [7, 8, 9] and small[9] == 9
+    small[8] = "again"  # replacing a key evicts nothing
+    assert list(small) == [7, 8, 9]

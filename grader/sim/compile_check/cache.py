@@ -16,8 +16,8 @@ import threading
 import types as pytypes
 from pathlib import Path
 
-from grader.sim.kernel_graph import KernelGraph, is_numba_dispatcher
-
+from ..bounded import BoundedCache
+from ..kernel_graph import KernelGraph, is_numba_dispatcher
 from .report import CompileReport
 
 _SCHEMA = 1
@@ -108,7 +108,7 @@ def _func_fingerprint(f: pytypes.FunctionType) -> str:
 
 
 # --------------------------------------------------------------------------- the store
-_mem_cache: dict[str, dict] = {}
+_mem_cache = BoundedCache(1024)
 _mem_lock = threading.Lock()
 _pruned = False
 

@@ -20,10 +20,11 @@ from .mask import Frame, MaskStack
 from .ops import Ops
 from .transform import Transformer
 from .unsupported import SimtUnsupported
+from ..bounded import BoundedCache
 
 BATCH_LANES = 1 << 15  # lanes per batch: big enough that numpy dominates Python overhead
 
-_compiled: dict = {}
+_compiled = BoundedCache(512)
 
 
 def compile_function(py_func, argtypes: tuple, kind: str):

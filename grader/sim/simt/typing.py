@@ -16,6 +16,7 @@ import numpy as np
 from .. import argtypes, patching
 from ..devices import TARGET_CC
 from .unsupported import SimtUnsupported
+from ..bounded import BoundedCache
 
 
 def _numba():
@@ -86,7 +87,7 @@ class FunctionTypes:
         return self.by_line.get((name, line), self.by_name.get(name))
 
 
-_inferred: dict = {}
+_inferred = BoundedCache(1024)
 
 
 class TypingRefused(SimtUnsupported):
@@ -191,7 +192,7 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
 
 # --- single operations ---------------------------------------------------------------------------
 
-_signatures: dict = {}
+_signatures = BoundedCache(1024)
 _refreshed = False
 
 

@@ -31,6 +31,7 @@ import zlib
 
 import numpy as np
 
+from ..bounded import BoundedCache
 from ..ast_tools import (BINARY, COMPARE, SCOPES, UNARY, append_return, arguments, define,
                          index_parts, name_node, parse_function, stored_names)
 from ..kernel_source import _END_MARKER
@@ -475,7 +476,7 @@ class _Rewrite(ast.NodeTransformer):
 
 _MISSING = object()
 _WIDTH_SENSITIVE = {"popc", "brev", "clz", "ffs"}  # cuda.<name>: the result depends on the width
-_codes: dict = {}
+_codes = BoundedCache(512)
 
 
 def typed_code(func, types: simt_typing.FunctionTypes, kind: str, mark_end: bool = False,
