@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import wire
 from ..wire import shared
-from ..wire.messages import digest
+from ..wire.messages import digest, error_reply
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -117,14 +117,14 @@ class Device:
         if record is not None:
             finding["finding"] = dict(record, message=finding["message"])
         self.log.add("findings", finding)
-        return {"ok": False, "error": finding}
+        return error_reply(**finding)
 
     def _relative(self, text: str) -> str:
         return text.replace(self.workspace, "")
 
     @staticmethod
     def _error(kind: str, message: str) -> dict:
-        return {"ok": False, "error": {"kind": "exception", "type": kind, "message": message}}
+        return error_reply("exception", kind, message)
 
     def _array(self, request: dict, key: str = "handle"):
         try:
@@ -277,7 +277,7 @@ class Device:
 
 
 def _protocol_error(message: str) -> dict:
-    return {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError", "message": message}}
+    return error_reply("protocol", "ProtocolError", message)
 
 
 def _host_array(data, shape, dtype) -> np.ndarray:

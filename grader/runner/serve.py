@@ -21,6 +21,7 @@ import numpy as np
 from .. import wire
 from ..backends import Kind
 from ..backends.runtime import open_backend
+from ..wire.messages import error_reply
 
 
 class Runner:
@@ -96,8 +97,7 @@ class Runner:
         function = getattr(module, str(request["function"]), None)
         if not callable(function):
             message = f"{request['module']}.py has no function {request['function']}()"
-            return {"ok": False, "error": {"kind": "missing", "type": "AttributeError", "message": message,
-                                           "detail": message, "where": "", "traceback": ""}}
+            return error_reply("missing", "AttributeError", message, detail=message)
         args = list(request.get("args", []))
         launches: list = []
         try:
@@ -149,8 +149,7 @@ class Runner:
             elif op == "import":
                 reply = self.import_module(request)
             else:
-                reply = {"ok": False, "error": {"kind": "protocol", "type": "ProtocolError",
-                                                "message": f"unknown op {op!r}", "where": ""}}
+                reply = error_reply("protocol", "ProtocolError", f"unknown op {op!r}")
             sys.stdout.flush()
             sys.stderr.flush()
             wire.send(out, reply)

@@ -142,6 +142,11 @@ class Finding:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
+def error_reply(kind: str, type: str, message: str, **rest: Any) -> dict:
+    """A failed request's reply, in the one shape `ErrorInfo.parse` reads (runner and device alike)."""
+    return {"ok": False, "error": {"kind": kind, "type": type, "message": message, **rest}}
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     kind: str
