@@ -291,3 +291,31 @@ def test_the_judges_settings_are_declared_once():
     parsed = parser.parse_args(argv)
     again = JudgeSettings(**{f.name: getattr(parsed, "gpugrade_" + f.name) for f in dataclasses.fields(JudgeSettings)})
     assert again == settings
+
+
+def test_a_test_that_cannot_run_here_keeps_its_points_in_the_maximum(tmp_path):
+    """No test silently leaves the maximum: a skip is 'not gradable on this machine', 0 of its points."""
+    from grader.course import Course
+    from grader.grading import grade
+    from grader.report import render
+    from grader.report.junit import junit
+
+    course = tmp_path / "course"
+    (course / "tests" / "exercises").mkdir(parents=True)
+    (course / "tests" / "exercises" / "test_demo.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.points(2)\n"
+        "def test_ring_timing_on_four_gpus(student):\n"
+        "    pytest.skip('needs 4 GPUs, this machine has 1')\n\n"
+        "@pytest.mark.points(1)\n"
+        "def test_runs_anywhere(student):\n"
+        "    assert student.call('answer').value == 42\n")
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    (submission / "demo.py").write_text("def answer():\n    return 42\n")
+    results = grade(submission, backend="sim", course=Course(course))
+    assert (results.score, results.max_score) == (1, 3), [(t.name, t.status, t.output) for t in results.tests]
+    skipped = next(t for t in results.tests if "ring" in t.name)
+    assert skipped.status == "not_gradable" and skipped.max_score == 2 and skipped.score == 0
+    assert skipped.output == "not gradable on this machine: needs 4 GPUs, this machine has 1"
+    assert "<skipped" in junit(results) and "not gradable" in render(results, "table")

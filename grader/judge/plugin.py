@@ -235,8 +235,15 @@ class GradingSession:
             replace(self.results, tests=[*self.results.tests, *self.pending.values()]).dump(path)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.skipped:  # skipped tests (e.g. performance on a GPU without thresholds) are not graded
-            self.pending.pop(report.nodeid, None)
+        """A skipped test cannot run on this machine: it stays in the results with its points, as
+        not gradable here, so the maximum score is the same on every backend."""
+        if report.skipped and report.nodeid in self.pending:
+            item = self.pending.pop(report.nodeid)
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            self.results.tests.append(replace(item, status=Status.NOT_GRADABLE,
+                                              output=_capped(f"not gradable on this machine: {reason}")))
+            self._write_results()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import Results
+from .results import Results, Status
 from .text import first_line
 
 
@@ -17,7 +17,7 @@ def gradescope(results: Results) -> dict:
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": [
-            {"score": t.score, "max_score": t.max_score, "status": t.status, "name": t.name,
+            {"score": t.score, "max_score": t.max_score, "status": "passed" if t.status == Status.PASSED else "failed", "name": t.name,
              "name_format": "text", "number": f"{t.exercise}.{t.stage}.{i + 1}", "output": t.output,
              "output_format": "text", "tags": [t.exercise, f"stage {t.stage}", *t.tags],
              "visibility": t.visibility}

@@ -20,7 +20,7 @@ def html_page(results: Results) -> str:
     note = f"<p>{hidden} more test(s) are hidden until after the due date.</p>" if hidden else ""
     return ("<!doctype html><html><head><meta charset='utf-8'><title>" + esc(results.submission) + "</title>"
             "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
-            "table{border-collapse:collapse}.failed td:nth-child(3){color:#b00}.passed td:nth-child(3){color:#070}"
+            "table{border-collapse:collapse}.failed td:nth-child(3){color:#b00}.passed td:nth-child(3){color:#070}.not_gradable td:nth-child(3){color:#a60}"
             "pre{margin:0;white-space:pre-wrap}</style></head><body>"
             f"<h1>{esc(results.submission)}</h1><p><b>{num(sum(t.score for t in shown))}/"
             f"{num(sum(t.max_score for t in shown))}</b> on the {esc(results.backend)} backend</p>"

@@ -11,6 +11,7 @@ from .text import first_line, num
 def junit(results: Results) -> str:
     suite = ET.Element("testsuite", name=results.submission, tests=str(len(results.tests)),
                        failures=str(sum(t.status == Status.FAILED for t in results.tests)),
+                       skipped=str(sum(t.status == Status.NOT_GRADABLE for t in results.tests)),
                        errors=str(len(results.errors)), time=str(results.execution_time))
     for t in results.tests:
         case = ET.SubElement(suite, "testcase", classname=t.exercise, name=t.name, time="0")
@@ -22,6 +23,8 @@ def junit(results: Results) -> str:
         if t.status == Status.FAILED:
             failure = ET.SubElement(case, "failure", message=first_line(t.output))
             failure.text = t.output
+        elif t.status == Status.NOT_GRADABLE:
+            ET.SubElement(case, "skipped", message=first_line(t.output)).text = t.output
     for error in results.errors:
         ET.SubElement(ET.SubElement(suite, "testcase", classname="gpugrade", name="grader"), "error",
                       message=first_line(error)).text = error

@@ -29,6 +29,9 @@ class Status(str, Enum):
 
     PASSED = "passed"
     FAILED = "failed"
+    # the test cannot run on this machine (multi-GPU timing on one GPU, ...): no points, its
+    # maximum kept, so the maximum score is the same on every backend
+    NOT_GRADABLE = "not_gradable"
 
     def __str__(self) -> str:
         return self.value
