@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,25 @@ class Criterion:
 
 @dataclass(frozen=True)
 class GpuThreshold:
-    """Real-GPU criterion: student time <= max_time_ratio * baseline time, same GPU, same run."""
+    """The speed verdict: the student's time against the baseline's (measured on a GPU, same GPU,
+    same run; modelled on the simulator). Full credit at time ratio <= max_time_ratio (plus the
+    noise margin, so a borderline kernel does not flip between runs), linear down to none at
+    zero_time_ratio."""
     baseline: str
     max_time_ratio: float
+    zero_time_ratio: float = 0.0   # 0: twice max_time_ratio
+    noise_margin: float = 0.05
+    model_gpu: str = "H100"        # the preset the simulator models the times on ([course] model_gpu)
+
+    def credit(self, ratio: float) -> float:
+        """The fraction of the points a time ratio (student / baseline) earns."""
+        full = self.max_time_ratio * (1 + self.noise_margin)
+        zero = self.zero_time_ratio or 2 * self.max_time_ratio
+        if ratio <= full:
+            return 1.0
+        if ratio >= zero:
+            return 0.0
+        return round((zero - ratio) / (zero - full), 3)
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,8 @@ class Manifest:
     path: str = MANIFEST
     # modules student code may import beyond grader.judge.policy's defaults ([course] allow_imports)
     allow_imports: tuple[str, ...] = ()
+    # the GPU the simulator's performance model times kernels on ([course] model_gpu; gpus.toml)
+    model_gpu: str = "H100"
 
     def exercise(self, name: str) -> Exercise:
         try:
@@ -174,6 +192,11 @@ def parse(data: dict, source: str = MANIFEST) -> Manifest:
     allow = course.get("allow_imports", list, [])
     if not all(isinstance(m, str) and m.replace(".", "_").isidentifier() for m in allow):
         raise course.fail("'allow_imports' must be a list of module names")
+    model_gpu = course.get("model_gpu", str, "H100")
+    from ..perf_model import presets
+
+    if model_gpu not in presets():
+        raise course.fail(f"model_gpu {model_gpu!r} is not a GPU preset ({', '.join(presets())})")
     course.done()
     exercises_table = top.get("exercises", dict)
     top.done()
@@ -181,10 +204,13 @@ def parse(data: dict, source: str = MANIFEST) -> Manifest:
     for name, table in exercises_table.items():
         if not name.isidentifier():
             raise CourseError(f"{source}: exercise name {name!r} must be a Python module name")
-        exercises[name] = _exercise(name, _Reader(table, f"exercises.{name}", source))
+        exercise = _exercise(name, _Reader(table, f"exercises.{name}", source))
+        exercises[name] = replace(exercise, stages=tuple(replace(st, gpu=replace(st.gpu, model_gpu=model_gpu))
+                                                         for st in exercise.stages))
     if not exercises:
         raise CourseError(f"{source}: no exercises")
-    return Manifest(title=title, exercises=exercises, path=source, allow_imports=tuple(allow))
+    return Manifest(title=title, exercises=exercises, path=source, allow_imports=tuple(allow),
+                    model_gpu=model_gpu)
 
 
 def _exercise(name: str, r: _Reader) -> Exercise:
@@ -215,10 +241,14 @@ def _stage(exercise: str, number: int, r: _Reader) -> Stage:
     if len(set(counters)) != len(counters):
         raise r.fail(f"a counter appears in two criteria: {counters}")
     gpu = _Reader(r.get("gpu", dict), f"{r.where}.gpu", r.source)
-    threshold = GpuThreshold(baseline=gpu.text("baseline"), max_time_ratio=gpu.number("max_time_ratio"))
+    threshold = GpuThreshold(baseline=gpu.text("baseline"), max_time_ratio=gpu.number("max_time_ratio"),
+                             zero_time_ratio=gpu.number("zero_time_ratio", 0.0),
+                             noise_margin=gpu.number("noise_margin", 0.05))
     gpu.done()
     if threshold.max_time_ratio <= 0:
         raise gpu.fail("'max_time_ratio' must be > 0")
+    if threshold.zero_time_ratio and threshold.zero_time_ratio <= threshold.max_time_ratio * (1 + threshold.noise_margin):
+        raise gpu.fail("'zero_time_ratio' must be above max_time_ratio (with its noise margin)")
     r.done()
     return Stage(exercise=exercise, number=number, title=title, function=function,
                  hints=tuple(h.strip() for h in hints), criteria=criteria, gpu=threshold)

@@ -40,6 +40,8 @@ class KnownWrong:
     expected_failing: set[str]
     mutations: list[dict] = field(default_factory=list)
     folder: Path | None = None
+    # tests that must fail with partial credit (a slower kernel): name -> (lowest, highest) fraction
+    partial: dict[str, tuple[float, float]] = field(default_factory=dict)
     results: Results | None = None
 
     def materialize(self, course: Course, dest: Path) -> Path:
@@ -63,9 +65,14 @@ class KnownWrong:
         return {t.name for t in self.results.tests if t.status == Status.FAILED} if self.results else set()
 
     def expected_score(self) -> float:
-        """Full marks minus the points of exactly the tests that must fail."""
+        """Full marks minus the points of exactly the tests that must fail (the partial-credit
+        ones are checked against their range separately)."""
         tests = self.results.tests if self.results else []
-        return round(sum(t.max_score for t in tests if t.name not in self.expected_failing), 6)
+        kept = sum(t.max_score for t in tests if t.name not in self.expected_failing)
+        # a partial-credit test within its range counts at what it earned
+        kept += sum(t.score for t in tests if t.name in self.partial
+                    and self.partial[t.name][0] - 1e-9 <= (t.score / t.max_score if t.max_score else 1) <= self.partial[t.name][1] + 1e-9)
+        return round(kept, 6)
 
 
 @dataclass
@@ -90,6 +97,9 @@ def load_known_wrong(course: Course) -> list[KnownWrong]:
         try:
             data = json.loads(spec.read_text())
             failing, mutations = data["failing"], data.get("mutations", [])
+            partial = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("partial", {}).items()}
+            if not set(partial) <= set(failing):
+                raise TypeError("every test in 'partial' must be in 'failing' too")
             if not isinstance(failing, list) or not all(isinstance(n, str) for n in failing):
                 raise TypeError("'failing' must be a list of test names")
             if not isinstance(mutations, list) or not all(
@@ -98,7 +108,8 @@ def load_known_wrong(course: Course) -> list[KnownWrong]:
                 raise TypeError("'mutations' must be a list of {file, old, new} strings")
         except (ValueError, KeyError, TypeError) as exc:
             raise CourseError(f"{spec}: {exc}") from None
-        found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing), mutations, spec.parent))
+        found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing), mutations, spec.parent,
+                                partial=partial))
     return found
 
 
@@ -166,6 +177,12 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
             detail = "; ".join(part for part in (f"also failed {extra}" if extra else "",
                                                  f"did not fail {missing}" if missing else "") if part)
             v.problems.append(f"{kw.name}: scored {kw.results.score:g}, expected {kw.expected_score():g} ({detail})")
+        for t in kw.results.tests:
+            low, high = kw.partial.get(t.name, (0.0, 0.0)) if t.name in kw.expected_failing else (1.0, 1.0)
+            credit = t.score / t.max_score if t.max_score else 1.0
+            if not low - 1e-9 <= credit <= high + 1e-9:
+                v.problems.append(f"{kw.name}: {t.name} earned {credit:.0%} of its points, expected "
+                                  f"{low:.0%}" + (f" to {high:.0%}" if high != low else ""))
     try:
         v.problems += _check_manifest(course, v.reference)
     except CourseError as exc:
@@ -195,7 +212,9 @@ def render(v: Validation, width: int = 120) -> str:
                     continue
                 got, _ = kw.results.subtotal(exercise, stage)
                 want = round(sum(t.max_score for t in kw.results.tests if t.exercise == exercise
-                                 and t.stage == stage and t.name not in kw.expected_failing), 6)
+                                 and t.stage == stage and t.name not in kw.expected_failing)
+                             + sum(t.score for t in kw.results.tests if t.exercise == exercise
+                                   and t.stage == stage and t.name in kw.partial), 6)
                 if got == out_of and want == out_of:
                     continue  # this submission does not target this stage
                 style = "green" if kw.failing == kw.expected_failing else "red"

@@ -1,17 +1,20 @@
-"""Simulator performance criteria: a student's launch counters against the reference solution's.
+"""Performance verdicts: a student's launches against the reference solution's on the same input.
 
-A performance test calls the student's function and the reference's on the same input; the
-counters of every launch of each call are added up (ratios such as sectors per request are
-recomputed from the sums) and each criterion of the stage (from course.toml) is applied. Failing
-criteria raise `PerformanceShortfall`, a `WrongAnswer` whose first line says what to improve.
+Two parts per stage (course.toml): the counter criteria (the stage's performance idea: the
+counters of every launch of a call are added up, ratios such as sectors per request recomputed
+from the sums), and the speed threshold on the time, here the simulator performance model's
+(grader.perf_model, as the kernels would run at full load on the course's model GPU). Missed
+criteria raise `PerformanceShortfall` (no points); a time between full and zero credit raises
+`PartialCredit` with the fraction earned.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from .correctness import WrongAnswer
+from .. import perf_model
 from ..course.manifest import Criterion, Stage
+from .correctness import WrongAnswer
 
 # Counters that are ratios: recomputed from the sums of their parts over all launches.
 RATIOS = {
@@ -24,6 +27,14 @@ MAXIMA = {"max_global_loads_per_thread", "max_global_stores_per_thread"}
 
 class PerformanceShortfall(WrongAnswer):
     """The output is right but a simulator counter is worse than the stage allows."""
+
+
+class PartialCredit(PerformanceShortfall):
+    """Right, meets the criteria, but slower than full credit allows: `credit` of the points."""
+
+    def __init__(self, message: str, credit: float):
+        super().__init__(message)
+        self.credit = credit
 
 
 class NeedsCorrectness(WrongAnswer):
@@ -65,12 +76,27 @@ def shortfall(criterion: Criterion, student: float, reference: float) -> str | N
     return None
 
 
+def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict]) -> tuple[float, str]:
+    """(time ratio student / reference, the sentence saying so) on the stage's model GPU."""
+    gpu = perf_model.gpu(stage.gpu.model_gpu)
+    mine = perf_model.call_time(student_launches, gpu, steady=True)
+    ref = perf_model.call_time(reference_launches, gpu, steady=True)
+    ratio = mine.seconds / ref.seconds if ref.seconds > 0 else 1.0
+    return ratio, (f"modelled on an {gpu.key} at full load: {mine.seconds * 1e6:.3g} us per call, "
+                   f"{mine.bound}-bound, {mine.bandwidth_fraction(gpu):.0%} of its memory bandwidth; "
+                   f"the reference: {ref.seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
+                   f"{stage.gpu.max_time_ratio:g}x)")
+
+
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
                        what: str = "") -> dict[str, float]:
-    """Apply the stage's criteria; raise PerformanceShortfall listing every one that fails."""
+    """Apply the stage's criteria, then its speed threshold on the modelled time: raise
+    PerformanceShortfall listing every criterion that fails, or PartialCredit when slower than
+    full credit allows."""
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
     got, ref = totals(student_launches), totals(reference_launches)
+    ratio, speed = modelled_speed(stage, student_launches, reference_launches)
     problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:
@@ -84,7 +110,11 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {w}" for w in hotspots(student_launches, failed))
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
-                                   + (f"\n\nwhere:\n{where}" if where else ""))
+                                   + (f"\n\nwhere:\n{where}" if where else "") + f"\n\n{speed}")
+    credit = stage.gpu.credit(ratio)
+    if credit < 1:
+        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {speed}; "
+                            f"{credit:.0%} of the points", credit)
     return got
 
 

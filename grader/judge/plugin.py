@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from .correctness import WrongAnswer
+from .perf import PartialCredit
 from ..errors import RunnerError, StudentCodeError
 from . import recorded_reference
 from .student import RunnerConnection, Student, TimeBudget
@@ -275,6 +276,8 @@ class GradingSession:
         result = self._result(item, passed, "" if passed else failure_message(exc))
         if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
             result.finding = exc.finding
+        if isinstance(exc, PartialCredit):  # right, but slower than full credit allows
+            result.score = round(result.max_score * exc.credit, 3)
         self.results.tests.append(result)
         self._write_results()
 

@@ -39,7 +39,9 @@ class RecordingReference:
     def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
         result = self.reference.call(function, *args, timeout=timeout)
         self.record[call_key(function, args)] = [
-            {"kernel": launch.get("kernel"), "counters": _numeric_counters(launch)} for launch in result.launches]
+            {"kernel": launch.get("kernel"), "grid": launch.get("grid"), "block": launch.get("block"),
+             "shared_bytes": launch.get("shared_bytes", 0), "counters": _numeric_counters(launch)}
+            for launch in result.launches]  # the configuration too: the performance model reads it
         return result
 
 

@@ -40,7 +40,7 @@ def _check(student, backend, rng, function, shape):
 
 def _perf(student, reference, stage_spec, backend, rng, function):
     if backend != "sim":
-        pytest.skip("GPU timing thresholds are measured by a later issue")
+        pytest.skip("performance on a real GPU is not graded by this version of gpugrade; the simulator backend grades it")
     result, args = _check(student, backend, rng, function, PERF_SHAPE)
     expect_performance(stage_spec, result.launches, reference.call(function, *args).launches)
 
