@@ -350,6 +350,10 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps({f"{w}|{k}": v for (w, k), v in results.items()},
                                               indent=1))
     if not args.no_write:
+        old = Path(args.output).read_text() if Path(args.output).is_file() else ""
+        begin, end = "<!-- bench_model: begin -->", "<!-- bench_model: end -->"
+        if begin in old and end in old:  # bench_model.py's section: not ours to drop
+            text = text.rstrip() + "\n\n" + old[old.index(begin):old.index(end) + len(end)] + "\n"
         Path(args.output).write_text(text)
         print(f"written to {args.output}", file=sys.stderr)
     bad = [c for c in results.values() if isinstance(c, dict) and c.get("status") == "wrong"]
