@@ -48,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--output", help="write the formatted results here instead of stdout")
     common(g)
 
+    bench = sub.add_parser("bench", help="time the kernels of the performance tests (modelled on the simulator)")
+    bench.add_argument("exercise", nargs="?", help="one exercise (default: all)")
+    bench.add_argument("--stage", type=int, default=None, help="only this stage")
+    bench.add_argument("--reference", action="store_true", help="time the reference solutions instead of exercises/")
+    JudgeSettings.add_cli_option(bench, "model_gpu")
+    bench.add_argument("--json", help="also write the rows as JSON to this file")
+    common(bench)
+
     val = sub.add_parser("validate", help="references score full marks, stubs 0, known-wrong submissions what they should")
     val.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: up to 4)")
     common(val)
@@ -130,6 +138,21 @@ def run(argv: list[str] | None = None) -> int:
         if args.hints:
             _emit(_hints(course, results, everything=args.hints == "all"), None)
         return results.exit_code
+    if args.command == "bench":
+        from .report import bench as bench_report
+
+        folder = course.root / ("solutions" if args.reference else "exercises")
+        results = grade(folder, [args.exercise] if args.exercise else None, backend=backend, course=course,
+                        seed=args.seed, timeout=args.timeout, submission_timeout=args.submission_timeout,
+                        name="reference solutions" if args.reference else "your exercises/",
+                        stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator,
+                        only="perf", model_gpu=args.model_gpu)
+        _emit(bench_report.table(results), None)
+        if args.json:
+            import json
+
+            Path(args.json).write_text(json.dumps(bench_report.rows(results), indent=1) + "\n")
+        return 0 if not results.errors else results.exit_code
     try:
         results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
                         timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox,

@@ -23,7 +23,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
           course: Course | None = None, seed: str = "", timeout: float | None = None,
           name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
           record_reference: str | os.PathLike | None = None,
-          submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S, simulator: str = "device") -> Results:
+          submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S, simulator: str = "device",
+          only: str = "", model_gpu: str = "") -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests."""
     course = course or Course.find()
     sandbox.check(backend)
@@ -43,7 +44,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         results_path = private / "results.json"
         settings = JudgeSettings(
             workspace=str(workspace), backend=backend, results=str(results_path), submission=name or str(submission),
-            seed=seed, stages=",".join(str(s) for s in stages or ()), simulator=simulator,
+            seed=seed, stages=",".join(str(s) for s in stages or ()), simulator=simulator, only=only,
+            model_gpu=model_gpu,
             # each exercise gets its share of the submission's time: one cannot starve the others
             exercise_budget=submission_timeout / max(1, len(chosen)),
             record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,

@@ -319,3 +319,16 @@ def test_a_test_that_cannot_run_here_keeps_its_points_in_the_maximum(tmp_path):
     assert skipped.status == "not_gradable" and skipped.max_score == 2 and skipped.score == 0
     assert skipped.output == "not gradable on this machine: needs 4 GPUs, this machine has 1"
     assert "<skipped" in junit(results) and "not gradable" in render(results, "table")
+
+
+def test_bench_times_the_performance_tests_kernels_on_a_chosen_gpu(tmp_path):
+    rows_file = tmp_path / "bench.json"
+    done = gpugrade("bench", "vector_add", "--reference", "--backend", "sim", "--model-gpu", "T4",
+                    "--json", str(rows_file))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(rows_file.read_text())
+    assert [r["stage"] for r in rows] == [1, 2, 3], "one row per performance test, nothing else run"
+    assert all(r["source"] == "modelled" and r["gpu"] == "T4" and r["ratio"] == 1.0 for r in rows)
+    assert all(r["bound"] == "memory" and r["bandwidth_fraction"] > 0.9 for r in rows), rows
+    assert "kernel times (modelled on T4" in done.stdout
+    assert gpugrade("bench", "--model-gpu", "GTX480").returncode == 2

@@ -76,16 +76,37 @@ def shortfall(criterion: Criterion, student: float, reference: float) -> str | N
     return None
 
 
+# The timing of the performance test that ran last (the judge runs one test at a time): the
+# plugin takes it into that test's result, passed or not, for the reports and `gpugrade bench`.
+_last_timing: dict | None = None
+
+
+def take_timing() -> dict | None:
+    global _last_timing
+    timing, _last_timing = _last_timing, None
+    return timing
+
+
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict]) -> tuple[float, str]:
     """(time ratio student / reference, the sentence saying so) on the stage's model GPU."""
+    global _last_timing
     gpu = perf_model.gpu(stage.gpu.model_gpu)
     mine = perf_model.call_time(student_launches, gpu, steady=True)
     ref = perf_model.call_time(reference_launches, gpu, steady=True)
     ratio = mine.seconds / ref.seconds if ref.seconds > 0 else 1.0
-    return ratio, (f"modelled on an {gpu.key} at full load: {mine.seconds * 1e6:.3g} us per call, "
-                   f"{mine.bound}-bound, {mine.bandwidth_fraction(gpu):.0%} of its memory bandwidth; "
-                   f"the reference: {ref.seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
-                   f"{stage.gpu.max_time_ratio:g}x)")
+    _last_timing = {"source": "modelled", "gpu": gpu.key, "seconds": mine.seconds, "bound": mine.bound,
+                    "bandwidth_fraction": round(mine.bandwidth_fraction(gpu), 4),
+                    "global_bytes": mine.global_bytes, "reference_seconds": ref.seconds,
+                    "ratio": round(ratio, 4), "max_time_ratio": stage.gpu.max_time_ratio,
+                    "credit": stage.gpu.credit(ratio)}
+    return ratio, timing_sentence(_last_timing)
+
+
+def timing_sentence(t: dict) -> str:
+    return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, "
+            f"{t['bound']}-bound, {t['bandwidth_fraction']:.0%} of its memory bandwidth; the reference: "
+            f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
+            f"{t['max_time_ratio']:g}x)")
 
 
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],

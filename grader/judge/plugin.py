@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from .correctness import WrongAnswer
-from .perf import PartialCredit
+from .perf import PartialCredit, take_timing
 from ..errors import RunnerError, StudentCodeError
 from . import recorded_reference
 from .student import RunnerConnection, Student, TimeBudget
@@ -155,8 +155,12 @@ class GradingSession:
 
     @pytest.fixture
     def stage_spec(self, request: pytest.FixtureRequest):
-        """The test's stage from the course manifest (course.toml): function, criteria, thresholds."""
-        return self._course_manifest().stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
+        """The test's stage from the course manifest (course.toml): function, criteria, thresholds
+        (the performance model's GPU as `--gpugrade-model-gpu` says, if it does)."""
+        stage = self._course_manifest().stage(exercise_of(request.node), int(_marker_arg(request.node, "stage", 1)))
+        if self.settings.model_gpu:
+            stage = replace(stage, gpu=replace(stage.gpu, model_gpu=self.settings.model_gpu))
+        return stage
 
     @pytest.fixture
     def reference(self, request: pytest.FixtureRequest):
@@ -202,8 +206,10 @@ class GradingSession:
     # -- recording ----------------------------------------------------------------------------
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         stages = {int(s) for s in self.settings.stages.split(",") if s.strip()}
-        if stages:
-            chosen = [i for i in items if int(_marker_arg(i, "stage", 1)) in stages]
+        only = self.settings.only
+        if stages or only:
+            chosen = [i for i in items if (not stages or int(_marker_arg(i, "stage", 1)) in stages)
+                      and (not only or i.get_closest_marker(only) is not None)]
             config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
             items[:] = chosen
         for item in items:
@@ -249,6 +255,7 @@ class GradingSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Correctness gates performance: a perf test of a stage with a failed test fails at once."""
+        take_timing()  # nothing of an earlier test
         key = (exercise_of(item), int(_marker_arg(item, "stage", 1)))
         if item.get_closest_marker("perf") is not None and key in self.failed_stages:
             from .perf import NeedsCorrectness
@@ -278,6 +285,9 @@ class GradingSession:
             result.finding = exc.finding
         if isinstance(exc, PartialCredit):  # right, but slower than full credit allows
             result.score = round(result.max_score * exc.credit, 3)
+        timing = take_timing()
+        if item.get_closest_marker("perf") is not None:
+            result.timing = timing
         self.results.tests.append(result)
         self._write_results()
 

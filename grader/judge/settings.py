@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .. import perf_model
 from ..backends import Kind
 from ..sandbox import SANDBOXES, Limits, SandboxSpec
 
@@ -36,6 +37,9 @@ class JudgeSettings:
                                     "through the student's process: debugging and measuring only)",
                           ("device", "inline"))
     stages: str = _opt("", "grade only these stages (comma-separated numbers)")
+    only: str = _opt("", "run only the tests with this marker (perf: the performance tests)", ("", "perf"))
+    model_gpu: str = _opt("", "the GPU preset the simulator's performance model times kernels on "
+                              "(default: the course's model_gpu)", ("", *perf_model.presets()))
     reference: str = _opt("", "folder of reference solutions for performance tests (default: <rootdir>/solutions)")
     record_reference: str = _opt("", "write the reference's counters of every performance test to this JSON file")
 

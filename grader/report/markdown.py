@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .results import Results, Status
-from .text import first_line, num, visible
+from .text import num, outcome, visible
 
 
 def markdown(results: Results) -> str:
@@ -13,7 +13,7 @@ def markdown(results: Results) -> str:
              f"{num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
              "| test | stage | score | result |", "|---|---|---|---|"]
     for t in shown:
-        result = "ok" if t.status == Status.PASSED else first_line(t.output).replace("|", "\\|")
+        result = outcome(t).replace("|", "\\|")
         lines.append(f"| `{t.name}` | {t.stage} | {num(t.score)}/{num(t.max_score)} | {result} |")
     if hidden:
         lines += ["", f"{hidden} more test(s) are hidden until after the due date."]

@@ -56,6 +56,9 @@ class TestResult:
     # the simulator finding that failed the test: check, type, message, kernel, file, line, block,
     # thread, array, index (the record the device process sent, checked by grader.wire)
     finding: Finding | None = None
+    # a performance test's time (grader.judge.perf: source "modelled" or "measured", gpu, seconds,
+    # bound, bandwidth_fraction, reference_seconds, ratio, max_time_ratio, credit)
+    timing: dict | None = None
 
 
 @dataclass

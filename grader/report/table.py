@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .results import Results, Status
-from .text import first_line, num
+from .text import first_line, num, outcome
 
 
 def table(results: Results, console: Console | None = None, width: int = 110) -> str:
@@ -25,8 +25,8 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
         stages = sorted({t.stage for t in results.tests if t.exercise == exercise})
         for stage in stages:
             for t in (t for t in results.tests if t.exercise == exercise and t.stage == stage):
-                mark = Text("ok", style="green") if t.status == Status.PASSED else Text(
-                    first_line(t.output) or "failed", style="yellow" if t.status == Status.NOT_GRADABLE else "red")
+                style = {Status.PASSED: "green", Status.NOT_GRADABLE: "yellow"}.get(t.status, "red")
+                mark = Text(outcome(t), style=style)
                 grid.add_row(Text(t.name), str(t.stage), f"{num(t.score)}/{num(t.max_score)}", mark)
             got, out_of = results.subtotal(exercise, stage)
             grid.add_row(Text(f"{exercise} stage {stage}", style="bold"), "", Text(f"{num(got)}/{num(out_of)}",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .results import Results
+from .results import Results, Status
 
 # Tests a student must not see the details of yet (Gradescope applies these itself).
 HIDDEN_FROM_STUDENTS = ("hidden", "after_due_date", "after_published")
@@ -20,3 +20,14 @@ def visible(results: Results) -> tuple[list, int]:
     """The tests a student may read about, and how many more are hidden."""
     shown = [t for t in results.tests if t.visibility not in HIDDEN_FROM_STUDENTS]
     return shown, len(results.tests) - len(shown)
+
+
+def outcome(t) -> str:
+    """A test's result in one line: 'ok' (with its time, for a performance test) or its failure."""
+    if t.status == Status.PASSED:
+        timing = getattr(t, "timing", None)
+        if timing:
+            return (f"ok: {timing['source']} {timing['seconds'] * 1e6:.3g} us on {timing['gpu']}, "
+                    f"{timing['ratio']:.2f}x the reference's time")
+        return "ok"
+    return first_line(t.output) or "failed"

@@ -1,0 +1,42 @@
+"""`gpugrade bench`: the times of the performance tests' kernels, as a table and as JSON."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from rich.console import Console
+from rich.table import Table
+
+from .results import Results, Status
+
+
+def rows(results: Results) -> list[dict]:
+    """One row per performance test that timed its kernels."""
+    out = []
+    for t in results.tests:
+        if t.timing:
+            out.append({"test": t.name, "exercise": t.exercise, "stage": t.stage, "status": str(t.status),
+                        "score": t.score, "max_score": t.max_score, **t.timing})
+    return out
+
+
+def table(results: Results, width: int = 120) -> str:
+    console = Console(file=StringIO(), width=width, record=True, force_terminal=False)
+    found = rows(results)
+    gpu = found[0]["gpu"] if found else "?"
+    grid = Table(title=f"{results.submission}: kernel times ({found[0]['source'] if found else 'modelled'} "
+                       f"on {gpu}, at full load)")
+    for column, justify in (("test", "left"), ("time (us)", "right"), ("reference (us)", "right"),
+                            ("x reference", "right"), ("bound", "left"), ("of bandwidth", "right"),
+                            ("GB/s", "right"), ("points", "right")):
+        grid.add_column(column, justify=justify, overflow="fold")
+    for r in found:
+        gbs = r["global_bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
+        grid.add_row(r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
+                     f"{r['ratio']:.2f}", r["bound"], f"{r['bandwidth_fraction']:.0%}", f"{gbs:,.0f}",
+                     f"{r['score']:g}/{r['max_score']:g}")
+    console.print(grid)
+    untimed = [t for t in results.tests if not t.timing and t.status != Status.PASSED]
+    for t in untimed:
+        console.print(f"{t.name}: not timed: {(t.output.strip().splitlines() or [''])[0]}")
+    return console.export_text()
