@@ -46,6 +46,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             workspace=str(workspace), backend=backend, results=str(results_path), submission=name or str(submission),
             seed=seed, stages=",".join(str(s) for s in stages or ()), simulator=simulator, only=only,
             model_gpu=model_gpu,
+            # `NUMBA_ENABLE_CUDASIM=1 gpugrade ... --backend gpu`: numba's stock simulator stands in for
+            # the GPU in the runners (the judge itself never runs numba's simulator)
+            stock_simulator=backend == "gpu" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
             # each exercise gets its share of the submission's time: one cannot starve the others
             exercise_budget=submission_timeout / max(1, len(chosen)),
             record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,

@@ -32,6 +32,8 @@ from ..sandbox import Limits, SandboxSpec, make_sandbox
 from .settings import JudgeSettings
 
 TEST_PREFIX = "test_"
+STOCK_SIMULATOR_NOTE = ("numba's stock simulator stood in for the GPU: the gpu backend's code path, "
+                        "no real timing, launch records from the runner itself")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -97,10 +99,11 @@ class GradingSession:
         spec = SandboxSpec(settings.sandbox, settings.docker_image, settings.gpus)
         # Runners see a copy of their workspace and nothing else of this machine (the course tree,
         # the results file, other runners): grader.sandbox.
-        limits = Limits(call_timeout_s=settings.timeout)
+        limits = Limits(call_timeout_s=settings.timeout, stock_simulator=settings.stock_simulator)
         self.sandbox = make_sandbox(spec, limits)
         self.results = Results(submission=settings.submission or self.workspace,
-                               backend=self.backend_name, seed=self.seed)
+                               backend=self.backend_name, seed=self.seed,
+                               backend_note=STOCK_SIMULATOR_NOTE if settings.stock_simulator else "")
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}
         # One runner for the submission and one for the reference solutions, whatever the number

@@ -16,6 +16,18 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
+def _argparse_kwargs(f) -> dict[str, Any]:
+    """One field as an option, for pytest's parser and argparse alike."""
+    if isinstance(f.default, bool):
+        return {"action": "store_true", "default": f.default, "help": f.metadata["help"]}
+    kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
+    if f.metadata["choices"]:
+        kwargs["choices"] = list(f.metadata["choices"])
+    if isinstance(f.default, float):
+        kwargs["type"] = float
+    return kwargs
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     workspace: str = _opt("", "folder holding the student's exercise modules")
@@ -36,6 +48,8 @@ class JudgeSettings:
                                     "to the judge (default), or inline in the runner (its records then come "
                                     "through the student's process: debugging and measuring only)",
                           ("device", "inline"))
+    stock_simulator: bool = _opt(False, "gpu backend: runners on numba's stock simulator (NUMBA_ENABLE_CUDASIM=1) "
+                                        "standing in for a GPU: the gpu code path without one, no real timing")
     stages: str = _opt("", "grade only these stages (comma-separated numbers)")
     only: str = _opt("", "run only the tests with this marker (perf: the performance tests)", ("", "perf"))
     model_gpu: str = _opt("", "the GPU preset the simulator's performance model times kernels on "
@@ -51,24 +65,14 @@ class JudgeSettings:
     def add_options(cls, group) -> None:
         """The plugin's pytest options, one per field."""
         for f in fields(cls):
-            kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
-            if f.metadata["choices"]:
-                kwargs["choices"] = list(f.metadata["choices"])
-            if isinstance(f.default, float):
-                kwargs["type"] = float
-            group.addoption(cls.flag(f.name), **kwargs)
+            group.addoption(cls.flag(f.name), **_argparse_kwargs(f))
 
     @classmethod
     def add_cli_option(cls, parser, name: str) -> None:
         """The same setting as an option of the `gpugrade` command (`--<name>`): declared once here,
         offered by both front ends."""
         f = next(f for f in fields(cls) if f.name == name)
-        kwargs: dict[str, Any] = {"default": f.default, "help": f.metadata["help"]}
-        if f.metadata["choices"]:
-            kwargs["choices"] = list(f.metadata["choices"])
-        if isinstance(f.default, float):
-            kwargs["type"] = float
-        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
+        parser.add_argument("--" + name.replace("_", "-"), **_argparse_kwargs(f))
 
     @classmethod
     def from_config(cls, config) -> "JudgeSettings":
@@ -79,6 +83,8 @@ class JudgeSettings:
         out: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value != f.default:
+            if value != f.default and isinstance(value, bool):
+                out.append(self.flag(f.name))
+            elif value != f.default:
                 out += [self.flag(f.name), f"{value:g}" if isinstance(value, float) else str(value)]
         return out

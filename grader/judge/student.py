@@ -270,10 +270,12 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     to this side (the device process), `output` (default: what the function returned) was copied
     back from device memory that kernels of this call wrote from the call's inputs (`inputs`:
     the positions of the arguments that are inputs; default: every array argument), and is not
-    bytes the host itself copied there (grader.judge.dataflow)."""
+    bytes the host itself copied there (grader.judge.dataflow). On the gpu backend the launches
+    are the runner's own record: an honest host-side answer loses its points, a forged record
+    is not detected there (the simulator's device process is the proof)."""
     from .correctness import WrongAnswer
 
-    if backend == Kind.SIM and not result.launches:
+    if not result.launches:
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
     if result.device is not None:
         from .dataflow import verify

@@ -69,6 +69,7 @@ class Results:
     errors: list[str] = field(default_factory=list)  # grader-side failures: never the student's fault
     execution_time: float = 0.0
     seed: str = ""
+    backend_note: str = ""  # what stood in for the backend, when something did
 
     @property
     def score(self) -> float:
@@ -101,7 +102,7 @@ class Results:
                  for t in data.get("tests", [])]
         return cls(submission=data["submission"], backend=data["backend"], tests=tests,
                    errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
-                   seed=str(data.get("seed", "")))
+                   seed=str(data.get("seed", "")), backend_note=str(data.get("backend_note", "")))
 
     def dump(self, path: str) -> None:
         with open(path, "w") as f:

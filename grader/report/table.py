@@ -33,6 +33,8 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
                                                                                  style="bold"), "", end_section=True)
     console.print(grid)
     console.print(f"Total: {num(results.score)}/{num(results.max_score)}  ({results.backend} backend, {results.execution_time:.1f} s)")
+    if results.backend_note:
+        console.print(f"Note: {results.backend_note}")
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""

@@ -41,6 +41,13 @@ class Limits:
     confine: bool = True            # False (`--sandbox none`): no limits, no namespaces
     memory_bytes: int = 4 << 30     # the runner's memory (cgroup, as root; else RLIMIT_DATA on the sim)
     tmp_bytes: int = 256 << 20      # the runner's private /tmp and /dev/shm, each (memory-backed)
+    # the gpu backend's runners on numba's stock simulator (NUMBA_ENABLE_CUDASIM=1): its code path
+    # without a GPU, for plumbing tests; no real timing
+    stock_simulator: bool = False
+
+    def runner_env(self, backend: str) -> dict[str, str]:
+        """What the runner's environment says about the simulator (never numba's for `sim`)."""
+        return {"NUMBA_ENABLE_CUDASIM": "1"} if self.stock_simulator and backend == "gpu" else {}
 
 
 def death_reason(code: int, limits: Limits, signalled_as_128_plus: bool) -> str:

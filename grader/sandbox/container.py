@@ -159,7 +159,8 @@ class DockerRunner:
         )
         env = {"HOME": "/tmp", "TMPDIR": "/tmp", "NUMBA_CACHE_DIR": "/tmp/numba", "GPUGRADE_CACHE_DIR": "/tmp",
                "PYTHONDONTWRITEBYTECODE": "1",
-               "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+               "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               **self.limits.runner_env(backend)}
         created = self._api.create_container(
             settings.image,
             entrypoint=[settings.python, "-I", "-m", "grader.runner"],

@@ -69,7 +69,8 @@ class RunnerProcess:
         passed = [req_r, resp_w, *fds]
         if confined:
             staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
-            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == Kind.GPU)
+            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == Kind.GPU,
+                                   env=limits.runner_env(backend))
             argv, args_fd = view.command([sys.executable, *runner, "--workspace", bubblewrap.WORKSPACE])
             passed.append(args_fd)
             env, cwd = {}, "/"
@@ -79,7 +80,9 @@ class RunnerProcess:
             env.update(HOME=self._scratch.name, TMPDIR=self._scratch.name, NUMBA_CACHE_DIR=self._scratch.name,
                        GPUGRADE_CACHE_DIR=self._scratch.name, PYTHONDONTWRITEBYTECODE="1")
             cwd = workspace
-        env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's
+        env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's (unless standing in for a GPU)
+        if not confined:
+            env.update(limits.runner_env(backend))
         groups = self._groups
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=passed,

@@ -348,3 +348,39 @@ def compile_check_device(cc, dispatchers):
     `dispatchers` (the kernel's device functions) are removed after."""
     with _compile_lock, _overloads_restored(dispatchers), _DEVICE_HOOK.stand_in(cc):
         yield
+
+
+@contextlib.contextmanager
+def recording_launches(on_launch):
+    """The gpu backend's launch records: for the block, `on_launch(kernel, griddim, blockdim,
+    sharedmem, args)` runs before every kernel launch of real numba-cuda (or of numba's stock
+    simulator standing in for a GPU, NUMBA_ENABLE_CUDASIM=1); nothing else changes. The records
+    are the runner's own, so they are feedback (a missing launch, the configuration), never proof."""
+    from numba.cuda import config
+
+    scope = PatchScope()
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator import kernel as stock
+
+        original = stock.FakeCUDAKernel.__call__
+
+        def call(self, *args):
+            if not (self._device or stock._kernel_context):  # a launch, not a device function's call
+                on_launch(self.fn.__name__, self.grid_dim, self.block_dim, self.dynshared_size, args)
+            return original(self, *args)
+
+        scope.setattr(stock.FakeCUDAKernel, "__call__", call)
+    else:
+        from numba.cuda.dispatcher import _LaunchConfiguration
+
+        original = _LaunchConfiguration.__call__
+
+        def call(self, *args):
+            on_launch(self.dispatcher.py_func.__name__, self.griddim, self.blockdim, self.sharedmem, args)
+            return original(self, *args)
+
+        scope.setattr(_LaunchConfiguration, "__call__", call)
+    try:
+        yield
+    finally:
+        scope.restore()
