@@ -355,6 +355,9 @@ def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkey
     assert "stock simulator" in on_gpu.backend_note and not on_sim.backend_note
     not_gradable = [t for t in on_gpu.tests if t.status == "not_gradable"]
     assert [t.name for t in not_gradable] == ["vector_add::keeps_up_with_the_reference"]
+    # the timing harness ran (reference and student, outputs re-checked), its times not graded
+    assert "measured on numba's stock simulator" in not_gradable[0].output
+    assert "median of" in not_gradable[0].output and "the reference:" in not_gradable[0].output
     assert on_gpu.score == 11 - not_gradable[0].max_score, [(t.name, t.output[:80]) for t in on_gpu.tests]
 
     host = next(k for k in load_known_wrong(course) if k.name == "vector_add_numpy_on_the_host")

@@ -436,3 +436,14 @@ def test_a_forged_reply_is_a_protocol_error_naming_what_is_wrong(attack, message
     assert type(info.value).__name__ == "RunnerError"
     assert "the runner broke the protocol" in str(info.value) and __import__("re").search(reason, str(info.value))
     assert time.monotonic() - started < 20, "refused at once, not after reading or waiting"
+
+
+def test_a_forged_timing_faster_than_the_judges_clock_is_refused(attack):
+    """The gpu timing harness runs in the runner: kernel times that add up to more than the wall
+    time the judge itself waited cannot be true."""
+    reply = ('{"ok": True, "times_ms": [4000.0, 4000.0], "launches_per_call": 1, "wall_s": 8.0, '
+             '"stopped": "precise", "device": "forged GPU", "outputs": [1.0]}')
+    s = attack(FORGER.format(message=reply, frames="[]"))
+    with pytest.raises(Exception) as info:
+        s.time("forge", [(1.0,)])
+    assert type(info.value).__name__ == "RunnerError" and "a forged timing" in str(info.value), info.value

@@ -9,7 +9,10 @@ protocol, never to grader.sim or numba.cuda's driver directly:
   the student's process is never proof (the device process's own records are);
 - `configure(...)`: the settings the judge may change (the compile check);
 - `synchronize()`: wait for every device of the backend;
-- `devices`: how many devices the student's code sees.
+- `devices`: how many devices the student's code sees;
+- `time_call(function, input_sets, **options)` and `device_name()`: only where times are measured
+  (the gpu backend: CUDA events around each kernel); the simulator models them instead
+  (grader.perf_model) and has neither.
 """
 
 from __future__ import annotations

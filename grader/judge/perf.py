@@ -166,3 +166,44 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[str]:
             notes.append(f"{what} at line {worst[1]} of kernel {worst[3]!r} ({worst[2]}): "
                          f"{worst[0]:.1f} {unit} per request ({_IDEAL[space]})")
     return notes
+
+
+def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
+                     bytes_moved: float = 0.0, returns=None, what: str = "") -> None:
+    """On a GPU: time the student's `function` and the reference's on the same input sets (each
+    in its own runner, the reference's trusted, same GPU, same run), re-check every output the
+    timed calls gave (`check(inputs, output)`), and apply the stage's speed threshold to the
+    ratio of the medians. `bytes_moved`: the minimal global traffic of one call, for GB/s and the
+    fraction of the copy bandwidth (measured by the reference's runner)."""
+    global _last_timing
+    import pytest
+
+    if not hasattr(reference, "time"):
+        pytest.skip("no reference solution here to time against on this GPU (a copy without solutions/)")
+    # numba's stock simulator runs kernels in Python: a few calls prove the plumbing
+    options = {"min_repeats": 2, "max_repeats": 3, "cap_s": 1.0, "flush_bytes": 0} if student.stock_simulator else {}
+    mine = student.time(function, input_sets, returns=returns, **options)
+    for inputs, output in zip(input_sets, mine.outputs):
+        check(inputs, output)
+    base = reference.time(function, input_sets, returns=returns, **options)
+    ceiling = reference.copy_bandwidth(int(bytes_moved)) if bytes_moved else 0.0
+    seconds, ref_seconds = mine.median_ms / 1e3, base.median_ms / 1e3
+    ratio = seconds / ref_seconds if ref_seconds > 0 else 1.0
+    achieved = bytes_moved / seconds if seconds > 0 else 0.0
+    _last_timing = {"source": "measured", "gpu": mine.device, "seconds": seconds, "bound": "measured",
+                    "bandwidth_fraction": round(achieved / ceiling, 4) if ceiling else 0.0,
+                    "global_bytes": bytes_moved, "reference_seconds": ref_seconds, "ratio": round(ratio, 4),
+                    "max_time_ratio": stage.gpu.max_time_ratio, "credit": stage.gpu.credit(ratio),
+                    "repeats": len(mine.times_ms), "spread": round(mine.spread, 4), "stopped": mine.stopped,
+                    "copy_bandwidth_gbs": round(ceiling / 1e9, 1)}
+    sentence = (f"measured on {mine.device}: {seconds * 1e6:.3g} us per call (median of {len(mine.times_ms)}, "
+                f"spread {mine.spread:.1%}), {achieved / 1e9:.0f} GB/s"
+                + (f", {achieved / ceiling:.0%} of the copy bandwidth" if ceiling else "")
+                + f"; the reference: {ref_seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
+                f"{stage.gpu.max_time_ratio:g}x)")
+    if student.stock_simulator:
+        pytest.skip(f"numba's stock simulator stands in for the GPU, so times prove nothing ({sentence})")
+    credit = stage.gpu.credit(ratio)
+    if credit < 1:
+        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {sentence}; "
+                            f"{credit:.0%} of the points", credit)

@@ -120,6 +120,37 @@ class Runner:
             return value
         raise TypeError(f"returned a value of type {type(value).__name__}; return a NumPy array or a number")
 
+    def time(self, request: dict) -> dict:
+        """Time `function` over the judge's input sets with the backend's harness (the gpu
+        backend: CUDA events); the simulator models times instead and has none."""
+        try:
+            module = self._module(str(request["module"]))
+            function = getattr(module, str(request["function"]))
+        except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
+            return {"ok": False, "error": self._error(exc, importing=True)}
+        timer = getattr(self.backend, "time_call", None)
+        if timer is None:
+            return error_reply("exception", "NotImplementedError", f"the {self.backend.kind} backend has no timing harness")
+        input_sets = [list(inputs) for inputs in request.get("input_sets", [])]
+        options = {k: v for k, v in dict(request.get("options", {})).items()
+                   if k in ("warmup", "target", "min_repeats", "max_repeats", "cap_s", "flush_bytes")}
+        try:
+            timing = timer(function, input_sets, **options)
+            outputs = [self._to_host(o) for o in timing.outputs]
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+        return {"ok": True, **timing.summary(), "device": self.backend.device_name(), "outputs": outputs}
+
+    def copy_bandwidth(self, request: dict) -> dict:
+        """The median ms of a device-to-device copy of `nbytes` (the streaming kernels' ceiling)."""
+        measure = getattr(self.backend, "copy_ms", None)
+        if measure is None:
+            return error_reply("exception", "NotImplementedError", f"the {self.backend.kind} backend measures no copies")
+        try:
+            return {"ok": True, "ms": float(measure(min(int(request.get("nbytes", 0)), 4 << 30)))}
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+
     def import_module(self, request: dict) -> dict:
         try:
             self._module(str(request["module"]))
@@ -148,6 +179,10 @@ class Runner:
                 reply = self.configure(request)
             elif op == "import":
                 reply = self.import_module(request)
+            elif op == "time":
+                reply = self.time(request)
+            elif op == "copy_bandwidth":
+                reply = self.copy_bandwidth(request)
             else:
                 reply = error_reply("protocol", "ProtocolError", f"unknown op {op!r}")
             sys.stdout.flush()

@@ -351,11 +351,13 @@ def compile_check_device(cc, dispatchers):
 
 
 @contextlib.contextmanager
-def recording_launches(on_launch):
+def recording_launches(on_launch, after_launch=None):
     """The gpu backend's launch records: for the block, `on_launch(kernel, griddim, blockdim,
     sharedmem, args)` runs before every kernel launch of real numba-cuda (or of numba's stock
-    simulator standing in for a GPU, NUMBA_ENABLE_CUDASIM=1); nothing else changes. The records
-    are the runner's own, so they are feedback (a missing launch, the configuration), never proof."""
+    simulator standing in for a GPU, NUMBA_ENABLE_CUDASIM=1), and `after_launch()` once the launch
+    is queued (the timing harness records its CUDA events there); nothing else changes. The
+    records are the runner's own, so they are feedback (a missing launch, the configuration),
+    never proof."""
     from numba.cuda import config
 
     scope = PatchScope()
@@ -365,9 +367,14 @@ def recording_launches(on_launch):
         original = stock.FakeCUDAKernel.__call__
 
         def call(self, *args):
-            if not (self._device or stock._kernel_context):  # a launch, not a device function's call
-                on_launch(self.fn.__name__, self.grid_dim, self.block_dim, self.dynshared_size, args)
-            return original(self, *args)
+            if self._device or stock._kernel_context:  # a device function's call, not a launch
+                return original(self, *args)
+            on_launch(self.fn.__name__, self.grid_dim, self.block_dim, self.dynshared_size, args)
+            try:
+                return original(self, *args)
+            finally:
+                if after_launch is not None:
+                    after_launch()
 
         scope.setattr(stock.FakeCUDAKernel, "__call__", call)
     else:
@@ -377,7 +384,11 @@ def recording_launches(on_launch):
 
         def call(self, *args):
             on_launch(self.dispatcher.py_func.__name__, self.griddim, self.blockdim, self.sharedmem, args)
-            return original(self, *args)
+            try:
+                return original(self, *args)
+            finally:
+                if after_launch is not None:
+                    after_launch()
 
         scope.setattr(_LaunchConfiguration, "__call__", call)
     try:

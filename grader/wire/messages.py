@@ -307,6 +307,46 @@ class CallReply:
         return cls(True, _returned(doc.get("returned"), "returned"), args, launches)
 
 
+MAX_TIMED_CALLS = 1000
+TIMING_STOPS = frozenset({"precise", "time cap", "repeat cap"})
+
+
+@dataclass(frozen=True)
+class TimingReply:
+    """The reply to `time`: the kernel time of each timed call (CUDA events, ms), the launches per
+    call, the runner's own wall clock over them, why it stopped, the GPU's name, and the last
+    output of each input set (the judge re-checks them); or the error."""
+
+    ok: bool
+    times_ms: list[float] = field(default_factory=list)
+    launches_per_call: int = 0
+    wall_s: float = 0.0
+    stopped: str = ""
+    device: str = ""
+    outputs: list = field(default_factory=list)
+    error: ErrorInfo | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, input_sets: int) -> "TimingReply":
+        base = Reply.parse(doc)
+        if not base.ok:
+            return cls(False, error=base.error)
+        times = [_number(t, f"times_ms[{i}]") for i, t in enumerate(_list(doc.get("times_ms"), "times_ms",
+                                                                             MAX_TIMED_CALLS))]
+        if not times:
+            raise ProtocolError("times_ms: no timed call")
+        stopped = doc.get("stopped")
+        if stopped not in TIMING_STOPS:
+            raise ProtocolError(f"stopped: {str(stopped)[:40]!r} is not one of {sorted(TIMING_STOPS)}")
+        outputs = _list(doc.get("outputs"), "outputs", input_sets)
+        if len(outputs) != input_sets:
+            raise ProtocolError(f"outputs: {len(outputs)} for {input_sets} input sets")
+        return cls(True, times, _int(doc.get("launches_per_call"), "launches_per_call"),
+                   _number(doc.get("wall_s"), "wall_s"), stopped,
+                   _text(doc.get("device", ""), "device", MAX_NAME),
+                   [_returned(o, f"outputs[{i}]") for i, o in enumerate(outputs)])
+
+
 def _returned(value: Any, where: str, depth: int = 0) -> Any:
     """What a student's function may return: arrays, numbers, strings (capped), lists of those."""
     if depth > 4:

@@ -10,12 +10,13 @@ import pytest
 
 from grader.judge.correctness import expect_close
 from grader.judge import Returns, require_kernel_launch
-from grader.judge.perf import expect_performance
+from grader.judge.perf import expect_gpu_speed, expect_performance
 
 # (M, K, N): degenerate, one exact tile, odd sizes that are not multiples of 16 or 32 in any
 # dimension, K a multiple of 16 but not of 32, non-square both ways.
 SHAPES = [(1, 1, 1), (16, 16, 16), (33, 17, 65), (64, 48, 40), (70, 37, 50)]
 PERF_SHAPE = (64, 80, 96)  # many blocks of many warps for every stage
+GPU_PERF_SHAPE = (1024, 1024, 1024)  # on a GPU: big enough to time the kernels, not the launch
 
 
 def _ids(shapes):
@@ -26,21 +27,29 @@ def _inputs(rng, m, k, n):
     return (rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32))
 
 
+def _expect_product(got, A, B, what):
+    expected = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    # float32 GEMM: rounding grows with K and with the magnitude of the terms, not of the sum
+    scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
+    expect_close(got, expected, rtol=1e-5, atol=1e-5 * scale + 1e-6, what=f"{what} with A {A.shape}, B {B.shape}")
+
+
 def _check(student, backend, rng, function, shape):
     A, B = _inputs(rng, *shape)
     result = student.call(function, A, B, returns=Returns((A.shape[0], B.shape[1]), np.dtype(np.float32)))
     require_kernel_launch(result, backend)
-    expected = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
-    # float32 GEMM: rounding grows with K and with the magnitude of the terms, not of the sum
-    scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
-    expect_close(result.value, expected, rtol=1e-5, atol=1e-5 * scale + 1e-6,
-                 what=f"{function}(A, B) with A {A.shape}, B {B.shape}")
+    _expect_product(result.value, A, B, f"{function}(A, B)")
     return result, (A, B)
 
 
 def _perf(student, reference, stage_spec, backend, rng, function):
-    if backend != "sim":
-        pytest.skip("performance on a real GPU is not graded by this version of gpugrade; the simulator backend grades it")
+    if backend != "sim":  # timed on the GPU against the reference, outputs re-checked
+        M, K, N = (16, 16, 16) if student.stock_simulator else GPU_PERF_SHAPE  # the stock simulator is slow
+        sets = [_inputs(rng, M, K, N) for _ in range(2)]
+        return expect_gpu_speed(student, reference, stage_spec, function, sets,
+                                lambda args, out: _expect_product(out, *args, what=f"{function}(A, B), timed"),
+                                bytes_moved=4.0 * (M * K + K * N + M * N),
+                                returns=Returns((M, N), np.dtype(np.float32)))
     result, args = _check(student, backend, rng, function, PERF_SHAPE)
     expect_performance(stage_spec, result.launches, reference.call(function, *args).launches)
 
@@ -58,7 +67,9 @@ def test_naive(student, backend, rng, shape):
 @pytest.mark.points(2)
 @pytest.mark.perf
 def test_naive_is_coalesced(student, reference, stage_spec, backend, rng):
-    """On the simulator: a warp reads a row of B and writes a row of C (sectors per request)."""
+    """On the simulator: a warp reads a row of B and writes a row of C (sectors per request), then the
+    modelled time against the reference's; on a GPU: the measured time against the reference's (the
+    stage's speed threshold)."""
     _perf(student, reference, stage_spec, backend, rng, "matmul_naive")
 
 
@@ -75,7 +86,9 @@ def test_tiled(student, backend, rng, shape):
 @pytest.mark.points(3)
 @pytest.mark.perf
 def test_tiled_reuses_shared_memory(student, reference, stage_spec, backend, rng):
-    """On the simulator: global loads about 1/TILE of the naive kernel's, no bank conflicts."""
+    """On the simulator: global loads about 1/TILE of the naive kernel's, no bank conflicts, then the
+    modelled time against the reference's; on a GPU: the measured time against the reference's (the
+    stage's speed threshold)."""
     _perf(student, reference, stage_spec, backend, rng, "matmul_tiled")
 
 
@@ -92,5 +105,7 @@ def test_coarsened(student, backend, rng, shape):
 @pytest.mark.points(3)
 @pytest.mark.perf
 def test_coarsened_reuses_registers_without_bank_conflicts(student, reference, stage_spec, backend, rng):
-    """On the simulator: fewer global and shared loads than tiling, every shared access conflict-free."""
+    """On the simulator: fewer global and shared loads than tiling, every shared access conflict-free, then
+    the modelled time against the reference's; on a GPU: the measured time against the reference's (the
+    stage's speed threshold)."""
     _perf(student, reference, stage_spec, backend, rng, "matmul_coarsened")
