@@ -4,11 +4,16 @@
 #     run(command="bash benchmarks/gpu_check.sh", timeout_s=540)
 # On the GPU machine, each step's output goes to $OUT (the tool brings it back):
 #   1. doctor.txt      `gpugrade doctor`: what grading sees there (GPU, numba-cuda, toolchain)
-#   2. solutions.*     the reference solutions graded on --backend gpu (every stage must pass)
-#   3. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu:
+#   2. solutions.*     the reference solutions graded on --backend gpu, performance included
+#                      (each perf test times the kernels with the harness against the reference
+#                      itself, in another runner: full marks expected; the JSON holds each test's
+#                      median, spread, repeats, GB/s and fraction of the measured copy bandwidth)
+#   3. noise.*         `gpugrade bench --reference` 5 times: per perf test, the coefficient of
+#                      variation of the harness's median over the runs (target <= 2%)
+#   4. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu:
 #                      which lose their points on real hardware (races may not show there, and
-#                      the simulator-only performance criteria are skipped on a GPU)
-#   4. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
+#                      the counter criteria are the simulator's)
+#   5. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's
 # Commit the numbers to docs/BENCHMARKS.md ("On a GPU"). The device image has numba-cuda,
 # numpy, pytest, rich and CuPy; grading there needs nothing else (--sandbox none: the code
@@ -46,6 +51,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run it with a time limit, log its outp
 step doctor 120 "${gpugrade[@]}" doctor
 step solutions 240 "${gpugrade[@]}" grade solutions --backend "$backend" --sandbox none \
     --format json --output "$out/solutions.json"
+step noise 300 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 5 --out "$out"
 step validate 300 "${gpugrade[@]}" validate --backend "$backend" --sandbox none
 if [ "$backend" = sim ]; then
     step bench_gpu 240 "$py" benchmarks/bench_gpu.py --sim --json "$out/bench_gpu.json" \

@@ -1,0 +1,49 @@
+"""The timing harness's run-to-run noise: `gpugrade bench --reference` N times, then per performance
+test the coefficient of variation of its median over the runs (issue 11's target: <= 2% on a GPU).
+
+    python3 benchmarks/harness_noise.py --backend gpu --runs 10 --out DIR     # on a GPU machine
+    .venv/bin/python benchmarks/harness_noise.py --backend sim --runs 2       # dry run (modelled: 0%)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="gpu")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", default=None, help="folder for each run's JSON (default: a temporary one)")
+    args = ap.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="harness-noise-"))
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i in range(args.runs):
+        path = out / f"noise.{i + 1}.json"
+        done = subprocess.run([sys.executable, "-m", "grader", "bench", "--reference", "--backend", args.backend,
+                               "--sandbox", "none", "--json", str(path)], cwd=ROOT)
+        if done.returncode != 0:
+            return done.returncode
+        runs.append(json.loads(path.read_text()))
+    worst = 0.0
+    for row in runs[0]:
+        medians = [next(r["seconds"] for r in run if r["test"] == row["test"]) for run in runs]
+        cv = statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else 0.0
+        worst = max(worst, cv)
+        print(f"{row['test']}: {row['source']} on {row['gpu']}: median {statistics.median(medians) * 1e6:.4g} us "
+              f"over {len(medians)} runs, CV {cv:.2%}")
+    print(f"worst CV: {worst:.2%} (target <= 2%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
