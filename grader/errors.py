@@ -46,6 +46,8 @@ class StudentCodeError(GpugradeError):
             return f"not implemented yet{at}" + (f": {self.message}" if self.message else "")
         if self.kind in ("simulator", "policy", "missing"):  # these messages say it all
             return self.message
+        if self.kind == "context_lost":
+            return f"{self.message}{at}; the GPU context was lost, later tests ran in a fresh process"
         if self.kind == "import":
             return f"could not import the submission{at}: {self.exc_type}: {self.message}"
         return f"{self.exc_type}{at}: {self.message}"

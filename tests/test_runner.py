@@ -263,3 +263,29 @@ def test_an_exit_status_above_128_is_a_signal_only_when_it_is_one():
     assert death_reason(128 + 24, limits, True) == "killed: CPU time limit of 7 s exceeded"
     assert death_reason(200, limits, True) == "the student's process exited with code 200 before answering"
     assert death_reason(137, limits, False) == "the student's process exited with code 137 before answering"
+
+
+def test_a_lost_cuda_context_costs_that_call_and_later_calls_get_a_fresh_runner(make_student):
+    """A sticky CUDA error (an illegal address) poisons the process's context. Without a GPU here
+    the student module raises numba's own CudaAPIError 700 itself: the recovery path is the same."""
+    s = make_student("""
+        import os
+        from numba.cuda.cudadrv.driver import CudaAPIError
+
+        def crash():
+            raise CudaAPIError(700, "CUDA_ERROR_ILLEGAL_ADDRESS an illegal memory access was encountered")
+
+        PROCESS = os.urandom(8).hex()  # this process's own (pids repeat: each runner has its namespace)
+
+        def process():
+            return PROCESS
+    """)
+    before = s.call("process").value
+    with pytest.raises(StudentCodeError) as info:
+        s.call("crash")
+    assert info.value.kind == "context_lost"
+    summary = info.value.summary()
+    assert summary.startswith("illegal memory access: your kernel read or wrote outside an allocation")
+    assert "later tests ran in a fresh process" in summary
+    after = s.call("process").value
+    assert after != before, "the poisoned runner was replaced"

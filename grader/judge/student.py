@@ -230,10 +230,11 @@ class Student:
         finally:
             self.budget.spend(time.monotonic() - started)
 
-    @staticmethod
-    def _raise_for(reply) -> None:
+    def _raise_for(self, reply) -> None:
         if not reply.ok:
             error = reply.error
+            if error.kind == "context_lost":  # every later CUDA call of that process would fail too
+                self.connection.close()       # the next call starts a fresh runner
             raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback, error.finding)
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None

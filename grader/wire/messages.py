@@ -23,7 +23,8 @@ MAX_TEXT = 8000          # an error's detail, a traceback
 MAX_NAME = 200           # kernel, array and exception names
 MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
-ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol"})
+ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol",
+                         "context_lost"})
 # counters[space requests] -> (their units, the accesses they serve)
 _REQUESTS = {"global_load_requests": ("global_load_sectors", "global_loads"),
              "global_store_requests": ("global_store_sectors", "global_stores"),
