@@ -110,14 +110,18 @@ def timing_sentence(t: dict) -> str:
 
 
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
-                       what: str = "") -> dict[str, float]:
-    """Apply the stage's criteria, then its speed threshold on the modelled time: raise
-    PerformanceShortfall listing every criterion that fails, or PartialCredit when slower than
-    full credit allows."""
+                       what: str = "", modelled: bool = True) -> dict[str, float]:
+    """Apply the stage's criteria, then (`modelled`) its speed threshold on the modelled time:
+    raise PerformanceShortfall listing every criterion that fails, or PartialCredit when slower
+    than full credit allows. On a GPU machine the criteria apply to the simulator's launches of
+    the same call (BesideTheSimulator) and the speed is measured instead (`expect_gpu_speed`)."""
+    global _last_timing
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
     got, ref = totals(student_launches), totals(reference_launches)
     ratio, speed = modelled_speed(stage, student_launches, reference_launches)
+    if not modelled:
+        _last_timing, speed, ratio = None, "", 1.0
     problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:
@@ -131,7 +135,7 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {w}" for w in hotspots(student_launches, failed))
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
-                                   + (f"\n\nwhere:\n{where}" if where else "") + f"\n\n{speed}")
+                                   + (f"\n\nwhere:\n{where}" if where else "") + (f"\n\n{speed}" if speed else ""))
     credit = stage.gpu.credit(ratio)
     if credit < 1:
         raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {speed}; "

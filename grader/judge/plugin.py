@@ -20,16 +20,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .correctness import WrongAnswer
-from .perf import PartialCredit, take_timing
+from ..backends import Kind
 from ..errors import RunnerError, StudentCodeError
-from . import recorded_reference
-from .student import RunnerConnection, Student, TimeBudget
-from .policy import DEFAULT_ALLOWED_IMPORTS
-from .recorded_reference import RecordedReference, RecordingReference
 from ..report.results import NOT_RUN, Results, Status, TestResult
 from ..sandbox import Limits, SandboxSpec, make_sandbox
+from . import recorded_reference
+from .correctness import WrongAnswer
+from .perf import PartialCredit, take_timing
+from .policy import DEFAULT_ALLOWED_IMPORTS
+from .recorded_reference import RecordedReference, RecordingReference
 from .settings import JudgeSettings
+from .student import BesideTheSimulator, RunnerConnection, Student, TimeBudget
 
 TEST_PREFIX = "test_"
 STOCK_SIMULATOR_NOTE = ("numba's stock simulator stood in for the GPU: the gpu backend's code path, "
@@ -112,6 +113,8 @@ class GradingSession:
         self.connection = RunnerConnection(self.workspace, self.backend_name, self.sandbox,
                                            device_process=self.device_process)
         self.reference_connection: RunnerConnection | None = None
+        # on a GPU machine, the simulator beside the GPU: the proof of every call (BesideTheSimulator)
+        self.sim_connections: dict[str, RunnerConnection] = {}
         self.record_path = settings.record_reference
         self.recorded_path = config.rootpath / recorded_reference.RECORD
         self.recorded = {} if self.record_path else recorded_reference.load(self.recorded_path)
@@ -127,11 +130,24 @@ class GradingSession:
     def student(self, request: pytest.FixtureRequest) -> Student:
         exercise = exercise_of(request.node)
         if exercise not in self.students:
-            budget = self.settings.exercise_budget
-            self.students[exercise] = Student(exercise, self.workspace, self.backend_name, self.sandbox,
-                                              connection=self.connection, allowed_imports=self._allowed_imports(),
-                                              budget=TimeBudget(budget, exercise) if budget > 0 else None)
+            seconds = self.settings.exercise_budget
+            budget = TimeBudget(seconds, exercise) if seconds > 0 else None
+            student = Student(exercise, self.workspace, self.backend_name, self.sandbox, connection=self.connection,
+                              allowed_imports=self._allowed_imports(), budget=budget)
+            if self.backend_name == Kind.GPU:
+                student = BesideTheSimulator(student, Student(
+                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._sim_connection("student"),
+                    allowed_imports=self._allowed_imports(), budget=budget))
+            self.students[exercise] = student
         return self.students[exercise]
+
+    def _sim_connection(self, whose: str, workspace: str | None = None, trusted: bool = False) -> RunnerConnection:
+        """The simulator's runner (and device process) beside the GPU's, for the student or the reference."""
+        if whose not in self.sim_connections:
+            self.sim_connections[whose] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
+                                                           compile_check=not trusted, trusted=trusted,
+                                                           device_process=self.device_process)
+        return self.sim_connections[whose]
 
     def _course_manifest(self):
         """course.toml, read once per session (a CourseError if the course has none)."""
@@ -176,6 +192,10 @@ class GradingSession:
             if os.path.isfile(source):
                 connection = self._reference_connection()
                 live = Student(exercise, connection.workspace, self.backend_name, self.sandbox, connection=connection)
+                if self.backend_name == Kind.GPU:
+                    live = BesideTheSimulator(live, Student(
+                        exercise, connection.workspace, Kind.SIM, self.sandbox,
+                        connection=self._sim_connection("reference", connection.workspace, trusted=True)))
                 self.references[exercise] = RecordingReference(live, self.recorded) if self.record_path else live
             elif self.recorded_path.is_file():
                 self.references[exercise] = RecordedReference(self.recorded, self.recorded_path)
@@ -295,7 +315,7 @@ class GradingSession:
         self._write_results()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        for connection in (self.connection, self.reference_connection):
+        for connection in (self.connection, self.reference_connection, *self.sim_connections.values()):
             if connection is not None:
                 connection.close()
         if self._tmp is not None:

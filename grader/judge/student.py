@@ -33,6 +33,8 @@ class CallResult:
     # the device process's report (launches and copies seen by the simulated GPU), None without one
     device: wire.DeviceReport | None = None
     sent: list = field(default_factory=list)  # the arguments as the judge sent them
+    # on a GPU machine: the same call on the simulator (its device report is the data-flow proof)
+    proof: "CallResult | None" = None
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,37 @@ class TimedResult:
 _RETURNED = object()
 
 
+class BesideTheSimulator:
+    """A submission on a GPU machine: every call runs on the GPU and, with the same inputs, on the
+    simulator's device process. The answer the tests check is the GPU's; the simulator's call is
+    the proof (its findings fail the call, its device report is the data flow, its counters the
+    performance criteria): records kept in the student's own process on the GPU are feedback only.
+    Timing is the GPU's."""
+
+    def __init__(self, gpu: "Student", sim: "Student"):
+        self.gpu, self.sim = gpu, sim
+
+    def call(self, function: str, *args: Any, timeout: float | None = None, returns: "Returns | None" = None
+             ) -> CallResult:
+        on_gpu = self.gpu.call(function, *args, timeout=timeout, returns=returns)
+        on_sim = self.sim.call(function, *args, timeout=timeout, returns=returns)
+        return CallResult(on_gpu.value, on_gpu.args, on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim)
+
+    def time(self, *args: Any, **kwargs: Any) -> "TimedResult":
+        return self.gpu.time(*args, **kwargs)
+
+    def copy_bandwidth(self, nbytes: int) -> float:
+        return self.gpu.copy_bandwidth(nbytes)
+
+    @property
+    def stock_simulator(self) -> bool:
+        return self.gpu.stock_simulator
+
+    def close(self) -> None:
+        self.gpu.close()
+        self.sim.close()
+
+
 def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED,
                           inputs: list[int] | None = None) -> None:
     """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
@@ -349,12 +382,25 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
 
     if not result.launches:
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
-    if result.device is not None:
+    proof = result.proof if result.proof is not None else result
+    if proof.device is not None:
         from .dataflow import verify
 
-        chosen = range(len(result.sent)) if inputs is None else inputs
-        arrays = [result.sent[i] for i in chosen if isinstance(result.sent[i], np.ndarray)]
-        verify(result.device, arrays, result.value if output is _RETURNED else output)
+        chosen = range(len(proof.sent)) if inputs is None else inputs
+        arrays = [proof.sent[i] for i in chosen if isinstance(proof.sent[i], np.ndarray)]
+        verify(proof.device, arrays, proof.value if output is _RETURNED else _in_proof(output, result, proof))
+
+
+def _in_proof(value: Any, result: CallResult, proof: CallResult) -> Any:
+    """`value` (the returned value or an argument of `result`) as the proof's call has it."""
+    if isinstance(value, (list, tuple)):
+        return [_in_proof(v, result, proof) for v in value]
+    if value is result.value:
+        return proof.value
+    for i, arg in enumerate(result.args):
+        if arg is not None and value is arg:
+            return proof.args[i]
+    return value
 
 
 def _check_returned(function: str, value: Any, returns: Returns) -> None:

@@ -55,14 +55,16 @@ def _check(student, backend, rng, function, n, dtype=np.float32):
 
 
 def _perf(student, reference, stage_spec, backend, rng, function, n=PERF_N):
+    """The stage's counter criteria on the simulator's launches (beside the GPU on a GPU machine),
+    then its speed threshold: the modelled time on the simulator, the measured time on a GPU."""
+    result, x = _check(student, backend, rng, function, n)
+    expect_performance(stage_spec, result.launches, reference.call(function, x).launches, modelled=backend == "sim")
     if backend != "sim":  # timed on the GPU against the reference, outputs re-checked
         size = min(n, 4096) if student.stock_simulator else GPU_PERF_N  # the stock simulator is slow
         sets = [((rng.standard_normal(size) + 1.0).astype(np.float32),) for _ in range(2)]
-        return expect_gpu_speed(student, reference, stage_spec, function, sets,
-                                lambda args, out: _expect_sum(out, args[0], f"{function}(x), timed, n={size}"),
-                                bytes_moved=4.0 * size)
-    result, x = _check(student, backend, rng, function, n)
-    expect_performance(stage_spec, result.launches, reference.call(function, x).launches)
+        expect_gpu_speed(student, reference, stage_spec, function, sets,
+                         lambda args, out: _expect_sum(out, args[0], f"{function}(x), timed, n={size}"),
+                         bytes_moved=4.0 * size)
 
 
 # -- stage 1: shared-memory tree --------------------------------------------------------------
