@@ -245,3 +245,24 @@ def test_the_simulators_memo_tables_are_bounded():
     assert list(small) == [7, 8, 9] and small[9] == 9
     small[8] = "again"  # replacing a key evicts nothing
     assert list(small) == [7, 8, 9]
+
+
+def test_a_rewritten_kernel_is_never_served_for_another_typing_at_a_reused_id():
+    """Regression: the per-thread rewrite was cached by id() of its typing; once the bounded typing
+    cache let that object go, a new typing at the same address got the old code (a uint64 brev
+    run as a 32-bit one, under load). An entry left by another typing at this id is not a hit."""
+    from grader.sim.simt import typing as simt_typing
+    from grader.sim.thread import rewrite
+
+    def brev_kernel(a, x):
+        a[0] = cuda.brev(x)
+
+    a = np.zeros(1, np.uint64)
+    import numba
+
+    types = simt_typing.infer(brev_kernel, (numba.typeof(a), numba.typeof(np.uint64(1))))
+    stale = object()
+    key = (brev_kernel.__code__, id(types), "kernel", False, None)
+    rewrite._codes[key] = (object(), stale)  # what a freed typing at the same address left
+    assert rewrite.typed_code(brev_kernel, types, "kernel") is not stale
+    assert rewrite._codes[key][0] is types

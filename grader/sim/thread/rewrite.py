@@ -486,14 +486,16 @@ def typed_code(func, types: simt_typing.FunctionTypes, kind: str, mark_end: bool
     compile element accesses (`thread_access`)."""
     key = (func.__code__, id(types), kind, mark_end, access)
     hit = _codes.get(key)
-    if hit is not None or key in _codes:
-        return hit
+    # the entry holds its `types`: an id is only that object's while it lives (once a bounded
+    # typing cache drops it, another FunctionTypes may get the same id)
+    if hit is not None and hit[0] is types:
+        return hit[1]
     result = None
     try:
         result = _build(func, types, kind, mark_end, access)
     except (OSError, TypeError, SyntaxError, IndexError, KeyError, ValueError):
         result = None
-    _codes[key] = result
+    _codes[key] = (types, result)
     return result
 
 
