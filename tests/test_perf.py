@@ -35,3 +35,18 @@ def test_a_missed_criterion_says_where():
         expect_performance(stage, [STRIDED], [COALESCED])
     expect_performance(stage, [COALESCED], [COALESCED])
 
+
+
+def test_a_gpu_timing_faster_than_the_copy_bandwidth_or_without_kernels_is_refused():
+    """The judge's lower bound on what the student's runner reports (its clock is the upper one)."""
+    from grader.errors import RunnerError
+    from grader.judge.perf import WrongAnswer, _plausible
+    from grader.judge.student import TimedResult
+
+    honest = TimedResult([0.05] * 5, 1, "precise", "GPU", [], 1.0)
+    _plausible(honest, 50e-6, 64e6, 3e12, stock=False)  # 64 MB in 50 us: 1.3 TB/s, under a 3 TB/s copy
+    with pytest.raises(RunnerError, match="faster than this GPU's copy bandwidth"):
+        _plausible(honest, 5e-6, 64e6, 3e12, stock=False)  # 13 TB/s
+    with pytest.raises(WrongAnswer, match="launched no kernel"):
+        _plausible(TimedResult([0.0] * 5, 0, "precise", "GPU", [], 1.0), 0.0, 64e6, 3e12, stock=False)
+    _plausible(honest, 5e-6, 64e6, 3e12, stock=True)  # numba's stock simulator: no bound to apply

@@ -172,6 +172,24 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[str]:
     return notes
 
 
+# A kernel cannot move its minimal traffic faster than the GPU's copy engine moves the same bytes
+# (measured in the reference's trusted runner); this much above it is a forged or skipped timing.
+PLAUSIBLE_OVER_COPY = 1.5
+
+
+def _plausible(mine, seconds: float, bytes_moved: float, ceiling: float, stock: bool) -> None:
+    """The judge's lower bound on times the student's runner reported (the judge's own clock is
+    the upper bound): kernels were launched in every timed call, and no faster than the memory."""
+    from ..errors import RunnerError
+
+    if mine.launches_per_call < 1:
+        raise WrongAnswer("the timed calls launched no kernel: the result must be computed on the GPU every call")
+    if not stock and ceiling and bytes_moved and seconds * ceiling * PLAUSIBLE_OVER_COPY < bytes_moved:
+        raise RunnerError(f"the runner's kernel time ({seconds * 1e6:.3g} us for {bytes_moved / 1e6:.3g} MB) is "
+                          f"faster than this GPU's copy bandwidth ({ceiling / 1e9:.0f} GB/s) allows: a forged "
+                          f"timing, or work skipped in the timed calls")
+
+
 def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
                      bytes_moved: float = 0.0, returns=None, what: str = "") -> None:
     """On a GPU: time the student's `function` and the reference's on the same input sets (each
@@ -192,6 +210,7 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
     base = reference.time(function, input_sets, returns=returns, **options)
     ceiling = reference.copy_bandwidth(int(bytes_moved)) if bytes_moved else 0.0
     seconds, ref_seconds = mine.median_ms / 1e3, base.median_ms / 1e3
+    _plausible(mine, seconds, bytes_moved, ceiling, student.stock_simulator)
     ratio = seconds / ref_seconds if ref_seconds > 0 else 1.0
     achieved = bytes_moved / seconds if seconds > 0 else 0.0
     _last_timing = {"source": "measured", "gpu": mine.device, "seconds": seconds, "bound": "measured",
