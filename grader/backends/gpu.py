@@ -140,6 +140,7 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
 
     from ..sim.patching import recording_launches
 
+    max_repeats = max(max_repeats, len(input_sets))
     events: list[tuple] = []
 
     def before(*_):
@@ -182,10 +183,11 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
             kernel_ms = [start.elapsed_time(end) for start, end in events if end is not None]
             # numba's stock simulator has no event timing (-1): the call's wall time stands in
             times.append(sum(kernel_ms) if all(t >= 0 for t in kernel_ms) else 1e3 * host)
-            if len(times) >= min_repeats and relative_error_of_median(times) < target:
+            if len(times) >= max(min_repeats, len(input_sets)) and relative_error_of_median(times) < target:
                 stopped = "precise"
                 break
-            if time.perf_counter() - began > cap_s:
+            # the cap only once every input set has been timed: each one's output is re-checked
+            if len(times) >= len(input_sets) and time.perf_counter() - began > cap_s:
                 stopped = "time cap"
                 break
     return Timing(times, launches, time.perf_counter() - began, stopped,
