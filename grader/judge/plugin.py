@@ -33,8 +33,8 @@ from .settings import JudgeSettings
 from .student import BesideTheSimulator, RunnerConnection, Student, TimeBudget
 
 TEST_PREFIX = "test_"
-STOCK_SIMULATOR_NOTE = ("numba's stock simulator stood in for the GPU: the gpu backend's code path, "
-                        "no real timing, launch records from the runner itself")
+STOCK_SIMULATOR_NOTE = ("numba's stock simulator stood in for the GPU: the gpu backend's code path at smaller "
+                        "sizes, no real timing, launch records from the runner itself")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
