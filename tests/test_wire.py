@@ -207,3 +207,10 @@ def test_a_finding_is_a_checked_record():
     for bad in ({"check": "score"}, {"line": -1}, {"block": list(range(20))}, {"thread": ["x"]}):
         with pytest.raises(ProtocolError, match="finding"):
             ErrorInfo.parse({"kind": "simulator", "type": "RaceError", "message": "m", "finding": dict(doc, **bad)})
+
+
+def test_a_name_that_is_not_a_string_is_a_protocol_error():
+    from grader.wire import ErrorInfo, ProtocolError
+
+    with pytest.raises(ProtocolError, match=r"error\.kind: .* is not one of"):
+        ErrorInfo.parse({"kind": ["simulator"], "type": "X", "message": "m"})

@@ -54,6 +54,13 @@ def _int(value: Any, where: str, low: int = 0) -> int:
     return value
 
 
+def _one_of(value: Any, allowed: frozenset, where: str) -> str:
+    """One of the `allowed` names (a list or dict is refused as such, not as a TypeError)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ProtocolError(f"{where}: {str(value)[:40]!r} is not one of {sorted(allowed)}")
+    return value
+
+
 def _dict(value: Any, where: str) -> dict:
     if not isinstance(value, dict):
         raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
@@ -126,9 +133,7 @@ class Finding:
     @classmethod
     def parse(cls, doc: Any, where: str = "finding") -> "Finding":
         doc = _dict(doc, where)
-        check = doc.get("check", "error")
-        if check not in CHECKS:
-            raise ProtocolError(f"{where}.check: {str(check)[:40]!r} is not one of {sorted(CHECKS)}")
+        check = _one_of(doc.get("check", "error"), CHECKS, f"{where}.check")
         line = doc.get("line")
         return cls(check, _text(doc.get("type", "SimError"), f"{where}.type", MAX_NAME),
                    _text(doc.get("message", ""), f"{where}.message", MAX_TEXT),
@@ -161,9 +166,7 @@ class ErrorInfo:
     @classmethod
     def parse(cls, doc: Any, where: str = "error") -> "ErrorInfo":
         doc = _dict(doc, where)
-        kind = doc.get("kind", "exception")
-        if kind not in ERROR_KINDS:
-            raise ProtocolError(f"{where}.kind: {str(kind)[:40]!r} is not one of {sorted(ERROR_KINDS)}")
+        kind = _one_of(doc.get("kind", "exception"), ERROR_KINDS, f"{where}.kind")
         finding = doc.get("finding")
         return cls(kind, _text(doc.get("type", "Error"), f"{where}.type", MAX_NAME),
                    _text(doc.get("message", ""), f"{where}.message"),
@@ -336,9 +339,7 @@ class TimingReply:
                                                                              MAX_TIMED_CALLS))]
         if not times:
             raise ProtocolError("times_ms: no timed call")
-        stopped = doc.get("stopped")
-        if stopped not in TIMING_STOPS:
-            raise ProtocolError(f"stopped: {str(stopped)[:40]!r} is not one of {sorted(TIMING_STOPS)}")
+        stopped = _one_of(doc.get("stopped"), TIMING_STOPS, "stopped")
         outputs = _list(doc.get("outputs"), "outputs", input_sets)
         if len(outputs) != input_sets:
             raise ProtocolError(f"outputs: {len(outputs)} for {input_sets} input sets")
