@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .backends import Kind
 from .course import Course, make_workspace, submission_modules
 from .judge.settings import JudgeSettings
 from .report.results import NOT_RUN, Results
@@ -48,7 +49,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             model_gpu=model_gpu,
             # `NUMBA_ENABLE_CUDASIM=1 gpugrade ... --backend gpu`: numba's stock simulator stands in for
             # the GPU in the runners (the judge itself never runs numba's simulator)
-            stock_simulator=backend == "gpu" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
+            stock_simulator=backend == Kind.GPU and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
             # each exercise gets its share of the submission's time: one cannot starve the others
             exercise_budget=submission_timeout / max(1, len(chosen)),
             record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,

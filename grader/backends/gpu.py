@@ -116,6 +116,12 @@ def relative_error_of_median(times: list[float]) -> float:
     return 1.2533 * statistics.stdev(times) / len(times) ** 0.5 / median if median > 0 else float("inf")
 
 
+def _event_ms(elapsed_ms: float, host_s: float) -> float:
+    """Events' milliseconds; numba's stock simulator has no event timing (-1), and there the host's
+    wall time stands in."""
+    return elapsed_ms if elapsed_ms >= 0 else 1e3 * host_s
+
+
 def l2_flush_bytes() -> int:
     """Twice the GPU's L2 cache (64 MiB where the driver does not say)."""
     from numba import cuda
@@ -181,8 +187,7 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
             host = time.perf_counter() - host
             launches = len(events)
             kernel_ms = [start.elapsed_time(end) for start, end in events if end is not None]
-            # numba's stock simulator has no event timing (-1): the call's wall time stands in
-            times.append(sum(kernel_ms) if all(t >= 0 for t in kernel_ms) else 1e3 * host)
+            times.append(_event_ms(sum(kernel_ms) if all(t >= 0 for t in kernel_ms) else -1.0, host))
             if len(times) >= max(min_repeats, len(input_sets)) and relative_error_of_median(times) < target:
                 stopped = "precise"
                 break
@@ -214,7 +219,5 @@ def copy_bandwidth_ms(nbytes: int, repeats: int = 10) -> float:
         dst.copy_to_device(src)
         end.record()
         end.synchronize()
-        elapsed = start.elapsed_time(end)
-        # numba's stock simulator has no event timing (-1): the wall time stands in
-        times.append(elapsed if elapsed >= 0 else 1e3 * (time.perf_counter() - host))
+        times.append(_event_ms(start.elapsed_time(end), time.perf_counter() - host))
     return statistics.median(times)

@@ -64,14 +64,24 @@ class KnownWrong:
     def failing(self) -> set[str]:
         return {t.name for t in self.results.tests if t.status == Status.FAILED} if self.results else set()
 
-    def expected_score(self) -> float:
-        """Full marks minus the points of exactly the tests that must fail (the partial-credit
-        ones are checked against their range separately)."""
-        tests = self.results.tests if self.results else []
+    def expected_credit(self, name: str) -> tuple[float, float]:
+        """The (lowest, highest) fraction of its points test `name` must earn."""
+        if name not in self.expected_failing:
+            return 1.0, 1.0
+        return self.partial.get(name, (0.0, 0.0))
+
+    def as_expected(self, test) -> bool:
+        low, high = self.expected_credit(test.name)
+        credit = test.score / test.max_score if test.max_score else 1.0
+        return low - 1e-9 <= credit <= high + 1e-9
+
+    def expected_score(self, exercise: str | None = None, stage: int | None = None) -> float:
+        """Full marks minus the points of exactly the tests that must fail; a partial-credit test
+        within its range counts at what it earned (optionally: of one exercise, one stage)."""
+        tests = [t for t in (self.results.tests if self.results else [])
+                 if (exercise is None or t.exercise == exercise) and (stage is None or t.stage == stage)]
         kept = sum(t.max_score for t in tests if t.name not in self.expected_failing)
-        # a partial-credit test within its range counts at what it earned
-        kept += sum(t.score for t in tests if t.name in self.partial
-                    and self.partial[t.name][0] - 1e-9 <= (t.score / t.max_score if t.max_score else 1) <= self.partial[t.name][1] + 1e-9)
+        kept += sum(t.score for t in tests if t.name in self.partial and self.as_expected(t))
         return round(kept, 6)
 
 
@@ -178,9 +188,9 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
                                                  f"did not fail {missing}" if missing else "") if part)
             v.problems.append(f"{kw.name}: scored {kw.results.score:g}, expected {kw.expected_score():g} ({detail})")
         for t in kw.results.tests:
-            low, high = kw.partial.get(t.name, (0.0, 0.0)) if t.name in kw.expected_failing else (1.0, 1.0)
-            credit = t.score / t.max_score if t.max_score else 1.0
-            if not low - 1e-9 <= credit <= high + 1e-9:
+            if not kw.as_expected(t):
+                low, high = kw.expected_credit(t.name)
+                credit = t.score / t.max_score if t.max_score else 1.0
                 v.problems.append(f"{kw.name}: {t.name} earned {credit:.0%} of its points, expected "
                                   f"{low:.0%}" + (f" to {high:.0%}" if high != low else ""))
     try:
@@ -211,10 +221,7 @@ def render(v: Validation, width: int = 120) -> str:
                                                  for t in kw.results.tests):
                     continue
                 got, _ = kw.results.subtotal(exercise, stage)
-                want = round(sum(t.max_score for t in kw.results.tests if t.exercise == exercise
-                                 and t.stage == stage and t.name not in kw.expected_failing)
-                             + sum(t.score for t in kw.results.tests if t.exercise == exercise
-                                   and t.stage == stage and t.name in kw.partial), 6)
+                want = kw.expected_score(exercise, stage)
                 if got == out_of and want == out_of:
                     continue  # this submission does not target this stage
                 style = "green" if kw.failing == kw.expected_failing else "red"

@@ -115,13 +115,10 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     raise PerformanceShortfall listing every criterion that fails, or PartialCredit when slower
     than full credit allows. On a GPU machine the criteria apply to the simulator's launches of
     the same call (BesideTheSimulator) and the speed is measured instead (`expect_gpu_speed`)."""
-    global _last_timing
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
     got, ref = totals(student_launches), totals(reference_launches)
-    ratio, speed = modelled_speed(stage, student_launches, reference_launches)
-    if not modelled:
-        _last_timing, speed, ratio = None, "", 1.0
+    ratio, speed = modelled_speed(stage, student_launches, reference_launches) if modelled else (1.0, "")
     problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:

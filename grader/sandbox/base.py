@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from ..backends import Kind
 from ..errors import RunnerError
 from ..wire import Bounds
 
@@ -47,7 +48,7 @@ class Limits:
 
     def runner_env(self, backend: str) -> dict[str, str]:
         """What the runner's environment says about the simulator (never numba's for `sim`)."""
-        return {"NUMBA_ENABLE_CUDASIM": "1"} if self.stock_simulator and backend == "gpu" else {}
+        return {"NUMBA_ENABLE_CUDASIM": "1"} if self.stock_simulator and backend == Kind.GPU else {}
 
 
 def death_reason(code: int, limits: Limits, signalled_as_128_plus: bool) -> str:
