@@ -22,16 +22,17 @@ from .devices import Devices, GpuList
 from .eager import Signatures
 from .errors import (BarrierDivergenceError, Checks, DeadlockError, LaunchConfigError,
                      NotSimulatedError, OutOfBoundsError, RaceError, SimError, SimWarning,
-                     UninitialisedReadError, WarpOpError, WrongDeviceError)
+                     StreamRaceError, UninitialisedReadError, WarpOpError, WrongDeviceError)
 from .host import HostAPI, SimDeviceArray
 from .launch import LaunchRecord, SimLaunchConfiguration, Tracer
 from .launch import run as _run
+from .streams import StreamOrder
 
 __all__ = [
     "install", "uninstall", "tune_process", "installed", "is_installed", "current", "trace", "Checks",
     "LaunchRecord", "SimDeviceArray", "Simulator", "SimError", "OutOfBoundsError", "RaceError",
     "UninitialisedReadError", "BarrierDivergenceError", "WarpOpError", "DeadlockError",
-    "LaunchConfigError", "WrongDeviceError", "NotSimulatedError", "SimWarning",
+    "LaunchConfigError", "WrongDeviceError", "NotSimulatedError", "SimWarning", "StreamRaceError",
 ]
 
 EXECUTORS = ("auto", "simt", "thread")
@@ -72,6 +73,7 @@ class Simulator(LaunchTarget):
         # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
         self.signatures = Signatures(lambda: self.devices.current)
         self.tracer = Tracer()  # this simulator's launch records (`trace()`)
+        self.streams = StreamOrder()  # what the GPU's streams and events would order; stream races
 
     def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
         _run(self, dispatcher, griddim, blockdim, stream, sharedmem, args)

@@ -92,6 +92,7 @@ class Devices:
         self._local = threading.local()
         self._links: dict[tuple[int, int], LinkStats] = defaultdict(LinkStats)
         self._links_lock = threading.Lock()
+        self.peer_access: dict[int, set[int]] = {}  # device -> peers enable_peer_access was called for
 
     def __len__(self):
         return len(self.devices)

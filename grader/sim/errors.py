@@ -75,6 +75,14 @@ class WrongDeviceError(SimError):
     check = "devices"
 
 
+class StreamRaceError(SimError):
+    """Two accesses of the same device memory on two streams, at least one a write, that nothing
+    orders (no event, no synchronisation): a race on a GPU, though the simulator ran them one after
+    the other (grader/sim/streams.py)."""
+
+    check = "streams"
+
+
 class CompileError(SimError):
     """The kernel runs in Python but would not compile for a GPU (numba's typing or ptxas refused it)."""
 

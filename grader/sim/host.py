@@ -3,7 +3,9 @@
 Memory model: an `Allocation` is one flat, typed numpy store plus an `initialised` flag per
 element and a virtual byte address (for coalescing counters). A `SimDeviceArray` is a numpy view
 into it, so host-side slices of device arrays are views that share memory (and race shadows) with
-their base, as on a GPU. Work runs synchronously, so streams only order what already is ordered.
+their base, as on a GPU. Work runs synchronously, in issue order; what a GPU's streams and events
+would order (and the races where nothing does) is kept by the simulator's StreamOrder
+(grader/sim/streams.py), which every copy, launch, event and synchronisation here reports to.
 """
 
 from __future__ import annotations
@@ -107,11 +109,25 @@ class SimDeviceArray:
         return view  # a scalar read back to the host, as numba does
 
     def __setitem__(self, key, value):
+        order = _order(self._sim)
         if isinstance(value, SimDeviceArray):
-            value = value.copy_to_host()
+            if value.device_id != self.device_id:
+                # numba launches its assign kernel on this device, reading the other device's memory
+                raise WrongDeviceError(
+                    f"a[...] = b with b on device {value.device_id} and a on device {self.device_id}: that "
+                    f"reads another device's memory from a kernel; copy it with a.copy_to_device(b) instead",
+                    array="setitem")
+            if order is not None:
+                order.copy(self, value, 0, self._current())
+            value = value._view
+        elif order is not None:
+            order.copy(self, np.asarray(value), 0, self._current())
         self._view[key] = value
         flags = self._flags_view()
         flags[key] = True
+
+    def _current(self) -> int:
+        return self._sim.devices.current.id if self._sim is not None else self.device_id
 
     def _flags_view(self) -> np.ndarray:
         return np.lib.stride_tricks.as_strided(
@@ -145,6 +161,9 @@ class SimDeviceArray:
     # --- copies ---
     def copy_to_host(self, ary=None, stream=0):
         self._advance(self.nbytes, _devices.HOST_LINK_BPS)
+        order = _order(self._sim)
+        if order is not None:
+            order.copy(ary if ary is not None else np.empty(0), self, stream, self._current())
         if ary is None:
             return np.array(self._view, copy=True)
         if ary.shape != self.shape or ary.dtype != self.dtype:
@@ -163,6 +182,9 @@ class SimDeviceArray:
         else:
             source = np.asarray(ary)
             self._advance(source.nbytes, _devices.HOST_LINK_BPS)
+        order = _order(self._sim)
+        if order is not None:
+            order.copy(self, ary if isinstance(ary, SimDeviceArray) else source, stream, self._current())
         if source.size != self.size:
             raise ValueError(f"copy_to_device: {source.shape} does not fit {self.shape}")
         self._view[...] = source.reshape(self.shape)
@@ -199,15 +221,25 @@ class DeviceBuffer:
         self.host = host  # the numpy array to copy back into after the launch, if any
 
 
-class SimStream:
-    """A stream of a simulated device. Work runs at once, so ordering holds trivially."""
+def _order(sim):
+    """The stream order of `sim` (a Simulator), or None (the device process's client keeps none)."""
+    return getattr(sim, "streams", None)
 
-    def __init__(self, device: int, sim=None):
+
+class SimStream:
+    """A stream of a simulated device. Work runs at once; what the stream would order on a GPU is
+    kept by the simulator's StreamOrder under this stream's `id`."""
+
+    def __init__(self, device: int, sim=None, ident: int | None = None):
         self.device = device
         self._sim = sim
+        order = _order(sim)
+        self.id = ident if ident is not None or order is None else order.new_stream(device)
 
     def synchronize(self):
-        pass
+        order = _order(self._sim)
+        if order is not None:
+            order.sync_stream(self, self.device)
 
     def auto_synchronize(self):
         import contextlib
@@ -229,18 +261,27 @@ class SimEvent:
         self._sim = sim
         self.time_ms: float | None = None
         self.device: int | None = None
+        self.made_on = sim.devices.current.id  # CUDA: an event records only on its own device's streams
+        self.order_clock: dict | None = None
 
     def record(self, stream=0):
         dev = self._sim.devices.current if not isinstance(stream, SimStream) \
             else self._sim.devices[stream.device]
+        order = _order(self._sim)
+        if order is not None:
+            order.record(self, stream, dev.id)
         self.device = dev.id
         self.time_ms = dev.clock_ms
 
     def synchronize(self):
-        pass
+        order = _order(self._sim)
+        if order is not None:
+            order.sync_event(self)
 
     def wait(self, stream=0):
-        pass
+        order = _order(self._sim)
+        if order is not None:
+            order.wait(self, stream, self._sim.devices.current.id)
 
     def query(self):
         return True
@@ -276,7 +317,9 @@ class SimContext:
         return MemoryInfo(self.TOTAL_MEMORY, self.TOTAL_MEMORY)
 
     def synchronize(self):
-        pass
+        order = _order(self._sim)
+        if order is not None:
+            order.sync_device(self.device.id)
 
     def reset(self):
         pass
@@ -291,13 +334,30 @@ class SimContext:
         pass
 
     def get_default_stream(self):
-        return SimStream(self.device.id, self._sim)
+        return self._sim.host.default_stream_of(self.device.id)
 
     get_legacy_default_stream = get_per_thread_default_stream = get_default_stream
-    create_stream = get_default_stream
+
+    def create_stream(self):
+        return SimStream(self.device.id, self._sim)
 
     def create_event(self, timing=True):
-        return SimEvent(self._sim, timing)
+        with self._sim.gpus[self.device.id]:
+            return SimEvent(self._sim, timing)
+
+    def enable_peer_access(self, peer_context, flags=0):
+        """Peer copies are always simulated; the call is recorded as done (a second call for the
+        same peer fails in CUDA: PEER_ACCESS_ALREADY_ENABLED)."""
+        peer = getattr(getattr(peer_context, "device", None), "id", peer_context)
+        enabled = self._sim.devices.peer_access.setdefault(self.device.id, set())
+        if peer in enabled:
+            raise RuntimeError(f"peer access from device {self.device.id} to {peer} is already enabled "
+                               f"(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)")
+        enabled.add(peer)
+
+    @property
+    def handle(self):
+        return self.device.id
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -336,9 +396,7 @@ class HostAPI:
             to.copy_to_device(obj, stream)
             return to
         if self.is_cuda_array(obj):
-            out = self._new(obj.shape, obj.dtype, True)
-            out.copy_to_device(obj)
-            return out
+            return obj  # numba returns a device array as it is, on its own device (numba/numba#3483)
         host = np.asarray(obj)
         order = "F" if host.flags.f_contiguous and not host.flags.c_contiguous else "C"
         return self._from_host(host, order, copy)
@@ -379,7 +437,9 @@ class HostAPI:
         return np.empty(shape, _as_dtype(dtype), order=order)
 
     def synchronize(self):
-        pass
+        order = _order(self._sim)
+        if order is not None:
+            order.sync_device(self._current())
 
     def is_available(self):
         return True
@@ -391,7 +451,15 @@ class HostAPI:
         return SimStream(self._current(), self._sim)
 
     def default_stream(self):
-        return SimStream(self._current(), self._sim)
+        return self.default_stream_of(self._current())
+
+    def default_stream_of(self, device: int) -> SimStream:
+        """The device's legacy default stream: one object per device, as numba's."""
+        defaults = self.__dict__.setdefault("_defaults", {})
+        if device not in defaults:
+            order = _order(self._sim)
+            defaults[device] = SimStream(device, self._sim, order.default(device) if order is not None else 0)
+        return defaults[device]
 
     legacy_default_stream = default_stream
     per_thread_default_stream = default_stream

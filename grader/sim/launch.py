@@ -42,6 +42,7 @@ class LaunchRecord:
     lines: list = field(default_factory=list)
     # per-thread executor: why values did not follow numba's types (None: they did)
     typing_note: str | None = None
+    stream: int = 0  # the stream's id in the simulator's StreamOrder
 
     def summary(self) -> dict:
         """The record as plain data (numpy scalars as Python numbers), without the per-thread
@@ -242,11 +243,25 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
         counters["global_load_sectors"] + counters["global_store_sectors"]) /
         _devices.DEVICE_BANDWIDTH_BPS)
+    stream_id = _order_kernel(sim, config, device.id, kernel.name, bound, inst)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,
-                          typing_note=typing_note, lines=lines)
+                          typing_note=typing_note, lines=lines, stream=stream_id)
     sim.tracer.publish(record)
+
+
+def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument) -> int:
+    """The launch in the simulator's stream order (a race with work on another stream raises
+    StreamRaceError); the stream's id."""
+    order = getattr(sim, "streams", None)
+    if order is None:
+        return 0
+    stream = order.resolve(config.stream, device)
+    arrays = [b for b in bound if isinstance(b, DeviceBuffer) and b.host is None]
+    order.kernel(stream, name, [(b.array, b.name) for b in arrays if b.name in inst.read],
+                 [(b.array, b.name) for b in arrays if b.name in inst.written])
+    return stream
 
 
 def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig) -> dict:

@@ -1,0 +1,302 @@
+"""Stream order on the simulated GPUs: which work a GPU may run at the same time, and the races
+that follow when nothing orders two accesses of the same memory.
+
+The simulator runs every copy and kernel at once, in the order the host issues it, so a missing
+event wait never changes a result here; on a GPU the same program races. `StreamOrder` keeps what
+CUDA's ordering rules say instead, as a vector clock per stream:
+- work on one stream runs in issue order;
+- `event.record(s)` then `event.wait(t)`: t's later work runs after s's work issued so far;
+- the legacy default stream (stream 0) waits for every blocking stream of its device, and they
+  wait for it (numba's `cuda.stream()` makes blocking streams);
+- a host synchronisation (a stream's, an event's, a device's, a synchronous copy) orders all work
+  the host issues later after the work it waited for.
+Each access of device memory (a kernel's arrays, as its launch record says it read or wrote them;
+each copy's source and destination) is checked against the earlier accesses of the same elements
+on other streams: two that conflict (one writes) with neither ordered before the other are a
+`StreamRaceError` naming both.
+
+The log of operations (kind, stream, what each is ordered after, bytes, link) is what the device
+process reports to the judge, where the performance model schedules it into a modelled timeline
+(grader.perf_model.timeline): nothing here models time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+from .errors import StreamRaceError, WrongDeviceError
+
+HOST = -1  # the host, as one end of a copy
+MAX_LOG = 50_000  # operations kept for the report (a call issuing more is cut, and says so)
+MAX_ACCESSES = 512  # per allocation: unordered accesses remembered (the oldest are forgotten)
+
+
+@dataclass
+class Op:
+    """One operation as the GPU's stream order sees it."""
+
+    index: int                 # issue order in the log
+    kind: str                  # "kernel", "copy" or "sync" (the host waits)
+    device: int                # the device whose stream runs it (HOST for a sync)
+    stream: int                # the stream's id (0 for a sync)
+    tick: int                  # its position on that stream
+    after: dict[int, int]      # stream id -> the last tick of that stream it is ordered after
+    name: str                  # the kernel's name, or what was copied
+    nbytes: int = 0
+    src: int | None = None     # copies: the source device (HOST: the host)
+    dst: int | None = None     # copies: the destination device
+    launch: int | None = None  # kernels: the launch's number in this log
+
+    def summary(self) -> dict:
+        doc = {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
+               "tick": self.tick, "after": [[s, t] for s, t in sorted(self.after.items())], "name": self.name,
+               "nbytes": int(self.nbytes)}
+        if self.kind == "copy":
+            doc.update(src=self.src, dst=self.dst)
+        if self.launch is not None:
+            doc["launch"] = self.launch
+        return doc
+
+
+@dataclass
+class _Stream:
+    ident: int
+    device: int
+    default: bool
+    tick: int = 0
+    clock: dict[int, int] = field(default_factory=dict)  # what its next operation is ordered after
+
+
+@dataclass
+class _Access:
+    lo: int
+    hi: int
+    write: bool
+    op: Op
+    what: str  # how the message names the memory
+
+
+def _join(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    out = dict(a)
+    for key, tick in b.items():
+        if tick > out.get(key, 0):
+            out[key] = tick
+    return out
+
+
+def extent(array) -> tuple[int, int, int]:
+    """(allocation id, first element, one past the last element) a device array's view covers."""
+    lo = hi = array.offset
+    for n, stride in zip(array.shape, array.estrides):
+        if n == 0:
+            return array._alloc.id, array.offset, array.offset
+        reach = (n - 1) * stride
+        lo, hi = lo + min(0, reach), hi + max(0, reach)
+    return array._alloc.id, lo, hi + 1
+
+
+class StreamOrder:
+    """The stream order of one simulator's devices (see the module docstring)."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._streams: dict[int, _Stream] = {}
+        self._defaults: dict[int, int] = {}  # device -> its legacy default stream's id
+        self._host: dict[int, int] = {}      # what the host has waited for
+        self._accesses: dict[int, list[_Access]] = {}
+        self.log: list[Op] = []
+        self.truncated = False
+        self.launches = 0
+        self.host_syncs = 0
+
+    # -- streams ------------------------------------------------------------------------------
+    def new_stream(self, device: int) -> int:
+        with self._lock:
+            ident = next(self._ids)
+            self._streams[ident] = _Stream(ident, device, False)
+            return ident
+
+    def default(self, device: int) -> int:
+        with self._lock:
+            if device not in self._defaults:
+                ident = next(self._ids)
+                self._streams[ident] = _Stream(ident, device, True)
+                self._defaults[device] = ident
+            return self._defaults[device]
+
+    def resolve(self, stream, device: int) -> int:
+        """The id of `stream` (a simulated stream, or 0 / None: the device's default stream)."""
+        ident = getattr(stream, "id", None)
+        if ident is None or ident not in self._streams:
+            return self.default(device)
+        return ident
+
+    def device_of(self, stream: int) -> int:
+        return self._streams[stream].device
+
+    # -- operations ---------------------------------------------------------------------------
+    def _issue(self, kind: str, stream: int, name: str, **fields) -> Op:
+        s = self._streams[stream]
+        clock = _join(s.clock, self._host)
+        for other in self._streams.values():
+            if other.device != s.device or other is s:
+                continue
+            if s.default or other.default:  # the legacy default stream and the blocking streams
+                clock = _join(clock, other.clock)
+        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields)
+        s.tick += 1
+        s.clock = _join(clock, {stream: s.tick})
+        if len(self.log) < MAX_LOG:
+            self.log.append(op)
+        else:
+            self.truncated = True
+        return op
+
+    def kernel(self, stream: int, name: str, reads: list, writes: list) -> Op:
+        """A kernel on `stream` that read the arrays `reads` and wrote `writes` (with names)."""
+        with self._lock:
+            op = self._issue("kernel", stream, name, launch=self.launches)
+            self.launches += 1
+            for array, param in reads:
+                self._touch(op, array, False, f"its argument {param!r}")
+            for array, param in writes:
+                self._touch(op, array, True, f"its argument {param!r}")
+            return op
+
+    def copy(self, dst, src, stream, current: int) -> Op:
+        """A copy into device array `dst` from device array or host array `src` (`stream`: a
+        simulated stream, or 0: the default stream; of the current device for a copy between
+        devices, of the device array's for a copy from or to the host)."""
+        with self._lock:
+            src_dev = getattr(src, "device_id", HOST)
+            dst_dev = getattr(dst, "device_id", HOST)
+            device = dst_dev if src_dev == HOST else src_dev if dst_dev == HOST else current
+            synchronous = getattr(stream, "id", None) is None
+            peer = HOST not in (src_dev, dst_dev) and src_dev != dst_dev
+            if synchronous and peer:  # cudaMemcpyPeer: serialised with all work of both devices
+                self._host_waits(self._device_clock(src_dev, dst_dev), f"copy device {src_dev} -> device {dst_dev}")
+            ident = self.resolve(stream, device)
+            nbytes = int(getattr(src, "nbytes", 0) if src_dev != HOST else getattr(dst, "nbytes", 0))
+            op = self._issue("copy", ident, f"copy {_end(src_dev)} -> {_end(dst_dev)}", nbytes=nbytes,
+                             src=src_dev, dst=dst_dev)
+            if src_dev != HOST:
+                self._touch(op, src, False, "its source")
+            if dst_dev != HOST:
+                self._touch(op, dst, True, "its destination")
+            if synchronous and (peer or HOST in (src_dev, dst_dev)):  # the host waits for it
+                self._host_waits(self._streams[ident].clock, f"synchronous {op.name}")
+            return op
+
+    # -- events and synchronisation -------------------------------------------------------------
+    def record(self, event, stream, current: int) -> None:
+        with self._lock:
+            ident = self.resolve(stream, current)
+            s = self._streams[ident]
+            made_on = getattr(event, "made_on", None)
+            if made_on is not None and made_on != s.device:
+                raise WrongDeviceError(
+                    f"event.record(stream): the event was created on device {made_on} and the stream is "
+                    f"device {s.device}'s; CUDA refuses that (invalid handle): create the event with "
+                    f"device {s.device} current (`with cuda.gpus[{s.device}]:` or `with rank:`)")
+            event.order_clock = dict(s.clock)
+
+    def wait(self, event, stream, current: int) -> None:
+        with self._lock:
+            ident = self.resolve(stream, current)
+            clock = getattr(event, "order_clock", None)
+            if clock:  # waiting for an event never recorded does not wait, as in CUDA
+                s = self._streams[ident]
+                s.clock = _join(s.clock, clock)
+
+    def sync_event(self, event) -> None:
+        with self._lock:
+            self._host_waits(getattr(event, "order_clock", None) or {}, "event.synchronize()")
+
+    def sync_stream(self, stream, current: int) -> None:
+        with self._lock:
+            ident = self.resolve(stream, current)
+            s = self._streams[ident]
+            self._host_waits(s.clock, "stream.synchronize()")
+
+    def sync_device(self, device: int | None = None) -> None:
+        """`cuda.synchronize()` (the current device), or every device (`device=None`)."""
+        with self._lock:
+            self._host_waits(self._device_clock(*(() if device is None else (device,))), "cuda.synchronize()")
+
+    def _device_clock(self, *devices: int) -> dict[int, int]:
+        """What every stream of `devices` (none: of every device) has been issued so far."""
+        clock: dict[int, int] = {}
+        for s in self._streams.values():
+            if not devices or s.device in devices:
+                clock = _join(clock, s.clock)
+        return clock
+
+    def _host_waits(self, clock: dict[int, int], name: str) -> None:
+        self.host_syncs += 1
+        self._host = _join(self._host, clock)
+        op = Op(len(self.log), "sync", HOST, 0, 0, dict(clock), name)
+        if len(self.log) < MAX_LOG:
+            self.log.append(op)
+        for alloc, entries in list(self._accesses.items()):  # what the host waited for races with nothing later
+            kept = [a for a in entries if self._host.get(a.op.stream, 0) < a.op.tick]
+            if kept:
+                self._accesses[alloc] = kept
+            else:
+                del self._accesses[alloc]
+
+    # -- the race check -------------------------------------------------------------------------
+    def _touch(self, op: Op, array, write: bool, what: str) -> None:
+        alloc, lo, hi = extent(array)
+        if hi <= lo:
+            return
+        entries = self._accesses.setdefault(alloc, [])
+        for prior in entries:
+            if prior.lo < hi and lo < prior.hi and (write or prior.write) and prior.op.stream != op.stream \
+                    and op.after.get(prior.op.stream, 0) < prior.op.tick:
+                raise StreamRaceError(self._explain(prior, op, write, what, max(lo, prior.lo), min(hi, prior.hi)))
+        entries.append(_Access(lo, hi, write, op, what))
+        if len(entries) > MAX_ACCESSES:
+            del entries[0]
+
+    def _explain(self, prior: _Access, op: Op, write: bool, what: str, lo: int, hi: int) -> str:
+        kind = ("write after write" if prior.write else "write after read") if write else "read after write"
+        verb = "writes" if write else "reads"
+        return (f"stream race ({kind}): {self._describe(op)} {verb} {what} (elements {lo}..{hi - 1} of an allocation "
+                f"on device {_owner(op, write)}) while {self._describe(prior.op)}, which "
+                f"{'writes' if prior.write else 'reads'} {prior.what}, may still be running: nothing orders the "
+                f"two (they are on different streams). On a GPU they run at the same time. Order them: record an "
+                f"event on the first one's stream after it (`e.record(s1)`) and wait for it on the second's "
+                f"(`e.wait(s2)`), or synchronize in between")
+
+    # -- the report -----------------------------------------------------------------------------
+    def take_log(self) -> tuple[list[dict], bool]:
+        """The operations since the last take (as plain data), and whether some were cut."""
+        with self._lock:
+            log, truncated = [op.summary() for op in self.log], self.truncated
+            self.log, self.truncated, self.launches = [], False, 0
+            return log, truncated
+
+    def _describe(self, op: Op) -> str:
+        where = self.stream_label(op.stream)
+        return f"kernel {op.name!r} on {where}" if op.kind == "kernel" else f"the {op.name} on {where}"
+
+    def stream_label(self, ident: int) -> str:
+        s = self._streams.get(ident)
+        if s is None:
+            return f"stream {ident}"
+        return f"device {s.device}'s default stream" if s.default else f"stream {ident} of device {s.device}"
+
+
+def _end(device: int) -> str:
+    return "host" if device == HOST else f"device {device}"
+
+
+def _owner(op: Op, write: bool) -> int:
+    if op.kind == "copy":
+        return op.dst if write else op.src
+    return op.device
+
+

@@ -1,0 +1,148 @@
+"""Stream order on the simulated GPUs (grader/sim/streams.py): what CUDA's streams and events
+order, and the races where nothing does, although the simulator runs everything in issue order."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from grader import sim
+
+
+@cuda.jit
+def add(dst, src):
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] += src[i]
+
+
+@pytest.fixture
+def gpus():
+    with sim.installed(devices=2) as simulator:
+        yield simulator
+
+
+def _arrays():
+    a = cuda.to_device(np.ones(64, np.float32))
+    with cuda.gpus[1]:
+        b = cuda.to_device(np.ones(64, np.float32))
+        scratch = cuda.device_array(64, np.float32)
+        copies, adds = cuda.stream(), cuda.stream()
+    return a, b, scratch, copies, adds
+
+
+def test_an_event_orders_a_copy_before_the_kernel_that_reads_it(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        done = cuda.event()
+        done.record(copies)
+        done.wait(adds)
+        add[1, 64, adds](b, scratch)
+        adds.synchronize()
+    np.testing.assert_array_equal(b.copy_to_host(), 2)
+
+
+def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    message = str(found.value)
+    assert "read after write" in message and "'src'" in message and "copy device 0 -> device 1" in message
+    assert "e.record" in message
+
+
+def test_reusing_a_scratch_buffer_before_the_kernel_reading_it_is_ordered_is_a_race(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        ready = cuda.event()
+        ready.record(copies)
+        ready.wait(adds)
+        add[1, 64, adds](b, scratch)
+        with pytest.raises(sim.StreamRaceError, match="write after read"):
+            scratch.copy_to_device(a, stream=copies)  # the add may still be reading it
+
+
+def test_disjoint_slices_on_two_streams_do_not_race(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch[32:].copy_to_device(a[32:])  # synchronous: the host waits
+        scratch[:32].copy_to_device(a[:32], stream=copies)
+        add[1, 64, adds](b[32:], scratch[32:])  # other elements of the same allocation: no race
+
+
+def test_a_host_synchronisation_orders_everything_issued_after_it(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        copies.synchronize()
+        add[1, 64, adds](b, scratch)  # ordered: the host waited for the copy before issuing it
+        with pytest.raises(sim.StreamRaceError, match="write after read"):
+            scratch.copy_to_device(a, stream=copies)  # but nothing waited for the add
+    assert gpus.streams.host_syncs >= 1
+
+
+def test_cuda_synchronize_orders_the_kernel_before_the_next_copy(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        cuda.synchronize()
+        add[1, 64, adds](b, scratch)
+        cuda.synchronize()
+        scratch.copy_to_device(a, stream=copies)
+
+
+def test_the_legacy_default_stream_waits_for_the_blocking_streams_of_its_device(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        add[1, 64](b, scratch)  # the default stream: after the copy on a blocking stream
+        add[1, 64, adds](b, scratch)  # a blocking stream: after the default stream's kernel
+
+
+def test_an_event_records_only_on_its_own_devices_streams(gpus):
+    _, _, _, copies, _ = _arrays()
+    made_on_0 = cuda.event()
+    with pytest.raises(sim.WrongDeviceError, match="created on device 0"):
+        made_on_0.record(copies)
+
+
+def test_the_operations_log_names_streams_links_and_orders(gpus):
+    a, b, scratch, copies, adds = _arrays()
+    gpus.streams.take_log()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        done = cuda.event()
+        done.record(copies)
+        done.wait(adds)
+        add[1, 64, adds](b, scratch)
+    log, truncated = gpus.streams.take_log()
+    copy, kernel = log
+    assert not truncated
+    assert (copy["kind"], copy["src"], copy["dst"], copy["nbytes"]) == ("copy", 0, 1, 256)
+    assert kernel["kind"] == "kernel" and kernel["launch"] == 0 and kernel["stream"] != copy["stream"]
+    assert [copy["stream"], copy["tick"]] in kernel["after"]
+
+
+def test_to_device_of_a_device_array_returns_it_on_its_own_device(gpus):
+    a = cuda.to_device(np.ones(8, np.float32))
+    with cuda.gpus[1]:
+        assert cuda.to_device(a) is a
+
+
+def test_assigning_another_devices_array_is_a_remote_read(gpus):
+    a = cuda.to_device(np.ones(8, np.float32))
+    with cuda.gpus[1]:
+        b = cuda.device_array(8, np.float32)
+        with pytest.raises(sim.WrongDeviceError, match="copy_to_device"):
+            b[:] = a
+
+
+def test_peer_access_is_recorded_once(gpus):
+    context = cuda.current_context()
+    peer = cuda.gpus[1]
+    context.enable_peer_access(peer)
+    with pytest.raises(RuntimeError, match="ALREADY_ENABLED"):
+        context.enable_peer_access(peer)
