@@ -134,7 +134,7 @@ class RemoteDeviceArray:
         return self._device.channel.request({"op": op, "handle": self._handle, **fields})
 
     def copy_to_host(self, ary=None, stream=0):
-        data = self._request("download")["data"]
+        data = self._request("download", stream=_stream_id(stream))["data"]
         if ary is None:
             return data
         if ary.shape != self.shape or ary.dtype != self.dtype:
@@ -144,12 +144,13 @@ class RemoteDeviceArray:
 
     def copy_to_device(self, ary, stream=0):
         if isinstance(ary, RemoteDeviceArray):
-            self._request("copy", source=ary._handle)
+            self._request("copy", source=ary._handle, stream=_stream_id(stream),
+                          device=self._device.devices.current.id)
             return
         source = np.asarray(ary)
         if source.size != self.size:
             raise ValueError(f"copy_to_device: {source.shape} does not fit {self.shape}")
-        self._request("upload", data=np.ascontiguousarray(source))
+        self._request("upload", data=np.ascontiguousarray(source), stream=_stream_id(stream))
 
     def __getitem__(self, key):
         reply = self._request("view", key=_key(key))
@@ -158,10 +159,12 @@ class RemoteDeviceArray:
         return RemoteDeviceArray(self._device, reply)
 
     def __setitem__(self, key, value):
-        if isinstance(value, RemoteDeviceArray):
-            value = value.copy_to_host()
+        current = self._device.devices.current.id
+        if isinstance(value, RemoteDeviceArray):  # device to device, in the device process
+            self._request("setitem", key=_key(key), source=value._handle, device=current)
+            return
         value = np.asarray(value)
-        self._request("setitem", key=_key(key), data=np.ascontiguousarray(value))
+        self._request("setitem", key=_key(key), data=np.ascontiguousarray(value), device=current)
 
     def reshape(self, *newshape, order="C"):
         if len(newshape) == 1 and isinstance(newshape[0], (tuple, list)):
@@ -187,14 +190,38 @@ class RemoteDeviceArray:
         return [self[i:i + section] for i in range(0, len(self), section)]
 
 
+def _stream_id(stream) -> int:
+    """A stream as the device process knows it: its handle, or 0 (the default stream)."""
+    return int(getattr(stream, "id", 0) or 0)
+
+
+class RemoteStream(SimStream):
+    """A stream made in the device process (what it orders is kept there)."""
+
+    def synchronize(self):
+        self._sim.channel.request({"op": "sync", "stream": self.id, "device": self.device})
+
+
 class RemoteEvent(SimEvent):
-    """An event: `elapsed_time` is the difference of the device's modelled clock, read from the
-    device process when the event is recorded."""
+    """An event made in the device process; `elapsed_time` is the difference of the device's
+    modelled clock when each was recorded."""
+
+    def __init__(self, sim, timing=True):
+        super().__init__(sim, timing)
+        self.id = int(sim.channel.request({"op": "event", "device": self.made_on})["event"])
 
     def record(self, stream=0):
         device = self._sim  # a RemoteDevice
         self.device = stream.device if isinstance(stream, SimStream) else device.devices.current.id
-        self.time_ms = float(device.channel.request({"op": "clock", "device": self.device})["ms"])
+        self.time_ms = float(device.channel.request({"op": "record", "event": self.id, "stream": _stream_id(stream),
+                                                     "device": device.devices.current.id})["ms"])
+
+    def wait(self, stream=0):
+        self._sim.channel.request({"op": "wait", "event": self.id, "stream": _stream_id(stream),
+                                   "device": self._sim.devices.current.id})
+
+    def synchronize(self):
+        self._sim.channel.request({"op": "sync", "event": self.id})
 
 
 class RemoteHostAPI(HostAPI):
@@ -221,6 +248,17 @@ class RemoteHostAPI(HostAPI):
 
     def event(self, timing=True):
         return RemoteEvent(self._sim, timing)
+
+    def stream_on(self, device: int) -> RemoteStream:
+        reply = self._sim.channel.request({"op": "stream", "device": device})
+        return RemoteStream(device, self._sim, int(reply["stream"]))
+
+    def default_stream_of(self, device: int) -> RemoteStream:
+        defaults = self.__dict__.setdefault("_defaults", {})
+        return defaults.setdefault(device, RemoteStream(device, self._sim, 0))
+
+    def sync_device(self, device: int) -> None:
+        self._sim.channel.request({"op": "sync", "device": device})
 
 
 class _Declared:
@@ -271,6 +309,7 @@ class RemoteDevice(LaunchTarget):
         hosts: list[np.ndarray | None] = []
         encoded = [self._arg(a, hosts) for a in args]
         reply = self.channel.request({"op": "launch", "kernel": self._package(dispatcher), "device": device,
+                                      "stream": _stream_id(stream),
                                       "grid": _dims(griddim), "block": _dims(blockdim),
                                       "sharedmem": int(sharedmem) if isinstance(sharedmem, (int, np.integer))
                                       else sharedmem, "args": encoded})

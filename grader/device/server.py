@@ -28,6 +28,7 @@ import numpy as np
 from .. import wire
 from ..wire import shared
 from ..wire.messages import digest, error_reply
+from ..sim.host import SimEvent, SimStream
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -49,9 +50,10 @@ class CallLog:
         if len(entries) < MAX_RECORDS:
             entries.append(entry)
 
-    def report(self) -> dict:
+    def report(self, timeline: list, truncated: bool) -> dict:
         return {"ok": True, "call": self.call, "launches": self.launches, "findings": self.findings,
-                "uploads": self.uploads, "downloads": self.downloads}
+                "uploads": self.uploads, "downloads": self.downloads, "timeline": timeline,
+                "timeline_truncated": truncated}
 
 
 class Device:
@@ -66,7 +68,7 @@ class Device:
 
         self.builder = Builder(numba.cuda)
         self.workspace = workspace.rstrip("/") + "/"
-        self.handles: dict[int, Any] = {}
+        self.handles: dict[int, Any] = {}  # device arrays, streams and events the runner holds
         self._next = 1
         self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
         self.sources: dict[int, frozenset[int]] = {}  # allocation id -> the uploads its contents came from
@@ -83,12 +85,13 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
+            self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
             log, self.log = self.log, CallLog(None)
             if log.call != request.get("call"):
                 return _protocol_error("end of a call that did not begin")
-            return log.report()
+            return log.report(*self.sim.streams.take_log())
         return _protocol_error(f"unknown op {op!r}")
 
     # -- the runner's channel -----------------------------------------------------------------
@@ -127,15 +130,44 @@ class Device:
         return error_reply("exception", kind, message)
 
     def _array(self, request: dict, key: str = "handle"):
+        found = self._handle(request, key)
+        if not hasattr(found, "_alloc"):
+            raise KeyError("no such device array (freed, or never allocated)")
+        return found
+
+    def _handle(self, request: dict, key: str):
         try:
             return self.handles[int(request[key])]
         except (KeyError, TypeError, ValueError):
-            raise KeyError("no such device array (freed, or never allocated)") from None
+            raise KeyError(f"no such {key} (freed, or never made)") from None
 
-    def _register(self, array) -> dict:
+    def _stream(self, request: dict):
+        """The request's stream: a stream the runner made, or 0 (the default stream)."""
+        if not request.get("stream"):
+            return 0
+        stream = self._handle(request, "stream")
+        if not isinstance(stream, SimStream):
+            raise KeyError("no such stream")
+        return stream
+
+    def _event(self, request: dict):
+        event = self._handle(request, "event")
+        if not isinstance(event, SimEvent):
+            raise KeyError("no such event")
+        return event
+
+    def _current(self, request: dict):
+        """`with` the device the runner's host thread had current (a copy's default stream is its)."""
+        return self.sim.gpus[int(request.get("device", 0))]
+
+    def _keep(self, thing) -> int:
         handle = self._next
         self._next += 1
-        self.handles[handle] = array
+        self.handles[handle] = thing
+        return handle
+
+    def _register(self, array) -> dict:
+        handle = self._keep(array)
         view = array._view
         return {"ok": True, "handle": handle, "shape": list(array.shape), "strides": list(array.strides),
                 "dtype": array.dtype.str, "device": array.device_id,
@@ -180,19 +212,20 @@ class Device:
     def op_upload(self, request: dict) -> dict:
         array = self._array(request)
         data = np.asarray(request["data"])
-        array.copy_to_device(data)  # refuses data that does not fit (the wire, any non-numeric dtype)
+        array.copy_to_device(data, stream=self._stream(request))  # refuses data that does not fit
         self._uploaded(data, array)
         return {"ok": True}
 
     def op_download(self, request: dict) -> dict:
         array = self._array(request)
-        data = array.copy_to_host()
+        data = array.copy_to_host(stream=self._stream(request))
         self._downloaded(data, array)
         return {"ok": True, "data": data}
 
     def op_copy(self, request: dict) -> dict:
         target, source = self._array(request), self._array(request, "source")
-        target.copy_to_device(source)
+        with self._current(request):
+            target.copy_to_device(source, stream=self._stream(request))
         self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
         self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
         return {"ok": True}
@@ -208,9 +241,52 @@ class Device:
 
     def op_setitem(self, request: dict) -> dict:
         array = self._array(request)
+        if "source" in request:  # a[...] = b of two device arrays: on the device, as numba does
+            source = self._array(request, "source")
+            with self._current(request):
+                array[_index(request["key"])] = source
+            self.kernel_writes[array._alloc.id] = self.kernel_writes.get(source._alloc.id)
+            self.sources[array._alloc.id] = self.sources.get(array._alloc.id, frozenset()) | \
+                self.sources.get(source._alloc.id, frozenset())
+            return {"ok": True}
         data = np.asarray(request["data"])
-        array[_index(request["key"])] = data
+        with self._current(request):
+            array[_index(request["key"])] = data
         self._uploaded(data, array, whole=False)
+        return {"ok": True}
+
+    # -- streams and events (what they order is the simulator's StreamOrder) ---------------------
+    def op_stream(self, request: dict) -> dict:
+        with self._current(request):
+            return {"ok": True, "stream": self._keep(self.sim.host.stream())}
+
+    def op_event(self, request: dict) -> dict:
+        with self._current(request):
+            return {"ok": True, "event": self._keep(self.sim.host.event())}
+
+    def op_record(self, request: dict) -> dict:
+        event = self._event(request)
+        with self._current(request):
+            event.record(self._stream(request))
+        return {"ok": True, "ms": float(event.time_ms or 0.0)}
+
+    def op_wait(self, request: dict) -> dict:
+        event = self._event(request)
+        with self._current(request):
+            event.wait(self._stream(request))
+        return {"ok": True}
+
+    def op_sync(self, request: dict) -> dict:
+        """The host waits: for an event, a stream, the current device, or every device."""
+        if request.get("event"):
+            self._event(request).synchronize()
+        elif request.get("stream"):
+            self._stream(request).synchronize()
+        elif request.get("all"):
+            self.sim.streams.sync_device(None)
+        else:
+            with self._current(request):
+                self.sim.host.synchronize()
         return {"ok": True}
 
     def op_reshape(self, request: dict) -> dict:
@@ -231,7 +307,7 @@ class Device:
         args = [self._arg(a, hosts) for a in request["args"]]
         grid, block = _dims(request["grid"]), _dims(request["block"])
         with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
-            kernel[grid, block, 0, request.get("sharedmem", 0)](*args)
+            kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
         written, read = set(), set()
         for record in launches:
             self.log.add("launches", record.summary())

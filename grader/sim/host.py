@@ -317,9 +317,7 @@ class SimContext:
         return MemoryInfo(self.TOTAL_MEMORY, self.TOTAL_MEMORY)
 
     def synchronize(self):
-        order = _order(self._sim)
-        if order is not None:
-            order.sync_device(self.device.id)
+        self._sim.host.sync_device(self.device.id)
 
     def reset(self):
         pass
@@ -339,7 +337,7 @@ class SimContext:
     get_legacy_default_stream = get_per_thread_default_stream = get_default_stream
 
     def create_stream(self):
-        return SimStream(self.device.id, self._sim)
+        return self._sim.host.stream_on(self.device.id)
 
     def create_event(self, timing=True):
         with self._sim.gpus[self.device.id]:
@@ -437,9 +435,12 @@ class HostAPI:
         return np.empty(shape, _as_dtype(dtype), order=order)
 
     def synchronize(self):
+        self.sync_device(self._current())
+
+    def sync_device(self, device: int) -> None:
         order = _order(self._sim)
         if order is not None:
-            order.sync_device(self._current())
+            order.sync_device(device)
 
     def is_available(self):
         return True
@@ -448,7 +449,10 @@ class HostAPI:
         return isinstance(obj, SimDeviceArray)
 
     def stream(self):
-        return SimStream(self._current(), self._sim)
+        return self.stream_on(self._current())
+
+    def stream_on(self, device: int) -> SimStream:
+        return SimStream(device, self._sim)
 
     def default_stream(self):
         return self.default_stream_of(self._current())

@@ -388,16 +388,68 @@ class Transfer:
                    kernel_written, head if download else None, _int(doc.get("id", 0), f"{where}.id"), sources)
 
 
+OP_KINDS = frozenset({"kernel", "copy", "sync"})
+MAX_OPS = 50_000          # per call: kernels, copies and host waits in stream order
+MAX_STREAMS = 4096        # streams one operation may be ordered after
+
+
+@dataclass(frozen=True)
+class StreamOp:
+    """One operation of a call in the simulated GPUs' stream order (grader/sim/streams.py): a
+    kernel, a copy (src/dst: devices, -1 the host) or a host wait; `after`: (stream, tick) pairs
+    it is ordered after. What the performance model schedules into a timeline."""
+
+    index: int
+    kind: str
+    device: int
+    stream: int
+    tick: int
+    after: tuple[tuple[int, int], ...]
+    name: str
+    nbytes: int = 0
+    src: int | None = None
+    dst: int | None = None
+    launch: int | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, where: str) -> "StreamOp":
+        doc = _dict(doc, where)
+        after = []
+        for i, pair in enumerate(_list(doc.get("after", []), f"{where}.after", MAX_STREAMS)):
+            pair = _list(pair, f"{where}.after[{i}]", 2)
+            if len(pair) != 2:
+                raise ProtocolError(f"{where}.after[{i}]: expected [stream, tick]")
+            after.append((_int(pair[0], f"{where}.after[{i}]"), _int(pair[1], f"{where}.after[{i}]")))
+        kind = _one_of(doc.get("kind"), OP_KINDS, f"{where}.kind")
+        ends = {}
+        if kind == "copy":
+            ends = {key: _int(doc.get(key), f"{where}.{key}", low=-1) for key in ("src", "dst")}
+        launch = doc.get("launch")
+        return cls(_int(doc.get("index"), f"{where}.index"), kind, _int(doc.get("device"), f"{where}.device", low=-1),
+                   _int(doc.get("stream", 0), f"{where}.stream"), _int(doc.get("tick", 0), f"{where}.tick"),
+                   tuple(after), _text(doc.get("name", ""), f"{where}.name", MAX_NAME),
+                   _int(doc.get("nbytes", 0), f"{where}.nbytes"), ends.get("src"), ends.get("dst"),
+                   None if launch is None else _int(launch, f"{where}.launch"))
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
+                "tick": self.tick, "after": [list(p) for p in self.after], "name": self.name, "nbytes": self.nbytes,
+                "src": self.src, "dst": self.dst, "launch": self.launch}
+
+
 @dataclass(frozen=True)
 class DeviceReport:
     """What happened on the simulated GPU during one call, from the device process (never
-    through the runner): launches with their counters, findings, and the copies made."""
+    through the runner): launches with their counters, findings, the copies made, and every
+    kernel, copy and host wait in stream order (`timeline`; `timeline_truncated`: some were cut)."""
 
     call: int
     launches: list[LaunchSummary]
     findings: list[ErrorInfo]
     uploads: list[Transfer]
     downloads: list[Transfer]
+    timeline: list[StreamOp] = field(default_factory=list)
+    timeline_truncated: bool = False
 
     @classmethod
     def parse(cls, doc: Any) -> "DeviceReport":
@@ -412,7 +464,10 @@ class DeviceReport:
                    [Transfer.parse(d, f"report.uploads[{i}]", False)
                     for i, d in enumerate(_list(doc.get("uploads", []), "report.uploads"))],
                    [Transfer.parse(d, f"report.downloads[{i}]", True)
-                    for i, d in enumerate(_list(doc.get("downloads", []), "report.downloads"))])
+                    for i, d in enumerate(_list(doc.get("downloads", []), "report.downloads"))],
+                   [StreamOp.parse(d, f"report.timeline[{i}]")
+                    for i, d in enumerate(_list(doc.get("timeline", []), "report.timeline", MAX_OPS))],
+                   bool(doc.get("timeline_truncated", False)))
 
 
 def digest(array: np.ndarray) -> str:
