@@ -9,7 +9,8 @@ protocol, never to grader.sim or numba.cuda's driver directly:
   the student's process is never proof (the device process's own records are);
 - `configure(...)`: the settings the judge may change (the compile check);
 - `synchronize()`: wait for every device of the backend;
-- `devices`: how many devices the student's code sees;
+- `devices`: how many devices the student's code sees; `rank_devices()`: how many an all-reduce's
+  ranks can be spread over (grader/backends/ranks.py);
 - `time_call(function, input_sets, **options)` and `device_name()`: only where times are measured
   (the gpu backend: CUDA events around each kernel); the simulator models them instead
   (grader.perf_model) and has neither.
@@ -44,6 +45,8 @@ class Backend(Protocol):
     def configure(self, compile_check: bool | None = None) -> None: ...
 
     def synchronize(self) -> None: ...
+
+    def rank_devices(self) -> int: ...
 
 
 def gpu_available() -> bool:

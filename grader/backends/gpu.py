@@ -58,6 +58,15 @@ class Gpu:
     def configure(self, compile_check: bool | None = None) -> None:
         pass  # ptxas checks are the simulator's; a GPU compiles for real
 
+    def rank_devices(self) -> int:
+        """The GPUs an all-reduce's ranks can live on (fewer than the ranks: all on GPU 0)."""
+        from numba import cuda
+
+        try:
+            return len(cuda.gpus)
+        except Exception:  # noqa: BLE001 - numba's stock simulator has one
+            return 1
+
     def time_call(self, function, input_sets: list[list], **options) -> "Timing":
         """The timing harness (below) on fresh copies of the judge's inputs for every call."""
         import numpy as np

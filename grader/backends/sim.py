@@ -31,6 +31,10 @@ class DeviceProcess:
 
         cuda.synchronize()
 
+    def rank_devices(self) -> int:
+        """Devices the ranks of an all-reduce can live on: the virtual devices."""
+        return self.devices
+
 
 class InlineSimulator:
     kind = Kind.SIM
@@ -52,3 +56,6 @@ class InlineSimulator:
 
     def synchronize(self) -> None:
         pass  # the simulator runs every launch to completion
+
+    def rank_devices(self) -> int:
+        return self.devices

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import wire
 from ..backends import Kind
+from ..backends.ranks import MAX_RANKS
 from ..errors import ProtocolError, RunnerError, StudentCodeError
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
@@ -81,7 +82,7 @@ class RunnerConnection:
     work), and started afresh after a crash or a timeout: one bad call costs only that call.
     """
 
-    def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
+    def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = MAX_RANKS,
                  compile_check: bool = True, trusted: bool = False, device_process: bool = True):
         self.workspace = workspace
         self.backend = backend
@@ -179,7 +180,7 @@ class RunnerConnection:
 class Student:
     """Calls into one exercise module of a submission, through a runner in a sandbox."""
 
-    def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = 1,
+    def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = MAX_RANKS,
                  allowed_imports: frozenset[str] | None = DEFAULT_ALLOWED_IMPORTS,
                  connection: RunnerConnection | None = None, budget: TimeBudget | None = None,
                  call_timeout: float | None = None):
@@ -259,6 +260,30 @@ class Student:
         if returns is not None:
             _check_returned(function, reply.returned, returns)
         return CallResult(reply.returned, reply.args, launches, device, sent)
+
+    def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
+        """`function(ranks, bufs)` in the runner, with one buffer per rank (rank r's copy of
+        `buffers[r]` on its device) and rank helpers (grader/backends/ranks.py): the value is every
+        rank's buffer after the call, in rank order."""
+        self._check_policy()
+        self._import(timeout)
+        sent = [np.ascontiguousarray(b) for b in buffers]
+        total = sum(b.nbytes for b in sent)
+        bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 * total + (1 << 20))
+        reply, device = self._timed(lambda t: self.connection.call(
+            {"op": "call", "module": self.module, "function": function, "args": [], "ranks": sent}, t, bounds,
+            lambda doc: wire.CallReply.parse(doc, [])), timeout)
+        if device is not None and device.findings:
+            finding = device.findings[0]
+            raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
+        self._raise_for(reply)
+        back = reply.returned
+        if not (isinstance(back, list) and len(back) == len(sent) and all(
+                isinstance(v, np.ndarray) and v.shape == b.shape and v.dtype == b.dtype for v, b in zip(back, sent))):
+            self.connection.close()  # the runner's own code sends the buffers back: this is no answer of the student's
+            raise RunnerError("the runner broke the protocol: a call with ranks must return one buffer per rank")
+        launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
+        return CallResult(reply.returned, [], launches, device, sent)
 
     def time(self, function: str, input_sets: list, *, timeout: float | None = None,
              returns: "Returns | None" = None, **options: Any) -> "TimedResult":
@@ -353,6 +378,11 @@ class BesideTheSimulator:
         on_gpu = self.gpu.call(function, *args, timeout=timeout, returns=returns)
         on_sim = self.sim.call(function, *args, timeout=timeout, returns=returns)
         return CallResult(on_gpu.value, on_gpu.args, on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim)
+
+    def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
+        on_gpu = self.gpu.call_ranks(function, buffers, timeout=timeout)
+        on_sim = self.sim.call_ranks(function, buffers, timeout=timeout)
+        return CallResult(on_gpu.value, [], on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim)
 
     def time(self, *args: Any, **kwargs: Any) -> "TimedResult":
         return self.gpu.time(*args, **kwargs)
