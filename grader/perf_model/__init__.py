@@ -38,6 +38,10 @@ class Gpu:
     registers_per_sm: int
     atomics_per_clock: float
     launch_overhead_us: float
+    peer_bandwidth_gbs: float
+    peer_latency_us: float
+    host_bandwidth_gbs: float
+    host_issue_us: float
 
     @property
     def clock_hz(self) -> float:

@@ -1,0 +1,161 @@
+"""A modelled timeline of one call on several GPUs: the simulated GPUs' stream order (every kernel,
+copy and host wait, each with what it is ordered after: grader/sim/streams.py) scheduled on a GPU
+preset's resources.
+
+Each operation starts when the host has issued it (`host_issue_us` per call, one host thread),
+when everything it is ordered after has ended (its stream's earlier work, the events it waits
+for, the legacy default stream), and when its resource is free: one per device for kernels (a
+kernel of an all-reduce fills its GPU's memory bandwidth), one per direction of each GPU pair for
+peer copies (`peer_bandwidth_gbs`, `peer_latency_us`), one per direction of each GPU's host link.
+A host wait moves the host's clock to the end of what it waits for. Pure arithmetic over plain
+data, like the rest of the model: the judge applies it to the device process's report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from . import Gpu, launch_time
+
+HOST = -1
+
+
+@dataclass(frozen=True)
+class Span:
+    """One operation on the modelled timeline."""
+
+    index: int
+    kind: str            # "kernel" or "copy"
+    device: int
+    stream: int
+    start_s: float
+    end_s: float
+    name: str
+    src: int | None = None
+    dst: int | None = None
+
+    @property
+    def peer(self) -> bool:
+        return self.kind == "copy" and HOST not in (self.src, self.dst) and self.src != self.dst
+
+
+@dataclass(frozen=True)
+class Timeline:
+    spans: list[Span]
+    host_waits: int
+    waits_between_copies: int  # host waits after the first GPU-to-GPU copy and before the last
+
+    def _device_spans(self) -> list[Span]:
+        return [s for s in self.spans if s.kind == "kernel" or s.peer]
+
+    @property
+    def makespan_s(self) -> float:
+        """From the first kernel or GPU-to-GPU copy to the end of the last one (the host's own
+        copies of the inputs and outputs are the same for every solution: left out)."""
+        spans = self._device_spans()
+        if not spans:
+            return 0.0
+        return max(s.end_s for s in spans) - min(s.start_s for s in spans)
+
+    def overlap_s(self) -> float:
+        """How long some kernel and some GPU-to-GPU copy run at the same time."""
+        return _measure(_intersect(_union([s for s in self.spans if s.kind == "kernel"]),
+                                   _union([s for s in self.spans if s.peer])))
+
+    def busy_s(self, kind: str) -> float:
+        """How long some operation of `kind` ("kernel" or "copy": GPU-to-GPU) runs."""
+        chosen = [s for s in self.spans if (s.kind == "kernel" if kind == "kernel" else s.peer)]
+        return _measure(_union(chosen))
+
+
+def copy_seconds(nbytes: int, src: int, dst: int, g: Gpu) -> float:
+    if HOST in (src, dst):
+        return nbytes / (g.host_bandwidth_gbs * 1e9)
+    if src == dst:
+        return 2 * nbytes / g.dram_bps
+    return g.peer_latency_us * 1e-6 + nbytes / (g.peer_bandwidth_gbs * 1e9)
+
+
+def schedule(ops: Iterable[dict], launches: list[dict], g: Gpu, scale: float = 1.0) -> Timeline:
+    """The timeline of `ops` (the report's stream order, as plain data, in issue order); kernel
+    durations are the performance model's for `launches[op["launch"]]`.
+
+    `scale`: the same operations on data `scale` times as large (every GPU-to-GPU copy and every
+    kernel's work grows by it; issue costs and latencies do not): the simulator runs buffers of
+    kilobytes, and what a pipelined all-reduce gains shows on megabytes, as nccl-tests measure it."""
+    ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
+    free: dict[tuple, float] = {}
+    host = 0.0
+    spans: list[Span] = []
+    waits = 0
+    events: list[tuple[str, int]] = []  # ("sync" | "peer", position) for waits between copies
+    issue = g.host_issue_us * 1e-6
+    for op in ops:
+        after = [tuple(pair) for pair in op.get("after", [])]
+        ready = max((ends.get((int(s), int(t)), 0.0) for s, t in after), default=0.0)
+        kind = op.get("kind")
+        if kind == "sync":
+            host = max(host, ready)
+            waits += 1
+            events.append(("sync", len(events)))
+            continue
+        host += issue
+        if kind == "kernel":
+            index = op.get("launch")
+            launch = launches[index] if isinstance(index, int) and 0 <= index < len(launches) else {}
+            overhead = g.launch_overhead_us * 1e-6
+            if not launch:
+                duration = overhead
+            elif scale == 1.0:
+                duration = launch_time(launch, g).seconds
+            else:  # the work at full occupancy (a large problem fills the GPU), times the scale
+                duration = overhead + launch_time(launch, g, steady=True).seconds * scale
+            resource: tuple = ("sm", op.get("device"))
+        else:
+            src, dst = int(op.get("src", HOST)), int(op.get("dst", HOST))
+            nbytes = int(op.get("nbytes", 0))
+            duration = copy_seconds(int(nbytes * scale) if HOST not in (src, dst) else nbytes, src, dst, g)
+            resource = ("link", src, dst)
+            if HOST not in (src, dst) and src != dst:
+                events.append(("peer", len(events)))
+        start = max(host, ready, free.get(resource, 0.0))
+        end = start + duration
+        free[resource] = end
+        ends[(int(op.get("stream", 0)), int(op.get("tick", 0)))] = end
+        spans.append(Span(int(op.get("index", len(spans))), str(kind), int(op.get("device", 0)),
+                          int(op.get("stream", 0)), start, end, str(op.get("name", "")),
+                          op.get("src"), op.get("dst")))
+    peers = [i for what, i in events if what == "peer"]
+    between = sum(1 for what, i in events if what == "sync" and peers and peers[0] < i < peers[-1])
+    return Timeline(spans, waits, between)
+
+
+def _union(spans: list[Span]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for s in sorted(spans, key=lambda s: s.start_s):
+        if out and s.start_s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], s.end_s)
+        else:
+            out.append([s.start_s, s.end_s])
+    return [(a, b) for a, b in out]
+
+
+def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _measure(intervals: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+__all__ = ["Span", "Timeline", "copy_seconds", "schedule"]
