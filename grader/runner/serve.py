@@ -10,6 +10,7 @@ captures; the protocol uses its own file descriptors so prints cannot forge an a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -140,6 +141,7 @@ class Runner:
     def _call_ranks(self, function, buffers: list) -> dict:
         """`function(ranks, bufs)`: one buffer per rank (the all-reduce exercise), in place; the
         reply is every rank's buffer after the call (grader/backends/ranks.py)."""
+        from ..backends.rank_guard import rank_guard
         from ..backends.ranks import Ranks, devices_for
 
         launches: list = []
@@ -150,7 +152,10 @@ class Runner:
                           enable_peer_access=self.backend.kind == Kind.GPU)
             with self.backend.launches() as launches:
                 bufs = ranks.upload(buffers)
-                function(ranks, list(bufs))
+                # on a GPU nothing else stops a kernel reading another rank's memory (the simulator's
+                # device process refuses it itself)
+                with rank_guard(ranks) if self.backend.kind == Kind.GPU else contextlib.nullcontext():
+                    function(ranks, list(bufs))
                 ranks.synchronize()
                 returned = [b.copy_to_host() for b in bufs]
         except BaseException as exc:  # noqa: BLE001

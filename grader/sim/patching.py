@@ -395,3 +395,82 @@ def recording_launches(on_launch, after_launch=None):
         yield
     finally:
         scope.restore()
+
+
+@contextlib.contextmanager
+def checking_launches(check):
+    """The rank guard's launch hook (grader/backends/rank_guard.py): for the block,
+    `check(kernel, args, stream)` runs before every kernel launch of real numba-cuda (or of numba's
+    stock simulator) and refuses it by raising. `stream` is the object the caller configured the
+    launch with (`kernel[grid, block, stream]`, 0 for none): `recording_launches` does not carry it,
+    numba-cuda keeps only a cuda.core stream made from it and the stock simulator drops it, so it
+    is remembered here per launch configuration, from `configure` (or `__getitem__`) to the call."""
+    import weakref
+
+    from numba.cuda import config
+
+    scope = PatchScope()
+    streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # configured launch -> stream
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator import kernel as stock
+
+        cls, configure_name = stock.FakeCUDAKernel, "__getitem__"
+        original_getitem, original_call = stock.FakeCUDAKernel.__getitem__, stock.FakeCUDAKernel.__call__
+
+        def configure(self, configuration):
+            launch = original_getitem(self, configuration)  # the kernel itself, configured
+            streams[launch] = configuration[2] if len(configuration) > 2 else 0
+            return launch
+
+        def call(self, *args):
+            if not (self._device or stock._kernel_context):  # a launch, not a device function's call
+                check(self.fn.__name__, args, streams.get(self, 0))
+            return original_call(self, *args)
+
+        scope.setattr(cls, "__call__", call)
+    else:
+        from numba.cuda.dispatcher import CUDADispatcher, _LaunchConfiguration
+
+        cls, configure_name = CUDADispatcher, "configure"
+        original_configure, original_call = CUDADispatcher.configure, _LaunchConfiguration.__call__
+
+        def configure(self, griddim, blockdim, stream=0, sharedmem=0):  # forall and [] come here too
+            launch = original_configure(self, griddim, blockdim, stream, sharedmem)
+            streams[launch] = stream
+            return launch
+
+        def call(self, *args):
+            check(self.dispatcher.py_func.__name__, args, streams.get(self, 0))
+            return original_call(self, *args)
+
+        scope.setattr(_LaunchConfiguration, "__call__", call)
+    scope.setattr(cls, configure_name, configure)
+    try:
+        yield
+    finally:
+        scope.restore()
+
+
+@contextlib.contextmanager
+def checking_device_copies(check):
+    """The rank guard's copy hook: for the block, `check(dst, src, stream)` runs before every
+    `dst.copy_to_device(src, stream)` of numba's device arrays (real numba-cuda's, or the stock
+    simulator's) and refuses it by raising; nothing else changes."""
+    from numba.cuda import config
+
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as cls
+    else:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase as cls
+    original = cls.copy_to_device
+
+    def copy_to_device(self, ary, stream=0):
+        check(self, ary, stream)
+        return original(self, ary, stream)
+
+    scope = PatchScope()
+    scope.setattr(cls, "copy_to_device", copy_to_device)
+    try:
+        yield
+    finally:
+        scope.restore()
