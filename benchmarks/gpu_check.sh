@@ -15,6 +15,10 @@
 #                      the counter criteria are the simulator's)
 #   5. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's
+#   6. allreduce_gpus.* benchmarks/allreduce_gpus.py: the all-reduce references on N GPUs beside
+#                      NCCL (algbw, busbw, ratio to NCCL); on one GPU it only reports the GPU and
+#                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
+#                      without a GPU, as in the dry run, it says so and exits 0)
 # Commit the numbers to docs/BENCHMARKS.md ("On a GPU"). The device image has numba-cuda,
 # numpy, pytest, rich and CuPy; grading there needs nothing else (--sandbox none: the code
 # graded is the course's own). If a module is missing, carry wheels in .whl (the device
@@ -60,4 +64,5 @@ else
     step bench_gpu 240 "$py" benchmarks/bench_gpu.py --json "$out/bench_gpu.json" \
         --markdown "$out/bench_gpu.md"
 fi
+step allreduce_gpus 240 "$py" benchmarks/allreduce_gpus.py --json "$out/allreduce_gpus.json"
 exit $status
