@@ -146,6 +146,9 @@ class StreamOrder:
                 continue
             if s.default or other.default:  # the legacy default stream and the blocking streams
                 clock = _join(clock, other.clock)
+        # What the host has waited for orders everything issued from now on: no need to carry it
+        # (the accesses it covers were dropped when the host waited), so clocks stay small.
+        clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
         op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields)
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
@@ -235,6 +238,7 @@ class StreamOrder:
         return clock
 
     def _host_waits(self, clock: dict[int, int], name: str) -> None:
+        clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}  # what is new
         self.host_syncs += 1
         self._host = _join(self._host, clock)
         op = Op(len(self.log), "sync", HOST, 0, 0, dict(clock), name)
