@@ -101,7 +101,7 @@ def _dim3(value: Any, where: str) -> tuple[int, int, int]:
 
 
 CHECKS = frozenset({"bounds", "races", "uninitialised", "barriers", "warps", "deadlock", "launch", "devices",
-                    "compile", "unsupported", "error"})
+                    "compile", "unsupported", "streams", "error"})
 
 
 def _coords(value: Any, where: str) -> tuple[int, ...] | None:

@@ -1,0 +1,246 @@
+"""Verdicts on a collective (the all-reduce exercise): the answer on every rank, the traffic
+between ranks, and the modelled timeline, all from what the simulated GPUs reported.
+
+The simulated GPUs' stream order (grader/sim/streams.py, in the device process's report) holds
+every copy of a call with its source and destination device: on the simulator rank r is virtual
+device r, so traffic per link and per rank is counted where the student's code cannot reach it (on
+a GPU machine the same call runs on the simulator beside the GPU: BesideTheSimulator). Naive and
+ring all-reduces move the same total, 2 (N - 1) buffers: what tells them apart is the maximum per
+link and per rank, which links carry anything, and the message structure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import perf_model
+from ..perf_model.timeline import Timeline, schedule
+from .correctness import WrongAnswer, reduction_rtol
+from .perf import PartialCredit, PerformanceShortfall, keep_timing
+
+HOST = -1
+WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low byte (N <= 8)
+MODEL_BUFFER_BYTES = 64 << 20  # the timeline is modelled as on a buffer this large (nccl-tests sizes)
+
+
+# -- inputs and the answer --------------------------------------------------------------------
+def rank_inputs(rng: np.random.Generator, ranks: int, n: int, dtype) -> list[np.ndarray]:
+    """One buffer per rank. float32: values near 1 (no sum cancels to nothing). int32: witnesses,
+    rank r's element i = (1 << r) + 256 * v (v random): the low byte of a sum says which ranks'
+    contributions it holds, so a wrong element names the ranks it misses."""
+    if np.dtype(dtype) == np.int32:
+        if ranks > WITNESS_BITS:
+            raise ValueError(f"int32 witnesses need at most {WITNESS_BITS} ranks")
+        return [((1 << r) + 256 * rng.integers(0, 1 << 15, n)).astype(np.int32) for r in range(ranks)]
+    return [(rng.standard_normal(n) * 0.5 + 1.0).astype(np.float32) for _ in range(ranks)]
+
+
+def expect_allreduced(outputs: list, inputs: list[np.ndarray], what: str) -> None:
+    """Every rank's buffer must hold the element-wise sum of all the inputs."""
+    wide = [x.astype(np.float64 if x.dtype.kind == "f" else np.int64) for x in inputs]
+    total = sum(wide)
+    for rank, got in enumerate(outputs):
+        if got.dtype.kind in "iu":
+            bad = got.astype(np.int64) != total
+        else:
+            allowed = reduction_rtol(len(inputs)) * sum(np.abs(w) for w in wide) + 1e-6
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.abs(got.astype(np.float64) - total) <= allowed)
+        if np.any(bad):
+            i = int(np.argmax(bad))
+            raise WrongAnswer(f"{what}: rank {rank}'s buffer has {int(np.count_nonzero(bad))} of {got.size} "
+                              f"elements wrong; first at index {i}: expected {_fmt(total[i])}, got {_fmt(got[i])}"
+                              f"{_witness(got[i], inputs, i)}")
+
+
+def _fmt(value) -> str:
+    return f"{value:.7g}" if isinstance(value, (float, np.floating)) else str(int(value))
+
+
+def _witness(value, inputs: list[np.ndarray], i: int) -> str:
+    """What a witness element says: whose contributions it holds."""
+    if inputs[0].dtype != np.int32:
+        return ""
+    mask = int(value) & 0xFF
+    held = [r for r in range(len(inputs)) if mask >> r & 1]
+    if mask >> len(inputs) == 0 and int(value) == sum(int(inputs[r][i]) for r in held):
+        missing = [r for r in range(len(inputs)) if r not in held]
+        if not held:
+            return " (no rank's contribution at all: was this element ever written?)"
+        return (f" (it holds the contributions of rank{'s' if len(held) > 1 else ''} {_names(held)} only: "
+                f"rank{'s' if len(missing) > 1 else ''} {_names(missing)} missing)")
+    return (" (not the sum of some ranks' elements at this index: an element of another index, or a "
+            "contribution added twice?)")
+
+
+def _names(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+# -- traffic ------------------------------------------------------------------------------------
+@dataclass
+class Link:
+    bytes: int = 0
+    messages: int = 0
+    largest: int = 0  # bytes of the largest message
+
+
+@dataclass
+class Traffic:
+    """Copies of one call between the ranks (virtual devices 0..N-1), as the simulated GPUs saw them."""
+
+    ranks: int
+    links: dict[tuple[int, int], Link] = field(default_factory=dict)
+    host_bytes: int = 0      # between host and GPUs, in both directions
+    kernels: list[int] = field(default_factory=list)  # launches per rank
+
+    @classmethod
+    def of(cls, result, ranks: int) -> "Traffic":
+        """From a call's device report (on a GPU machine: the simulator's call beside it)."""
+        proof = result.proof if getattr(result, "proof", None) is not None else result
+        if proof.device is None:
+            raise RuntimeError("no report of the simulated GPUs for this call: traffic is counted there")
+        traffic = cls(ranks, kernels=[0] * ranks)
+        for op in proof.device.timeline:
+            if op.kind == "kernel" and 0 <= op.device < ranks:
+                traffic.kernels[op.device] += 1
+            if op.kind != "copy":
+                continue
+            if HOST in (op.src, op.dst):
+                traffic.host_bytes += op.nbytes
+            elif op.src != op.dst:
+                link = traffic.links.setdefault((op.src, op.dst), Link())
+                link.bytes += op.nbytes
+                link.messages += 1
+                link.largest = max(link.largest, op.nbytes)
+        if proof.device.timeline_truncated:
+            raise RuntimeError("the call issued more operations than the simulated GPUs log: traffic not counted")
+        return traffic
+
+    def sent(self, rank: int) -> int:
+        return sum(link.bytes for (src, _), link in self.links.items() if src == rank)
+
+    def received(self, rank: int) -> int:
+        return sum(link.bytes for (_, dst), link in self.links.items() if dst == rank)
+
+    @property
+    def total(self) -> int:
+        return sum(link.bytes for link in self.links.values())
+
+    def table(self) -> str:
+        """The per-link table the feedback shows."""
+        rows = ["link        bytes      messages  largest"]
+        for (src, dst), link in sorted(self.links.items()):
+            rows.append(f"{src} -> {dst:<6} {link.bytes:>10,} {link.messages:>9}  {link.largest:>8,}")
+        per_rank = ", ".join(f"{r}: {self.sent(r):,}/{self.received(r):,}" for r in range(self.ranks))
+        rows.append(f"per rank (sent/received bytes): {per_rank}")
+        return "\n".join(rows)
+
+
+def ring_bound(n: int, ranks: int, itemsize: int) -> int:
+    """Bytes a ring all-reduce sends over each link (and each rank sends and receives):
+    2 (N - 1) chunks of at most ceil(n / N) elements."""
+    return 2 * (ranks - 1) * math.ceil(n / ranks) * itemsize
+
+
+def expect_no_host_traffic(traffic: Traffic, buffer_bytes: int) -> None:
+    """Only the grader's own upload and download of each rank's buffer cross the host link."""
+    extra = traffic.host_bytes - 2 * traffic.ranks * buffer_bytes
+    if extra > 0:
+        raise PerformanceShortfall(
+            f"{extra:,} bytes went between the host and the GPUs during the all-reduce (beyond the grader's "
+            f"upload and download of each rank's buffer): keep the data on the GPUs: scratch memory comes from "
+            f"r.device_array(...), and kernels take device arrays, not NumPy arrays")
+
+
+def expect_total_traffic(traffic: Traffic, buffer_bytes: int) -> None:
+    """At most 2 (N - 1) buffers between ranks in all (what reduce-then-broadcast needs)."""
+    allowed = 2 * (traffic.ranks - 1) * buffer_bytes
+    if traffic.total > allowed:
+        raise PerformanceShortfall(f"{traffic.total:,} bytes between ranks; an all-reduce needs at most "
+                                   f"2 (N - 1) buffers = {allowed:,}: something is sent more than once\n\n"
+                                   f"{traffic.table()}")
+
+
+def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_link: int | None = None,
+                        min_messages_per_link: int | None = None, largest_elements: int | None = None) -> None:
+    """The ring's traffic: only links r -> r + 1 carry bytes; each link and each rank at most
+    `ring_bound`; per link exactly `messages_per_link` messages (or at least
+    `min_messages_per_link`), none larger than `largest_elements`."""
+    count = traffic.ranks
+    bound = ring_bound(n, count, itemsize)
+    problems = []
+    ring = {(r, (r + 1) % count) for r in range(count)}
+    off_ring = sorted(k for k in traffic.links if k not in ring)
+    if off_ring:
+        problems.append(f"bytes on links that are not the ring's (r -> r + 1): "
+                        f"{', '.join(f'{a} -> {b}' for a, b in off_ring)}")
+    for (src, dst), link in sorted(traffic.links.items()):
+        if link.bytes > bound:
+            problems.append(f"link {src} -> {dst} carries {link.bytes:,} bytes; a ring needs at most {bound:,} "
+                            f"(2 (N - 1) chunks of ceil(n / N) elements)")
+    for r in range(count):
+        for what, moved in (("sends", traffic.sent(r)), ("receives", traffic.received(r))):
+            if moved > bound:
+                problems.append(f"rank {r} {what} {moved:,} bytes; in a ring each rank {what} at most {bound:,}")
+    if n >= count:
+        for key in sorted(ring):
+            link = traffic.links.get(key, Link())
+            if messages_per_link is not None and link.messages != messages_per_link:
+                problems.append(f"link {key[0]} -> {key[1]} carries {link.messages} message(s); the ring sends "
+                                f"exactly 2 (N - 1) = {messages_per_link} over each link (one chunk per step)")
+            if min_messages_per_link is not None and link.messages < min_messages_per_link:
+                problems.append(f"link {key[0]} -> {key[1]} carries {link.messages} message(s); pipelined, it "
+                                f"carries at least {min_messages_per_link} (every chunk in pieces)")
+            if largest_elements is not None and link.largest > largest_elements * itemsize:
+                problems.append(f"link {key[0]} -> {key[1]}: a message of {link.largest // itemsize:,} elements; "
+                                f"pipelined, no piece is larger than {largest_elements:,}")
+    if problems:
+        raise PerformanceShortfall("not a ring's traffic: " + problems[0] + "\n\n" + "\n".join(
+            f"  - {p}" for p in problems) + f"\n\n{traffic.table()}")
+
+
+# -- the modelled timeline ------------------------------------------------------------------------
+def timeline_of(result, gpu_key: str, buffer_bytes: int) -> Timeline:
+    """The call's modelled timeline on `gpu_key`, as on a buffer of MODEL_BUFFER_BYTES."""
+    proof = result.proof if getattr(result, "proof", None) is not None else result
+    ops = [op.as_dict() for op in proof.device.timeline]
+    return schedule(ops, proof.launches, perf_model.gpu(gpu_key), scale=MODEL_BUFFER_BYTES / max(buffer_bytes, 1))
+
+
+def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int = 1) -> dict:
+    """Stage 3's timeline: at most `max_waits` host waits between the first and the last copy,
+    copies and adds overlapping, and the modelled time against the reference's (the stage's `gpu`
+    threshold: full credit up to max_time_ratio, linear down to zero)."""
+    summary = {"source": "modelled", "gpu": stage.gpu.model_gpu, "seconds": mine.makespan_s,
+               "reference_seconds": reference.makespan_s, "overlap_seconds": mine.overlap_s(),
+               "reference_overlap_seconds": reference.overlap_s(), "host_waits": mine.waits_between_copies}
+    if mine.waits_between_copies > max_waits:
+        raise PerformanceShortfall(
+            f"the host waited {mine.waits_between_copies} times between the first and the last copy (allowed: "
+            f"{max_waits}): a synchronous ranks.copy, stream.synchronize() or cuda.synchronize() inside the loop "
+            f"stops every rank; order the work with events instead (e.record(stream); e.wait(other_stream))")
+    if mine.overlap_s() <= 0.0:
+        raise PerformanceShortfall("on the modelled timeline no add ever runs while a copy is in flight: copy on a "
+                                   "stream of its own (r.new_stream()) and add on r.stream, so that slice k + 1 "
+                                   "travels while slice k is added")
+    ratio = mine.makespan_s / reference.makespan_s if reference.makespan_s > 0 else 1.0
+    credit = stage.gpu.credit(ratio)
+    summary.update(ratio=round(ratio, 4), credit=credit, max_time_ratio=stage.gpu.max_time_ratio)
+    keep_timing(summary)
+    if credit < 1:
+        raise PartialCredit(
+            f"slower than the reference: modelled on {stage.gpu.model_gpu}s with a "
+            f"{MODEL_BUFFER_BYTES >> 20} MiB buffer, {mine.makespan_s * 1e6:.0f} us against the reference's "
+            f"{reference.makespan_s * 1e6:.0f} us ({ratio:.2f}x; full credit up to {stage.gpu.max_time_ratio:g}x); "
+            f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference: "
+            f"{reference.overlap_s() * 1e6:.0f} us); {credit:.0%} of the points", credit)
+    return summary
+
+
+__all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "expect_allreduced", "expect_no_host_traffic",
+           "expect_pipelined", "expect_ring_traffic", "expect_total_traffic", "rank_inputs", "ring_bound",
+           "timeline_of"]

@@ -1,0 +1,152 @@
+"""The all-reduce verdicts (grader/judge/collective.py) and the modelled multi-GPU timeline
+(grader/perf_model/timeline.py), on stream orders recorded from the real simulator."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import sim, wire
+from grader.backends.ranks import Ranks, devices_for
+from grader.judge.collective import (Traffic, expect_allreduced, expect_no_host_traffic, expect_pipelined,
+                                     expect_ring_traffic, expect_total_traffic, rank_inputs, ring_bound)
+from grader.judge.correctness import WrongAnswer
+from grader.judge.perf import PartialCredit, PerformanceShortfall
+from grader.judge.student import CallResult
+from grader.perf_model import gpu
+from grader.perf_model.timeline import schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def solution():
+    sys.path.insert(0, str(ROOT / "solutions"))
+    try:
+        import allreduce
+        yield allreduce
+    finally:
+        sys.path.remove(str(ROOT / "solutions"))
+        sys.modules.pop("allreduce", None)
+
+
+def _recorded(function, ranks, n, dtype=np.float32):
+    """The call as the device process would report it: outputs, launches, stream order."""
+    inputs = rank_inputs(np.random.default_rng(1), ranks, n, dtype)
+    with sim.installed(devices=8) as simulator:
+        helper = Ranks(ranks, devices_for(ranks, 8))
+        bufs = helper.upload(inputs)
+        simulator.streams.take_log()
+        with sim.trace() as launches:
+            function(helper, bufs)
+            helper.synchronize()
+        log, cut = simulator.streams.take_log()
+        outputs = [b.copy_to_host() for b in bufs]
+    report = wire.DeviceReport(1, [], [], [], [], [wire.StreamOp.parse(op, "op") for op in log], cut)
+    return CallResult(outputs, [], [l.summary() for l in launches], report, inputs), inputs
+
+
+def test_the_ring_moves_two_n_minus_one_chunks_per_link_and_rank(solution):
+    result, inputs = _recorded(solution.allreduce_ring, 4, 1003)
+    expect_allreduced(result.value, inputs, "ring")
+    traffic = Traffic.of(result, 4)
+    assert sorted(traffic.links) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    assert all(link.messages == 6 for link in traffic.links.values())
+    assert max(link.bytes for link in traffic.links.values()) <= ring_bound(1003, 4, 4) == 6 * 251 * 4
+    expect_ring_traffic(traffic, 1003, 4, messages_per_link=6)
+    expect_no_host_traffic(traffic, inputs[0].nbytes)
+    expect_total_traffic(traffic, inputs[0].nbytes)
+    assert "3 -> 0" in traffic.table() and "per rank" in traffic.table()
+
+
+def test_naive_moves_the_same_total_but_not_a_rings_maxima(solution):
+    ring, inputs = _recorded(solution.allreduce_ring, 4, 1003)
+    naive, _ = _recorded(solution.allreduce_naive, 4, 1003)
+    ring_t, naive_t = Traffic.of(ring, 4), Traffic.of(naive, 4)
+    assert naive_t.total == 2 * 3 * inputs[0].nbytes >= ring_t.total
+    expect_total_traffic(naive_t, inputs[0].nbytes)
+    with pytest.raises(PerformanceShortfall, match="not the ring's") as found:
+        expect_ring_traffic(naive_t, 1003, 4, messages_per_link=6)
+    assert "rank 0 receives 12,036 bytes" in str(found.value)
+
+
+def test_at_two_ranks_only_the_message_count_tells_naive_from_ring(solution):
+    naive, _ = _recorded(solution.allreduce_naive, 2, 1003)
+    traffic = Traffic.of(naive, 2)
+    expect_ring_traffic(traffic, 1003, 4)  # the same links and bytes
+    with pytest.raises(PerformanceShortfall, match="1 message"):
+        expect_ring_traffic(traffic, 1003, 4, messages_per_link=2)
+
+
+def test_int32_witnesses_name_the_missing_ranks():
+    inputs = rank_inputs(np.random.default_rng(3), 4, 10, np.int32)
+    partial = [inputs[0] + inputs[2]] + [sum(inputs)] * 3
+    with pytest.raises(WrongAnswer, match=r"rank 0's buffer .* contributions of ranks 0, 2 only: ranks 1, 3 missing"):
+        expect_allreduced(partial, inputs, "allreduce")
+    shifted = [np.roll(sum(inputs), 1)] * 4
+    with pytest.raises(WrongAnswer, match="another index"):
+        expect_allreduced(shifted, inputs, "allreduce")
+
+
+def test_float_sums_pass_within_a_tolerance_and_fail_outside_it():
+    inputs = rank_inputs(np.random.default_rng(4), 8, 100, np.float32)
+    exact = sum(x.astype(np.float64) for x in inputs)
+    expect_allreduced([exact.astype(np.float32)] * 8, inputs, "allreduce")
+    with pytest.raises(WrongAnswer, match="rank 5"):
+        expect_allreduced([exact.astype(np.float32)] * 5 + [(exact - inputs[3]).astype(np.float32)] * 3,
+                          inputs, "allreduce")
+
+
+def test_host_traffic_beyond_the_graders_copies_is_refused():
+    traffic = Traffic(2, host_bytes=4 * 400 + 400)
+    with pytest.raises(PerformanceShortfall, match="400 bytes went between the host"):
+        expect_no_host_traffic(traffic, 400)
+
+
+def _stage(ratio=1.15):
+    from grader.course.manifest import GpuThreshold, Stage
+
+    return Stage("allreduce", 3, "pipelined", "allreduce_pipelined", (), (), GpuThreshold("reference", ratio))
+
+
+def _timeline(result, n):
+    return schedule([op.as_dict() for op in result.device.timeline], result.launches, gpu("H100"),
+                    scale=(64 << 20) / (4 * n))
+
+
+def test_the_pipelined_ring_overlaps_copies_and_adds_and_beats_the_synchronous_ring(solution):
+    piped, _ = _recorded(solution.allreduce_pipelined, 4, 40009)
+    ring, _ = _recorded(solution.allreduce_ring, 4, 40009)
+    mine, sync = _timeline(piped, 40009), _timeline(ring, 40009)
+    assert mine.overlap_s() > 0 and mine.waits_between_copies == 0
+    assert sync.waits_between_copies > 10 and sync.overlap_s() < mine.overlap_s()
+    assert mine.makespan_s < 0.8 * sync.makespan_s, (mine.makespan_s, sync.makespan_s)
+    assert expect_pipelined(_stage(), mine, mine)["ratio"] == 1.0
+    with pytest.raises(PerformanceShortfall, match="host waited"):
+        expect_pipelined(_stage(), sync, mine)
+
+
+def test_a_slower_timeline_earns_partial_credit():
+    from grader.perf_model.timeline import Span, Timeline
+
+    def spans(end):
+        return [Span(0, "copy", 0, 1, 0.0, end, "copy", 0, 1), Span(1, "kernel", 1, 2, 0.0, end, "add")]
+
+    with pytest.raises(PartialCredit) as found:
+        expect_pipelined(_stage(1.0), Timeline(spans(1.5e-3), 0, 0), Timeline(spans(1e-3), 0, 0))
+    assert 0 < found.value.credit < 1
+
+
+def test_the_schedule_respects_stream_order_events_and_links():
+    g = gpu("H100")
+    copy = {"index": 0, "kind": "copy", "device": 0, "stream": 1, "tick": 1, "after": [], "name": "c",
+            "nbytes": 7_400_000, "src": 0, "dst": 1}  # 20 us of bytes + 10 us latency
+    waiting = {"index": 1, "kind": "kernel", "device": 1, "stream": 2, "tick": 1, "after": [[1, 1]], "name": "add"}
+    free = {"index": 2, "kind": "kernel", "device": 2, "stream": 3, "tick": 1, "after": [], "name": "add"}
+    t = schedule([copy, free, waiting], [], g)
+    c, f, w = t.spans
+    assert c.end_s == pytest.approx(c.start_s + 30e-6)
+    assert f.start_s == pytest.approx(2 * 10e-6) and f.start_s < c.end_s  # unordered: once the host issued it
+    assert w.start_s == pytest.approx(c.end_s)  # ordered after the copy (an event)
+    assert t.overlap_s() > 0 and t.host_waits == 0
