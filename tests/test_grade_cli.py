@@ -162,6 +162,17 @@ def test_a_students_copy_without_solutions_still_grades_performance_from_recorde
     assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout
 
 
+def test_a_students_copy_grades_the_pipelined_all_reduce_against_the_recorded_timeline(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    (course / "exercises").mkdir()
+    shutil.copy(ROOT / "solutions" / "allreduce.py", course / "exercises" / "allreduce.py")
+    done = gpugrade("check", "allreduce", "--stage", "3", "--backend", "sim", cwd=course)
+    assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout
+    assert "modelled" in done.stdout and "not gradable" not in done.stdout
+
+
 def test_recorded_reference_counters_are_those_of_the_current_solutions(tmp_path):
     """`gpugrade release` records them; a changed solution or simulator must be re-released."""
     import json

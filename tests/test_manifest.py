@@ -25,7 +25,7 @@ def parse(text):
 
 def test_the_course_manifest_loads_and_matches_the_course():
     m = manifest.find(ROOT)
-    assert set(m.exercises) == {"vector_add", "matmul", "reduction"}
+    assert set(m.exercises) == {"vector_add", "matmul", "reduction", "allreduce"}
     for name, ex in m.exercises.items():
         assert len(ex.stages) == 3, name
         assert (ROOT / "tests" / "exercises" / f"test_{name}.py").is_file()

@@ -45,8 +45,9 @@ class Copy:
 
 
 def _address(array) -> tuple[int, int]:
-    """[start, end) of the bytes a device array's view spans (its CUDA array interface)."""
-    face = array.__cuda_array_interface__
+    """[start, end) of the bytes a device array's view spans (its CUDA array interface; numba's
+    stock simulator's arrays have none: their host memory's addresses stand in)."""
+    face = getattr(array, "__cuda_array_interface__", None) or getattr(array, "_ary").__array_interface__
     start = int(face["data"][0])
     itemsize = array.dtype.itemsize
     strides = face.get("strides") or None
@@ -165,7 +166,7 @@ class Ranks:
 
     def owner(self, array) -> Rank | None:
         """The rank whose memory `array` (or a slice of it) is, or None."""
-        if not hasattr(array, "__cuda_array_interface__"):
+        if not (hasattr(array, "__cuda_array_interface__") or hasattr(array, "_ary")):
             return None
         start, end = _address(array)
         i = bisect.bisect(self._starts, start) - 1
