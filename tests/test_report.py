@@ -49,3 +49,26 @@ def test_markdown_and_html_hide_after_due_date_tests():
 def test_junit_is_well_formed():
     suite = ET.fromstring(render(sample(), "junit").split("?>", 1)[1])
     assert suite.get("failures") == "2" and len(suite.findall("testcase")) == 3
+
+
+def test_the_html_page_draws_a_collectives_ring_and_timeline():
+    from grader.report import pictures
+    from grader.report.results import Status
+
+    assert pictures.available(), "matplotlib (the pictures extra, in dev) is not installed"
+    traffic = {"ranks": 4, "host_bytes": 0, "links": [[0, 1, 6024, 6], [1, 2, 6024, 6], [2, 3, 6024, 6],
+                                                      [3, 0, 6024, 6], [0, 2, 4012, 1]]}
+    timing = {"source": "modelled", "gpu": "H100", "seconds": 1e-3, "ratio": 1.0, "buffer_bytes": 64 << 20,
+              "spans": [["copy", 1, 7, 0.0, 20.0], ["kernel", 1, 5, 20.0, 25.0], ["copy", 2, 8, 5.0, 30.0]]}
+    results = Results("sub", "sim", tests=[
+        TestResult("allreduce::ring_traffic[N=4]", "allreduce", 2, 2, 0, Status.FAILED, "not a ring's traffic",
+                   traffic=traffic),
+        TestResult("allreduce::pipelined_overlaps", "allreduce", 3, 3, 3, Status.PASSED, timing=timing)])
+    page = html_page(results)
+    svgs = [page[i:page.index("</svg>", i) + 6] for i in range(len(page)) if page.startswith("<svg", i)]
+    assert len(svgs) == 2
+    ring, timeline = (ET.fromstring(svg) for svg in svgs)  # well-formed, inline
+    ring_text = " ".join(t.text or "" for t in ring.iter() if t.tag.endswith("text"))
+    assert "rank 3" in ring_text and "6.02 KB" in ring_text and "1 msg" in ring_text
+    timeline_text = " ".join(t.text or "" for t in timeline.iter() if t.tag.endswith("text"))
+    assert "device 2, stream 8" in timeline_text and "hatched: copies" in timeline_text

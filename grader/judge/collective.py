@@ -24,6 +24,7 @@ from .perf import PartialCredit, PerformanceShortfall, keep_timing
 HOST = -1
 WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low byte (N <= 8)
 MODEL_BUFFER_BYTES = 64 << 20  # the timeline is modelled as on a buffer this large (nccl-tests sizes)
+MAX_SPANS = 2000  # operations kept for the timeline picture
 
 
 # -- inputs and the answer --------------------------------------------------------------------
@@ -81,6 +82,16 @@ def _names(ranks: list[int]) -> str:
 
 
 # -- traffic ------------------------------------------------------------------------------------
+_last_traffic: dict | None = None
+
+
+def take_traffic() -> dict | None:
+    """The traffic the current test counted last (for its result), and forget it."""
+    global _last_traffic
+    traffic, _last_traffic = _last_traffic, None
+    return traffic
+
+
 @dataclass
 class Link:
     bytes: int = 0
@@ -118,7 +129,14 @@ class Traffic:
                 link.largest = max(link.largest, op.nbytes)
         if proof.device.timeline_truncated:
             raise RuntimeError("the call issued more operations than the simulated GPUs log: traffic not counted")
+        global _last_traffic
+        _last_traffic = traffic.summary()
         return traffic
+
+    def summary(self) -> dict:
+        """As plain data, for the test's result (the feedback's table and ring diagram)."""
+        return {"ranks": self.ranks, "host_bytes": self.host_bytes,
+                "links": [[src, dst, link.bytes, link.messages] for (src, dst), link in sorted(self.links.items())]}
 
     def sent(self, rank: int) -> int:
         return sum(link.bytes for (src, _), link in self.links.items() if src == rank)
@@ -215,9 +233,16 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     """Stage 3's timeline: at most `max_waits` host waits between the first and the last copy,
     copies and adds overlapping, and the modelled time against the reference's (the stage's `gpu`
     threshold: full credit up to max_time_ratio, linear down to zero)."""
+    start = min((s.start_s for s in mine.spans), default=0.0)
     summary = {"source": "modelled", "gpu": stage.gpu.model_gpu, "seconds": mine.makespan_s,
                "reference_seconds": reference.makespan_s, "overlap_seconds": mine.overlap_s(),
-               "reference_overlap_seconds": reference.overlap_s(), "host_waits": mine.waits_between_copies}
+               "reference_overlap_seconds": reference.overlap_s(), "host_waits": mine.waits_between_copies,
+               "buffer_bytes": MODEL_BUFFER_BYTES,
+               # the feedback's picture: kernels and GPU-to-GPU copies per stream, in microseconds
+               "spans": [[s.kind, s.device, s.stream, round((s.start_s - start) * 1e6, 2),
+                          round((s.end_s - start) * 1e6, 2)] for s in mine.spans
+                         if s.kind == "kernel" or s.peer][:MAX_SPANS]}
+    keep_timing(summary)
     if mine.waits_between_copies > max_waits:
         raise PerformanceShortfall(
             f"the host waited {mine.waits_between_copies} times between the first and the last copy (allowed: "
@@ -230,7 +255,6 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     ratio = mine.makespan_s / reference.makespan_s if reference.makespan_s > 0 else 1.0
     credit = stage.gpu.credit(ratio)
     summary.update(ratio=round(ratio, 4), credit=credit, max_time_ratio=stage.gpu.max_time_ratio)
-    keep_timing(summary)
     if credit < 1:
         raise PartialCredit(
             f"slower than the reference: modelled on {stage.gpu.model_gpu}s with a "
@@ -241,6 +265,6 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     return summary
 
 
-__all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "expect_allreduced", "expect_no_host_traffic",
+__all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
            "expect_pipelined", "expect_ring_traffic", "expect_total_traffic", "rank_inputs", "ring_bound",
            "timeline_of"]

@@ -26,6 +26,7 @@ from ..report.results import NOT_RUN, Results, Status, TestResult
 from ..sandbox import Limits, SandboxSpec, make_sandbox
 from . import recorded_reference
 from .correctness import WrongAnswer
+from .collective import take_traffic
 from .perf import PartialCredit, take_timing
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
@@ -279,6 +280,7 @@ class GradingSession:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Correctness gates performance: a perf test of a stage with a failed test fails at once."""
         take_timing()  # nothing of an earlier test
+        take_traffic()
         key = (exercise_of(item), int(_marker_arg(item, "stage", 1)))
         if item.get_closest_marker("perf") is not None and key in self.failed_stages:
             from .perf import NeedsCorrectness
@@ -311,6 +313,7 @@ class GradingSession:
         timing = take_timing()
         if item.get_closest_marker("perf") is not None:
             result.timing = timing
+        result.traffic = take_traffic()
         self.results.tests.append(result)
         self._write_results()
 

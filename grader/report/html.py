@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import html
 
-from .results import Results, Status
+from . import pictures
+from .results import Results, Status, TestResult
 from .text import num, visible
 
 
@@ -16,6 +17,7 @@ def html_page(results: Results) -> str:
         f"<tr class='{t.status}'><td><code>{esc(t.name)}</code></td><td>{t.stage}</td>"
         f"<td>{num(t.score)}/{num(t.max_score)}</td>"
         f"<td>{'ok' if t.status == Status.PASSED else '<pre>' + esc(t.output.strip()) + '</pre>'}</td></tr>"
+        + _figures(t)
         for t in shown)
     note = f"<p>{hidden} more test(s) are hidden until after the due date.</p>" if hidden else ""
     return ("<!doctype html><html><head><meta charset='utf-8'><title>" + esc(results.submission) + "</title>"
@@ -26,3 +28,22 @@ def html_page(results: Results) -> str:
             f"{num(sum(t.max_score for t in shown))}</b> on the {esc(results.backend)} backend</p>"
             "<table><tr><th>test</th><th>stage</th><th>score</th><th>result</th></tr>" + rows + "</table>"
             + note + "</body></html>\n")
+
+
+def _figures(t: TestResult) -> str:
+    """The test's pictures, in a row of their own under it: a collective's traffic as a ring, a
+    modelled timeline of copies and adds per stream."""
+    figures = []
+    if t.traffic:
+        figures.append(pictures.ring_svg(t.traffic) or _missing())
+    spans = (t.timing or {}).get("spans")
+    if spans:
+        title = f"modelled on {t.timing.get('gpu', '')}s, {int(t.timing.get('buffer_bytes', 0)) >> 20} MiB buffer"
+        figures.append(pictures.timeline_svg(spans, title) or _missing())
+    if not figures:
+        return ""
+    return f"<tr class='figures'><td colspan='4'>{''.join(dict.fromkeys(figures))}</td></tr>"
+
+
+def _missing() -> str:
+    return "<p><i>(pictures need matplotlib: pip install 'gpugrade[pictures]')</i></p>"

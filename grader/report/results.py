@@ -59,6 +59,9 @@ class TestResult:
     # a performance test's time (grader.judge.perf: source "modelled" or "measured", gpu, seconds,
     # bound, bandwidth_fraction, reference_seconds, ratio, max_time_ratio, credit)
     timing: dict | None = None
+    # a collective's traffic between ranks (grader.judge.collective): ranks, links [[src, dst, bytes,
+    # messages]], host_bytes: the feedback's per-link table and ring diagram
+    traffic: dict | None = None
 
 
 @dataclass
