@@ -234,7 +234,14 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     copies and adds overlapping, and the modelled time against the reference's (the stage's `gpu`
     threshold: full credit up to max_time_ratio, linear down to zero)."""
     start = min((s.start_s for s in mine.spans), default=0.0)
+    ranks = len({s.device for s in mine.spans if s.kind == "kernel" or s.peer}) or 1
+    g = perf_model.gpu(stage.gpu.model_gpu)
+    # nccl-tests' definitions: algbw = S / t, busbw = algbw x 2 (N - 1) / N (the links' own rate)
+    busbw = MODEL_BUFFER_BYTES / mine.makespan_s * 2 * (ranks - 1) / ranks if mine.makespan_s > 0 else 0.0
     summary = {"source": "modelled", "gpu": stage.gpu.model_gpu, "seconds": mine.makespan_s,
+               "bound": "copies" if mine.busy_s("copy") >= mine.busy_s("kernel") else "adds",
+               "global_bytes": MODEL_BUFFER_BYTES * 2 * (ranks - 1) / ranks, "busbw_gbs": round(busbw / 1e9, 2),
+               "bandwidth_fraction": round(busbw / (g.peer_bandwidth_gbs * 1e9), 4),
                "reference_seconds": reference.makespan_s, "overlap_seconds": mine.overlap_s(),
                "reference_overlap_seconds": reference.overlap_s(), "host_waits": mine.waits_between_copies,
                "buffer_bytes": MODEL_BUFFER_BYTES,

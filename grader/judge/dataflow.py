@@ -23,23 +23,25 @@ from ..wire import DeviceReport
 from ..wire.messages import digest
 
 
-def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any) -> None:
+def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None) -> None:
+    """`labels`: how the messages name each input (default: "input array k")."""
+    labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     uploaded = {t.digest for t in report.uploads}
     copies: list[set[int]] = []  # per input: the uploads of it in this call
     for i, array in enumerate(inputs):
         key = digest(array)
         ids = {t.id for t in report.uploads if t.digest == key}
         if not ids:
-            raise WrongAnswer(f"input array {i + 1} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
+            raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
                               f"during the call: the kernels must read the inputs (copy each whole array with "
                               f"cuda.to_device, or pass it to the kernel)")
         copies.append(ids)
     for value in output if isinstance(output, (list, tuple)) else [output]:
-        _answer(report, value, uploaded, copies, inputs)
+        _answer(report, value, uploaded, copies, inputs, labels)
 
 
 def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[set[int]],
-            inputs: list[np.ndarray]) -> None:
+            inputs: list[np.ndarray], labels: list[str]) -> None:
     if value is None:
         return
     written = [t for t in report.downloads if t.kernel_written]
@@ -58,7 +60,7 @@ def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[s
                           "(was it computed on the host?)")
     for i, ids in enumerate(copies):
         if not any(ids & set(t.sources) for t in found):
-            raise WrongAnswer(f"the answer was not computed from input array {i + 1} "
+            raise WrongAnswer(f"the answer was not computed from {labels[i]} "
                               f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
 
 

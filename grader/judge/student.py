@@ -36,6 +36,7 @@ class CallResult:
     sent: list = field(default_factory=list)  # the arguments as the judge sent them
     # on a GPU machine: the same call on the simulator (its device report is the data-flow proof)
     proof: "CallResult | None" = None
+    ranks: bool = False  # a call with one buffer per rank (`sent[r]` is rank r's)
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,7 @@ class Student:
             self.connection.close()  # the runner's own code sends the buffers back: this is no answer of the student's
             raise RunnerError("the runner broke the protocol: a call with ranks must return one buffer per rank")
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
-        return CallResult(reply.returned, [], launches, device, sent)
+        return CallResult(reply.returned, [], launches, device, sent, ranks=True)
 
     def time(self, function: str, input_sets: list, *, timeout: float | None = None,
              returns: "Returns | None" = None, **options: Any) -> "TimedResult":
@@ -382,7 +383,7 @@ class BesideTheSimulator:
     def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
         on_gpu = self.gpu.call_ranks(function, buffers, timeout=timeout)
         on_sim = self.sim.call_ranks(function, buffers, timeout=timeout)
-        return CallResult(on_gpu.value, [], on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim)
+        return CallResult(on_gpu.value, [], on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim, ranks=True)
 
     def time(self, *args: Any, **kwargs: Any) -> "TimedResult":
         return self.gpu.time(*args, **kwargs)
@@ -416,9 +417,11 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     if proof.device is not None:
         from .dataflow import verify
 
-        chosen = range(len(proof.sent)) if inputs is None else inputs
-        arrays = [proof.sent[i] for i in chosen if isinstance(proof.sent[i], np.ndarray)]
-        verify(proof.device, arrays, proof.value if output is _RETURNED else _in_proof(output, result, proof))
+        chosen = [i for i in (range(len(proof.sent)) if inputs is None else inputs)
+                  if isinstance(proof.sent[i], np.ndarray)]
+        labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
+        verify(proof.device, [proof.sent[i] for i in chosen],
+               proof.value if output is _RETURNED else _in_proof(output, result, proof), labels)
 
 
 def _in_proof(value: Any, result: CallResult, proof: CallResult) -> Any:

@@ -289,6 +289,9 @@ class SimEvent:
     def elapsed_time(self, end: "SimEvent") -> float:
         if self.time_ms is None or end.time_ms is None:
             raise RuntimeError("elapsed_time: both events must be recorded first")
+        if self.device != end.device:  # two devices' clocks: CUDA refuses (invalid handle)
+            raise WrongDeviceError(f"elapsed_time of an event recorded on device {self.device} and one on device "
+                                   f"{end.device}: CUDA measures between events of one device only")
         return end.time_ms - self.time_ms
 
 

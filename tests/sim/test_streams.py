@@ -146,3 +146,13 @@ def test_peer_access_is_recorded_once(gpus):
     context.enable_peer_access(peer)
     with pytest.raises(RuntimeError, match="ALREADY_ENABLED"):
         context.enable_peer_access(peer)
+
+
+def test_elapsed_time_is_measured_between_events_of_one_device(gpus):
+    start = cuda.event()
+    start.record()
+    with cuda.gpus[1]:
+        end = cuda.event()
+        end.record()
+    with pytest.raises(sim.WrongDeviceError, match="one device only"):
+        start.elapsed_time(end)
