@@ -409,6 +409,14 @@ class HostAPI:
             out.copy_to_device(host)
         return out
 
+    def device_to_device(self, dst, src, size, stream=0):
+        """numba's `cudadrv.driver.device_to_device`: a whole-array copy between device arrays
+        (any device: counted as a peer copy when they differ)."""
+        if int(size) != dst.nbytes or int(size) != src.nbytes:
+            raise NotSimulatedError(f"device_to_device of {size} bytes between arrays of {src.nbytes} and "
+                                    f"{dst.nbytes} bytes: only whole-array copies are simulated")
+        dst.copy_to_device(src, stream)
+
     def device_array(self, shape, dtype=np.float64, strides=None, order="C", stream=0):
         return self._new(shape, dtype, False, order)
 

@@ -29,6 +29,7 @@ HOST_NAMES = (
 HOST_ALIASES = {
     "numba.cuda.api": {"current_context": "current_context"},
     "numba.cuda.cudadrv.devices": {"get_context": "current_context"},
+    "numba.cuda.cudadrv.driver": {"device_to_device": "device_to_device"},
 }
 
 

@@ -156,3 +156,14 @@ def test_elapsed_time_is_measured_between_events_of_one_device(gpus):
         end.record()
     with pytest.raises(sim.WrongDeviceError, match="one device only"):
         start.elapsed_time(end)
+
+
+def test_numbas_device_to_device_copies_between_simulated_devices(gpus):
+    from numba.cuda.cudadrv import driver
+
+    a = cuda.to_device(np.arange(8, dtype=np.float32))
+    with cuda.gpus[1]:
+        b = cuda.device_array(8, np.float32)
+    driver.device_to_device(b, a, a.nbytes)
+    np.testing.assert_array_equal(b.copy_to_host(), np.arange(8))
+    assert gpus.devices.links()[(0, 1)].bytes == 32
