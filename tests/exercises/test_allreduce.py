@@ -32,7 +32,7 @@ def _run(student, backend, rng, function, ranks, n, dtype=np.float32):
     result = student.call_ranks(function, inputs)
     expect_allreduced(result.value, inputs, f"{function}() with {ranks} ranks, n={n} {np.dtype(dtype).name}")
     require_kernel_launch(result, backend)  # the adds are kernels, every output computed from every input
-    expect_no_host_traffic(Traffic.of(result, ranks), inputs[0].nbytes)  # and nothing goes through the host
+    expect_no_host_traffic(Traffic.of(result, ranks, required=False), inputs[0].nbytes)  # nor through the host
     return result, inputs
 
 
