@@ -150,3 +150,16 @@ def test_the_schedule_respects_stream_order_events_and_links():
     assert f.start_s == pytest.approx(2 * 10e-6) and f.start_s < c.end_s  # unordered: once the host issued it
     assert w.start_s == pytest.approx(c.end_s)  # ordered after the copy (an event)
     assert t.overlap_s() > 0 and t.host_waits == 0
+
+
+def test_busbw_against_nccl_full_partial_and_none():
+    from grader.judge.collective import expect_busbw, modelled_nccl_busbw
+
+    nccl = modelled_nccl_busbw("H100")
+    assert nccl == pytest.approx(0.8 * 370e9)
+    assert expect_busbw(0.5 * nccl, nccl, 0.35, "modelled on H100s", "H100", 4)["credit"] == 1.0
+    with pytest.raises(PartialCredit) as found:
+        expect_busbw(0.3 * nccl, nccl, 0.35, "modelled on H100s", "H100", 4)
+    assert found.value.credit == pytest.approx((0.3 - 0.175) / 0.175, abs=1e-3)
+    with pytest.raises(PerformanceShortfall, match="far slower than NCCL"):
+        expect_busbw(0.1 * nccl, nccl, 0.35, "measured on 4 GPUs", "4 GPUs", 4)

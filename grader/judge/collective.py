@@ -281,6 +281,44 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     return summary
 
 
+# -- against NCCL ------------------------------------------------------------------------------------
+def modelled_busbw(timeline: Timeline, ranks: int) -> float:
+    """nccl-tests' bus bandwidth (bytes/s) of a modelled timeline, as on a MODEL_BUFFER_BYTES buffer."""
+    if timeline.makespan_s <= 0:
+        return 0.0
+    return MODEL_BUFFER_BYTES / timeline.makespan_s * 2 * (ranks - 1) / ranks
+
+
+def modelled_nccl_busbw(gpu_key: str) -> float:
+    """NCCL's all-reduce busbw on the preset, as the model takes it: a fraction of one peer link's
+    bandwidth (gpus.toml `nccl_busbw_fraction`; measured by benchmarks/allreduce_gpus.py)."""
+    g = perf_model.gpu(gpu_key)
+    return g.nccl_busbw_fraction * g.peer_bandwidth_gbs * 1e9
+
+
+def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str, ranks: int,
+                 nbytes: int = MODEL_BUFFER_BYTES) -> dict:
+    """The student's busbw (bytes/s) against NCCL's: full credit from `full_ratio` of it, linear
+    down to none at half that. `how`: "modelled on H100s, 64 MiB" or "measured on 4 GPUs"."""
+    ratio = mine / nccl if nccl > 0 else 0.0
+    credit = 1.0 if ratio >= full_ratio else max(0.0, round((ratio - full_ratio / 2) / (full_ratio / 2), 3))
+    bus_bytes = nbytes * 2 * (ranks - 1) / ranks
+    summary = {"source": how.split()[0], "gpu": gpu, "seconds": bus_bytes / mine if mine > 0 else float("inf"),
+               "reference_seconds": bus_bytes / nccl if nccl > 0 else 0.0, "baseline": "NCCL",
+               "ratio": round(1 / ratio, 4) if ratio > 0 else float("inf"), "bound": "links",
+               "global_bytes": bus_bytes, "bandwidth_fraction": round(ratio, 4),
+               "busbw_gbs": round(mine / 1e9, 2), "nccl_busbw_gbs": round(nccl / 1e9, 2),
+               "ratio_to_nccl": round(ratio, 4), "full_ratio": full_ratio, "credit": credit}
+    keep_timing(summary)
+    sentence = (f"busbw {mine / 1e9:.0f} GB/s ({how}) against NCCL's {nccl / 1e9:.0f} GB/s: {ratio:.2f}x "
+                f"(full credit from {full_ratio:g}x)")
+    if credit <= 0:
+        raise PerformanceShortfall(f"far slower than NCCL: {sentence}")
+    if credit < 1:
+        raise PartialCredit(f"slower than NCCL allows for full credit: {sentence}; {credit:.0%} of the points", credit)
+    return summary
+
+
 __all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
-           "expect_pipelined", "expect_ring_traffic", "expect_total_traffic", "rank_inputs", "ring_bound",
+           "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "rank_inputs", "ring_bound",
            "timeline_of"]

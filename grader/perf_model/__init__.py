@@ -42,6 +42,7 @@ class Gpu:
     peer_latency_us: float
     host_bandwidth_gbs: float
     host_issue_us: float
+    nccl_busbw_fraction: float
 
     @property
     def clock_hz(self) -> float:

@@ -27,7 +27,8 @@ def outcome(t) -> str:
     if t.status == Status.PASSED:
         timing = getattr(t, "timing", None)
         if timing:
+            baseline = f"{timing['baseline']}'s" if timing.get("baseline") else "the reference's"
             return (f"ok: {timing['source']} {timing['seconds'] * 1e6:.3g} us on {timing['gpu']}, "
-                    f"{timing['ratio']:.2f}x the reference's time")
+                    f"{timing['ratio']:.2f}x {baseline} time")
         return "ok"
     return first_line(t.output) or "failed"
