@@ -11,7 +11,10 @@ doc/PERFORMANCE.md and src/common.cu): the data checked once in an untimed run, 
 buffers WARMUP calls and TIMED calls, each under a host timer that stops once every rank is
 synchronised; the three are interleaved call by call (so drift hits all alike) and each one's
 median is reported: algbw = S / t, busbw = algbw * 2 (N - 1) / N (what each rank's links carry:
-comparable across N, and with the hardware's link bandwidth).
+comparable across N, and with the hardware's link bandwidth). The timing method, NCCL's set-up and
+the arithmetic are grader/backends/collective_timing.py's: the ones the grader uses when it times
+a student's all-reduce (`Student.time_ranks`) and NCCL's in the reference runner
+(`Student.nccl_allreduce`).
 
 What this calibrates: the stage-3 threshold "busbw >= a ratio of NCCL's busbw in the same run"
 (research: /work/shared/MULTIGPU.md 6.2). With fewer than 2 GPUs there is nothing to time: the
@@ -31,6 +34,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: the grader's timing method, NCCL's set-up and arithmetic
+    sys.path.insert(0, str(ROOT))
+
+from grader.backends.collective_timing import (algbw_gbs, allreduce_call, bus_factor, busbw_gbs,  # noqa: E402,F401
+                                               load_nccl, nccl_setup, nccl_version_text, seconds_of)
+
 WARMUP, TIMED = 5, 20
 REFERENCES = ("allreduce_ring", "allreduce_pipelined")
 
@@ -54,30 +63,9 @@ def size_text(nbytes: int) -> str:
     return str(nbytes)
 
 
-def bus_factor(ranks: int) -> float:
-    """busbw / algbw of an all-reduce: each rank sends and receives 2 (N - 1) / N of the buffer."""
-    return 2.0 * (ranks - 1) / ranks
-
-
-def algbw_gbs(nbytes: int, seconds: float) -> float:
-    """nccl-tests' algorithm bandwidth, GB/s (10^9 bytes): the buffer's size over the time."""
-    return nbytes / seconds / 1e9
-
-
-def busbw_gbs(nbytes: int, seconds: float, ranks: int) -> float:
-    return algbw_gbs(nbytes, seconds) * bus_factor(ranks)
-
-
 def rank_counts(wanted: list[int], gpus: int) -> list[int]:
     """The N of --ranks this machine can time: 2 <= N <= its GPUs (one GPU per rank)."""
     return [n for n in wanted if 2 <= n <= gpus]
-
-
-def nccl_version_text(code: int) -> str:
-    """ncclGetVersion's integer as x.y.z (from 2.9 on: x * 10000 + y * 100 + z; before: x * 1000 + y * 100 + z)."""
-    if code >= 10000:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
 # -- what the machine has ---------------------------------------------------------------------------
@@ -96,28 +84,6 @@ def count_gpus() -> tuple[int, str]:
         return len(names), ", ".join(names)
     except Exception as exc:  # noqa: BLE001 - the report says what it could not read
         return 0, f"no GPU ({type(exc).__name__}: {exc})"
-
-
-def load_nccl() -> tuple[object, object, dict]:
-    """(cupy, cupy.cuda.nccl, facts) or (None, None, facts saying why not); imported only here,
-    so that a machine without CuPy still times the references."""
-    try:
-        import cupy
-    except Exception as exc:  # noqa: BLE001 - ImportError, or CuPy failing to load its CUDA libraries
-        return None, None, {"cupy": None, "nccl": None,
-                            "why": f"no CuPy ({type(exc).__name__}: {exc}): pip install the `gpu` extra"}
-    facts = {"cupy": cupy.__version__, "nccl": None}
-    try:
-        from cupy.cuda import nccl
-    except Exception as exc:  # noqa: BLE001
-        return cupy, None, {**facts, "why": f"cupy.cuda.nccl does not import ({type(exc).__name__}: {exc})"}
-    if not getattr(nccl, "available", True) or not hasattr(nccl, "NcclCommunicator"):
-        return cupy, None, {**facts, "why": "cupy.cuda.nccl is not available (no NCCL library: nvidia-nccl-cu13)"}
-    try:
-        facts["nccl"] = nccl_version_text(int(nccl.get_version()))
-    except Exception as exc:  # noqa: BLE001
-        return cupy, None, {**facts, "why": f"NCCL does not load ({type(exc).__name__}: {exc})"}
-    return cupy, nccl, facts
 
 
 # -- the contenders: each a set-up returning (call, check) on prepared buffers -------------------------
@@ -140,9 +106,7 @@ def reference(name: str, ranks: int, count: int):
     hosts = inputs(ranks, count)
     bufs = helper.upload(hosts)
 
-    def call():
-        function(helper, bufs)
-        helper.synchronize()
+    call = allreduce_call(function, helper, bufs)
 
     def check_then_zero() -> bool:
         call()
@@ -158,21 +122,10 @@ def reference(name: str, ranks: int, count: int):
 
 
 def nccl_allreduce(cupy, nccl, ranks: int, count: int):
-    comms = nccl.NcclCommunicator.initAll(list(range(ranks)))
+    """NCCL's in-place all-reduce (grader/backends/collective_timing.py's set-up, the one the
+    reference runner times) on this script's inputs: (call, check_then_zero)."""
     hosts = inputs(ranks, count)
-    bufs, streams = [], []
-    for r in range(ranks):
-        with cupy.cuda.Device(r):
-            bufs.append(cupy.asarray(hosts[r]))
-            streams.append(cupy.cuda.Stream(non_blocking=True))
-
-    def call():
-        nccl.groupStart()
-        for comm, buf, stream in zip(comms, bufs, streams):  # in place, as the references
-            comm.allReduce(buf.data.ptr, buf.data.ptr, count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
-        nccl.groupEnd()
-        for stream in streams:
-            stream.synchronize()
+    call, bufs, _ = nccl_setup(cupy, nccl, hosts)
 
     def check_then_zero() -> bool:
         call()
@@ -196,14 +149,13 @@ def time_interleaved(calls: dict, warmup: int, timed: int) -> tuple[dict[str, li
         for name, call in calls.items():
             if name in errors:
                 continue
-            start = time.perf_counter()
             try:
-                call()
+                took = seconds_of(call)
             except Exception as exc:  # noqa: BLE001 - the others go on
                 errors[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 continue
             if i >= warmup:
-                seconds[name].append(time.perf_counter() - start)
+                seconds[name].append(took)
     return {n: t for n, t in seconds.items() if n not in errors}, errors
 
 
