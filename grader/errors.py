@@ -27,6 +27,12 @@ class RunnerError(GpugradeError):
         self.output = output
 
 
+class Unavailable(RunnerError):
+    """The runner cannot measure what was asked on this machine (no CuPy or NCCL, fewer GPUs than
+    ranks, a backend that times nothing): no failure of the student's, nor of the runner's; a test
+    reports it as not gradable here. `reason` says why."""
+
+
 class StudentCodeError(GpugradeError):
     """The student's code raised (or failed to import); `where` is file:line in their module."""
 

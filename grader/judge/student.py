@@ -14,7 +14,8 @@ import numpy as np
 from .. import wire
 from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
-from ..errors import ProtocolError, RunnerError, StudentCodeError
+from ..errors import ProtocolError, RunnerError, StudentCodeError, Unavailable
+from ..wire.messages import MAX_RANK_DEVICES
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
 
@@ -313,6 +314,74 @@ class Student:
                 _check_returned(function, out, returns)
         return TimedResult(reply.times_ms, reply.launches_per_call, reply.stopped, reply.device, reply.outputs, wall)
 
+    def gpu_count(self) -> int:
+        """The GPUs the runner's backend can spread an all-reduce's ranks over (its
+        `rank_devices()`: the machine's GPUs; 8 virtual devices on the simulator)."""
+        base, doc = self.connection.request({"op": "rank_devices"}, parse=lambda doc: (wire.Reply.parse(doc), doc))
+        if not base.ok:
+            raise RunnerError(f"the runner could not count its GPUs: {base.error.message}")
+        devices = doc.get("devices")
+        if isinstance(devices, bool) or not isinstance(devices, int) or not 1 <= devices <= MAX_RANK_DEVICES:
+            self.connection.close()
+            raise RunnerError(f"the runner broke the protocol: it counts {str(devices)[:40]!r} GPUs")
+        return devices
+
+    def time_ranks(self, function: str, ranks: int, count: int, *, warmup: int = 5, timed: int = 20,
+                   timeout: float | None = None) -> "RanksTiming":
+        """Time the student's all-reduce `function(ranks, bufs)` in the runner, the nccl-tests way
+        (grader/backends/collective_timing.py): `ranks` ranks as a call with ranks has them (rank r
+        on GPU r where the machine has enough, else all on GPU 0), float32 zero buffers of `count`
+        elements each, `warmup` calls untimed, then `timed` calls each timed on the host until
+        every rank is synchronised. The buffers must still be zeros afterwards (StudentCodeError
+        if not). The times are the student's process's: their sum is bounded by this side's clock
+        (RunnerError: a forged timing). `Unavailable` on a backend that times nothing."""
+        _check_collective(ranks, count, warmup, timed)
+        self._check_policy()
+        self._import(timeout)
+        message = {"op": "time_ranks", "module": self.module, "function": function, "ranks": ranks,
+                   "count": count, "warmup": warmup, "timed": timed}
+        started = time.monotonic()
+        reply, _ = self._timed(lambda t: self.connection.call(
+            message, t, SMALL_REPLY, lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks), report=False), timeout)
+        wall = time.monotonic() - started
+        if not reply.ok and reply.error.kind == "unavailable":
+            raise Unavailable(f"the student's all-reduce cannot be timed here: {reply.error.message}")
+        self._raise_for(reply)
+        self._check_clock(reply.seconds, wall)
+        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall)
+
+    def nccl_allreduce(self, ranks: int, count: int, *, warmup: int = 5, timed: int = 20,
+                       timeout: float | None = None) -> "RanksTiming":
+        """NCCL's in-place float32 all-reduce (CuPy's `cupy.cuda.nccl`), rank r on GPU r, timed in
+        this runner exactly as `time_ranks` times a student's: only in the trusted reference
+        runner (a student's process never reports the baseline it is graded against).
+        `Unavailable` (with the reason) where CuPy, NCCL or `ranks` GPUs are missing, or on the
+        simulator; RunnerError if NCCL itself fails."""
+        _check_collective(ranks, count, warmup, timed)
+        if not self.connection.trusted:
+            raise ValueError("NCCL is timed only in the trusted reference runner (the `reference` fixture), "
+                             "never in the student's")
+        message = {"op": "nccl_allreduce", "ranks": ranks, "count": count, "warmup": warmup, "timed": timed}
+        started = time.monotonic()
+        reply = self._timed(lambda t: self.connection.request(
+            message, timeout=t, parse=lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks)), timeout)
+        wall = time.monotonic() - started
+        if not reply.ok:
+            if reply.error.kind == "unavailable":
+                raise Unavailable(f"NCCL's all-reduce cannot be timed here: {reply.error.message}")
+            self.connection.close()  # whatever NCCL left behind, the next request gets a fresh runner
+            raise RunnerError(f"NCCL's all-reduce failed in the reference runner: {reply.error.type}: "
+                              f"{reply.error.message}")
+        self._check_clock(reply.seconds, wall)
+        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall)
+
+    def _check_clock(self, seconds: list[float], wall: float) -> None:
+        """Timed calls adding up to more than the wall time the judge waited cannot be true."""
+        if sum(seconds) > wall:
+            self.connection.close()
+            raise RunnerError(f"the runner's timed calls add up to {sum(seconds):.3f} s, more than the "
+                              f"{wall:.3f} s the judge waited: a forged timing")
+
     def copy_bandwidth(self, nbytes: int) -> float:
         """Bytes per second of a device-to-device copy of `nbytes` on this runner's GPU (read + write)."""
         base, doc = self.connection.request({"op": "copy_bandwidth", "nbytes": int(nbytes)},
@@ -361,6 +430,48 @@ class TimedResult:
         return (q[2] - q[0]) / self.median_ms
 
 
+@dataclass
+class RanksTiming:
+    """An all-reduce timed the nccl-tests way (`Student.time_ranks`, `Student.nccl_allreduce`):
+    the host seconds of each timed call (the call and every rank synchronised), on `ranks` rank
+    buffers of `nbytes` each spread over `devices` GPUs (1: the ranks emulated on one GPU), and
+    the wall time the judge waited for all of it."""
+
+    seconds: list[float]
+    ranks: int
+    nbytes: int
+    devices: int
+    judge_wall_s: float
+
+    @property
+    def median_s(self) -> float:
+        import statistics
+
+        return statistics.median(self.seconds)
+
+    def algbw_gbs(self) -> float:
+        """nccl-tests' algorithm bandwidth, GB/s (10^9 bytes): a rank buffer's bytes over the median."""
+        from ..backends.collective_timing import algbw_gbs
+
+        return algbw_gbs(self.nbytes, self.median_s)
+
+    def busbw_gbs(self) -> float:
+        """nccl-tests' bus bandwidth, GB/s: algbw * 2 (N - 1) / N (what each rank's links carry)."""
+        from ..backends.collective_timing import busbw_gbs
+
+        return busbw_gbs(self.nbytes, self.median_s, self.ranks)
+
+
+def _check_collective(ranks: int, count: int, warmup: int, timed: int) -> None:
+    """The judge's own request, checked before it is sent (the runner checks it again)."""
+    from ..backends.collective_timing import MAX_COUNT, MAX_TIMED, MAX_WARMUP
+
+    for name, value, low, high in (("ranks", ranks, 1, MAX_RANKS * 16), ("count", count, 1, MAX_COUNT),
+                                   ("warmup", warmup, 0, MAX_WARMUP), ("timed", timed, 1, MAX_TIMED)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name}: {value!r} is not an integer from {low} to {high}")
+
+
 _RETURNED = object()
 
 
@@ -390,6 +501,15 @@ class BesideTheSimulator:
 
     def copy_bandwidth(self, nbytes: int) -> float:
         return self.gpu.copy_bandwidth(nbytes)
+
+    def gpu_count(self) -> int:
+        return self.gpu.gpu_count()
+
+    def time_ranks(self, *args: Any, **kwargs: Any) -> "RanksTiming":
+        return self.gpu.time_ranks(*args, **kwargs)
+
+    def nccl_allreduce(self, *args: Any, **kwargs: Any) -> "RanksTiming":
+        return self.gpu.nccl_allreduce(*args, **kwargs)
 
     @property
     def stock_simulator(self) -> bool:

@@ -194,6 +194,89 @@ class Runner:
             return {"ok": False, "error": self._error(exc, importing=False)}
         return {"ok": True, **timing.summary(), "device": self.backend.device_name(), "outputs": outputs}
 
+    @staticmethod
+    def _collective_request(request: dict) -> tuple[int, int, int, int]:
+        """(ranks, count, warmup, timed) of a `time_ranks` or `nccl_allreduce` request, bounded."""
+        from ..backends.collective_timing import MAX_COUNT, MAX_TIMED, MAX_WARMUP
+        from ..backends.ranks import MAX_RANKS
+
+        values = []
+        for key, low, high in (("ranks", 1, MAX_RANKS * 16), ("count", 1, MAX_COUNT), ("warmup", 0, MAX_WARMUP),
+                               ("timed", 1, MAX_TIMED)):
+            value = request.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{key}: {value!r} is not an integer from {low} to {high}")
+            values.append(value)
+        return tuple(values)
+
+    def time_ranks(self, request: dict) -> dict:
+        """Time the student's all-reduce `function(ranks, bufs)` the nccl-tests way
+        (grader/backends/collective_timing.py): ranks as a call with ranks has them (one GPU per
+        rank where there are enough, peer access and the rank guard on a GPU), float32 zero
+        buffers of `count` elements per rank, `warmup` calls untimed, then `timed` calls each
+        timed on the host until every rank is synchronised. The buffers must still be zeros."""
+        from ..backends.collective_timing import first_nonzero, time_allreduce
+        from ..backends.rank_guard import rank_guard
+        from ..backends.ranks import Ranks, devices_for
+
+        try:
+            count_ranks, count, warmup, timed = self._collective_request(request)
+        except ValueError as exc:
+            return error_reply("protocol", "ProtocolError", f"time_ranks: {exc}")
+        if self.backend.kind != Kind.GPU:
+            return error_reply("unavailable", "Unavailable",
+                               f"the {self.backend.kind} backend times nothing (its times are modelled)")
+        try:
+            module = self._module(str(request["module"]))
+            function = getattr(module, str(request["function"]))
+        except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
+            return {"ok": False, "error": self._error(exc, importing=True)}
+        try:
+            devices = devices_for(count_ranks, self.backend.rank_devices())
+            ranks = Ranks(count_ranks, devices, enable_peer_access=True)
+            bufs = ranks.upload([np.zeros(count, np.float32) for _ in range(count_ranks)])
+            with rank_guard(ranks):  # as in a call with ranks: kernels touch their own rank's memory
+                seconds = time_allreduce(function, ranks, bufs, warmup, timed)
+            ranks.synchronize()
+            wrong = first_nonzero([b.copy_to_host() for b in bufs])
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+        if wrong is not None:
+            rank, index, value = wrong
+            message = (f"{request['function']}() changed the zero buffers it was timed on (rank {rank}'s element "
+                       f"{index} is {value!r} after {warmup + timed} calls): an all-reduce of zeros leaves zeros, "
+                       f"so this is not an all-reduce")
+            return error_reply("exception", "NotAnAllReduce", message, detail=message)
+        return {"ok": True, "seconds": seconds, "devices": len(set(devices))}
+
+    def nccl_allreduce(self, request: dict) -> dict:
+        """NCCL's in-place float32 all-reduce (CuPy), rank r on GPU r, timed as `time_ranks` times
+        the student's: for the reference runner (trusted) only; "unavailable" where CuPy, NCCL or
+        enough GPUs are missing, or on the simulator."""
+        from ..backends.collective_timing import TimingUnavailable, time_nccl_allreduce
+
+        try:
+            ranks, count, warmup, timed = self._collective_request(request)
+        except ValueError as exc:
+            return error_reply("protocol", "ProtocolError", f"nccl_allreduce: {exc}")
+        if self.backend.kind != Kind.GPU:
+            return error_reply("unavailable", "Unavailable", f"NCCL is timed on the gpu backend only, "
+                                                             f"not on the {self.backend.kind} backend")
+        try:
+            seconds, devices = time_nccl_allreduce(ranks, count, warmup, timed)
+        except TimingUnavailable as exc:
+            return error_reply("unavailable", "Unavailable", exc.reason)
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+        return {"ok": True, "seconds": seconds, "devices": devices}
+
+    def rank_devices(self) -> dict:
+        """How many GPUs (or virtual devices) an all-reduce's ranks can be spread over."""
+        try:
+            return {"ok": True, "devices": int(self.backend.rank_devices())}
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+
     def copy_bandwidth(self, request: dict) -> dict:
         """The median ms of a device-to-device copy of `nbytes` (the streaming kernels' ceiling)."""
         measure = getattr(self.backend, "copy_ms", None)
@@ -236,6 +319,12 @@ class Runner:
                 reply = self.time(request)
             elif op == "copy_bandwidth":
                 reply = self.copy_bandwidth(request)
+            elif op == "time_ranks":
+                reply = self.time_ranks(request)
+            elif op == "nccl_allreduce":
+                reply = self.nccl_allreduce(request)
+            elif op == "rank_devices":
+                reply = self.rank_devices()
             else:
                 reply = error_reply("protocol", "ProtocolError", f"unknown op {op!r}")
             sys.stdout.flush()

@@ -23,8 +23,10 @@ MAX_TEXT = 8000          # an error's detail, a traceback
 MAX_NAME = 200           # kernel, array and exception names
 MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
+# "unavailable": the machine cannot do what was asked (no CuPy or NCCL, fewer GPUs than ranks, a
+# backend that times nothing): not the student's failure, nor the runner's
 ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol",
-                         "context_lost"})
+                         "context_lost", "unavailable"})
 # counters[space requests] -> (their units, the accesses they serve)
 _REQUESTS = {"global_load_requests": ("global_load_sectors", "global_loads"),
              "global_store_requests": ("global_store_sectors", "global_stores"),
@@ -347,6 +349,43 @@ class TimingReply:
                    _number(doc.get("wall_s"), "wall_s"), stopped,
                    _text(doc.get("device", ""), "device", MAX_NAME),
                    [_returned(o, f"outputs[{i}]") for i, o in enumerate(outputs)])
+
+
+MAX_RANK_DEVICES = 1024
+
+
+@dataclass(frozen=True)
+class RanksTimingReply:
+    """The reply to `time_ranks` (a student's all-reduce) or `nccl_allreduce` (NCCL's, in the
+    reference runner): the host seconds of each timed call (call + every rank synchronised), and
+    how many GPUs the ranks were spread over; or the error. `timed` and `ranks`, where given, are
+    what the judge asked for: exactly `timed` seconds, at most `ranks` devices."""
+
+    ok: bool
+    seconds: list[float] = field(default_factory=list)
+    devices: int = 0
+    error: ErrorInfo | None = None
+
+    @classmethod
+    def parse(cls, doc: Any, timed: int | None = None, ranks: int | None = None) -> "RanksTimingReply":
+        base = Reply.parse(doc)
+        if not base.ok:
+            return cls(False, error=base.error)
+        seconds = []
+        for i, value in enumerate(_list(doc.get("seconds"), "seconds", MAX_TIMED_CALLS)):
+            value = _number(value, f"seconds[{i}]")
+            if not value > 0:
+                raise ProtocolError(f"seconds[{i}]: {value!r} is not a positive time")
+            seconds.append(float(value))
+        if not seconds:
+            raise ProtocolError("seconds: no timed call")
+        if timed is not None and len(seconds) != timed:
+            raise ProtocolError(f"seconds: {len(seconds)} timed calls for {timed} asked")
+        devices = _int(doc.get("devices"), "devices", 1)
+        most = MAX_RANK_DEVICES if ranks is None else ranks
+        if devices > most:
+            raise ProtocolError(f"devices: {devices}, more than {most}" + (f" for {ranks} ranks" if ranks else ""))
+        return cls(True, seconds, devices)
 
 
 def _returned(value: Any, where: str, depth: int = 0) -> Any:
