@@ -163,3 +163,11 @@ def test_busbw_against_nccl_full_partial_and_none():
     assert found.value.credit == pytest.approx((0.3 - 0.175) / 0.175, abs=1e-3)
     with pytest.raises(PerformanceShortfall, match="far slower than NCCL"):
         expect_busbw(0.1 * nccl, nccl, 0.35, "measured on 4 GPUs", "4 GPUs", 4)
+
+
+def test_a_measured_busbw_far_above_nccls_is_a_forged_timing():
+    from grader.errors import RunnerError
+    from grader.judge.collective import expect_busbw
+
+    with pytest.raises(RunnerError, match="forged"):
+        expect_busbw(400e9, 200e9, 0.35, "measured on 4 GPUs", "4 GPUs", 4)

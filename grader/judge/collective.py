@@ -25,6 +25,7 @@ HOST = -1
 WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low byte (N <= 8)
 MODEL_BUFFER_BYTES = 64 << 20  # the timeline is modelled as on a buffer this large (nccl-tests sizes)
 MAX_SPANS = 2000  # operations kept for the timeline picture
+FORGED_RATIO = 1.5  # a measured busbw this far above NCCL's on the same GPUs is not the student's
 
 
 # -- inputs and the answer --------------------------------------------------------------------
@@ -301,6 +302,11 @@ def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str
     """The student's busbw (bytes/s) against NCCL's: full credit from `full_ratio` of it, linear
     down to none at half that. `how`: "modelled on H100s, 64 MiB" or "measured on 4 GPUs"."""
     ratio = mine / nccl if nccl > 0 else 0.0
+    if how.startswith("measured") and ratio > FORGED_RATIO:
+        from ..errors import RunnerError  # times from the student's own process: a floor, as for kernels
+
+        raise RunnerError(f"the runner's all-reduce times give {ratio:.1f}x NCCL's bus bandwidth on the same GPUs: "
+                          f"not plausible (a forged timing)")
     credit = 1.0 if ratio >= full_ratio else max(0.0, round((ratio - full_ratio / 2) / (full_ratio / 2), 3))
     bus_bytes = nbytes * 2 * (ranks - 1) / ranks
     summary = {"source": how.split()[0], "gpu": gpu, "seconds": bus_bytes / mine if mine > 0 else float("inf"),
