@@ -1,0 +1,199 @@
+"""Exports of a batch's grades (the rows of its store): a CSV, Gradescope results, an nbgrader
+gradebook, each with the same late-penalty policy applied from the commit time."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import UsageError
+from ..report.gradescope import gradescope
+from .store import Row
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    """`per_day` of the score is removed for each started day after `deadline`, at most `cap` of
+    it. A row without a commit time (a plain folder) is never late: there is nothing to date it by."""
+
+    deadline: datetime | None = None
+    per_day: float = 0.0
+    cap: float = 1.0
+
+    def __post_init__(self):
+        if self.deadline is not None and self.deadline.utcoffset() is None:
+            raise ValueError("the deadline needs a time zone")
+        if not (self.per_day >= 0 and 0 <= self.cap <= 1):
+            raise ValueError(f"per_day must be >= 0 and cap in [0, 1], not {self.per_day} and {self.cap}")
+
+    def days_late(self, committed_at: datetime | None) -> int:
+        if self.deadline is None or committed_at is None:
+            return 0
+        late = (committed_at - self.deadline).total_seconds()
+        return math.ceil(late / DAY) if late > 0 else 0
+
+    def penalty(self, committed_at: datetime | None) -> float:
+        """The fraction of the score removed."""
+        return round(min(self.cap, self.per_day * self.days_late(committed_at)), 9)
+
+    def final(self, score: float, committed_at: datetime | None) -> float:
+        return round(score * (1 - self.penalty(committed_at)), 6)
+
+
+ON_TIME = LatePolicy()
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(round(x, 6))
+
+
+def _score(row: Row) -> float:
+    return row.score if row.status == "graded" else 0.0
+
+
+@contextmanager
+def _atomic(path: Path):
+    """A file that appears complete at `path` or not at all: readers of a file the batch keeps
+    rewriting never see half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], policy: LatePolicy = ON_TIME) -> None:
+    """One line per student: id, score, max, each exercise's score, status, reason, commit, commit
+    time, days late, penalty (a fraction) and the final score."""
+    with _atomic(Path(path)) as f:
+        out = csv.writer(f)
+        out.writerow(["student_id", "score", "max", *exercises, "status", "reason", "commit", "committed_at",
+                      "late_days", "penalty", "final"])
+        for row in rows:
+            score = _score(row)
+            out.writerow([
+                row.key.student_id, _number(score), _number(row.max_score),
+                *(_number(row.exercises[e][0]) if e in row.exercises else "" for e in exercises),
+                row.status, row.reason, row.key.commit,
+                row.committed_at.isoformat() if row.committed_at else "",
+                policy.days_late(row.committed_at), _number(policy.penalty(row.committed_at)),
+                _number(policy.final(score, row.committed_at)),
+            ])
+
+
+def _folder_name(student_id: str) -> str:
+    # the id names a folder: never one that leaves the export folder or hides in it
+    if not student_id or student_id in (".", "..") or any(c in student_id for c in "/\\\0") or student_id.startswith("."):
+        raise UsageError(f"student id {student_id!r} cannot name a folder")
+    return student_id
+
+
+def gradescope_doc(row: Row, policy: LatePolicy = ON_TIME) -> dict:
+    """Gradescope's results.json for one row; its top-level score is the final one."""
+    if row.results is None:
+        return {"score": 0.0, "output": f"Not graded: {row.reason}", "output_format": "text",
+                "visibility": "visible", "tests": []}
+    doc = gradescope(row.results)
+    if row.status != "graded":
+        doc["output"] += f"\nNot graded: {row.reason}"
+    score = _score(row)
+    days, penalty = policy.days_late(row.committed_at), policy.penalty(row.committed_at)
+    doc["score"] = policy.final(score, row.committed_at)
+    if penalty:
+        doc["output"] += (f"\nSubmitted {days} day{'s' if days != 1 else ''} late: {penalty:.0%} off, "
+                          f"{_number(score)} -> {_number(doc['score'])}.")
+    return doc
+
+
+def write_gradescope(rows: Iterable[Row], folder: str | Path, policy: LatePolicy = ON_TIME) -> int:
+    """`<folder>/<student_id>/results.json` per row; returns how many were written."""
+    count = 0
+    for row in rows:
+        with _atomic(Path(folder) / _folder_name(row.key.student_id) / "results.json") as f:
+            json.dump(gradescope_doc(row, policy), f, indent=1)
+        count += 1
+    return count
+
+
+@contextmanager
+def _alembic_on_path():
+    # nbgrader's Gradebook runs the `alembic` command when it creates a gradebook; from a venv
+    # that is not activated it is next to our interpreter, not on PATH
+    here = str(Path(sys.executable).parent)
+    before = os.environ.get("PATH", "")
+    add = shutil.which("alembic") is None and shutil.which("alembic", path=here) is not None
+    if add:
+        os.environ["PATH"] = here + os.pathsep + before
+    try:
+        yield
+    finally:
+        if add:
+            os.environ["PATH"] = before
+
+
+def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: LatePolicy = ON_TIME) -> int:
+    """Students, the assignment and its grades into an nbgrader gradebook (`sqlite:///gradebook.db`).
+
+    nbgrader grades notebooks cell by cell; here each exercise is a notebook of that name holding
+    one autograded code cell of that name, whose maximum is the exercise's. The commit time is the
+    submission's timestamp, the deadline the assignment's due date, and the late penalty (in points)
+    is set on each notebook, so nbgrader's own `score` is the final one. Rerunning updates in place
+    (manual grades and comments an instructor added stay). One writer at a time: nbgrader's sqlite
+    gradebook is not safe for concurrent writers. Returns how many students were written."""
+    try:
+        from nbgrader.api import Grade, Gradebook, MissingEntry, SubmittedNotebook
+    except ImportError as exc:
+        raise UsageError("the nbgrader export needs nbgrader: pip install 'gpugrade[export]'") from exc
+    rows = list(rows)
+    maxima: dict[str, float] = {}
+    for row in rows:
+        for exercise, (_, top) in row.exercises.items():
+            maxima[exercise] = max(maxima.get(exercise, 0.0), top)
+    with _alembic_on_path(), Gradebook(db_url) as gb:
+        gb.update_or_create_assignment(assignment, duedate=policy.deadline)
+        # the structure first: add_submission mirrors the assignment's notebooks and cells
+        cells = {}
+        for exercise, top in maxima.items():
+            gb.update_or_create_notebook(exercise, assignment)
+            cells[exercise] = gb.update_or_create_grade_cell(exercise, exercise, assignment, max_score=top,
+                                                             cell_type="code")
+        for row in rows:
+            student = row.key.student_id
+            gb.update_or_create_student(student)
+            submission = gb.update_or_create_submission(assignment, student, timestamp=row.committed_at)
+            penalty = policy.penalty(row.committed_at)
+            for exercise, cell in cells.items():
+                score = row.exercises.get(exercise, (0.0, 0.0))[0] if row.status == "graded" else 0.0
+                try:
+                    notebook = gb.find_submission_notebook(exercise, assignment, student)
+                except MissingEntry:  # an exercise new since this submission was first exported
+                    notebook = SubmittedNotebook(notebook=cell.notebook, assignment=submission)
+                    gb.db.add(notebook)
+                try:
+                    grade = gb.find_grade(exercise, exercise, assignment, student)
+                except MissingEntry:
+                    grade = Grade(cell_id=cell.id, notebook=notebook)
+                    gb.db.add(grade)
+                grade.auto_score = score
+                grade.needs_manual_grade = False
+                notebook.late_submission_penalty = round(score * penalty, 6)
+            gb.db.commit()
+    return len(rows)

@@ -1,0 +1,241 @@
+"""The results store: every graded submission of a batch, keyed so that a rerun skips what is done.
+
+A row is keyed by (student, assignment, commit, grader version, course version): the same commit
+graded by the same grader against the same course is the same grade, so the batch asks `has(key)`
+before grading and `put`s after. Anything else (a new commit, a changed test, a grader upgrade)
+is a new key and is graded again.
+
+Storage goes through SQLAlchemy: an embedded sqlite file by default (`Store("out/store.sqlite")`),
+and any SQLAlchemy URL (`postgresql+psycopg://host/db`, ...) where one file on one machine is too
+small, e.g. many batch hosts writing to one server. Crash safety comes from the database alone:
+each `put` is one transaction and there is no state outside it, so a `kill -9` at any moment
+leaves either the whole row or nothing. On sqlite the journal is WAL with `synchronous=FULL`
+(a committed row survives a power loss too; WAL needs a local filesystem, not NFS). Open one
+`Store` per process: an engine must not cross a fork.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from sqlalchemy import (JSON, CheckConstraint, Column, Float, Index, Integer, MetaData, String, Table, Text,
+                        UniqueConstraint, create_engine, delete, event, func, inspect, insert, select, update)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from ..report.results import Results
+
+STATUSES = ("graded", "error")  # "error": no grade could be made (a repository that cannot be fetched, ...)
+KEY = ("student_id", "assignment", "commit", "grader_version", "course_version")
+
+_meta = MetaData()
+graded = Table(
+    "graded", _meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("student_id", String(128), nullable=False),
+    Column("assignment", String(128), nullable=False),
+    Column("commit", String(64), nullable=False),
+    Column("grader_version", String(128), nullable=False),
+    Column("course_version", String(64), nullable=False),
+    Column("score", Float, nullable=False),
+    Column("max_score", Float, nullable=False),
+    Column("exercises", JSON, nullable=False),                   # {exercise: [score, max]}
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("results", JSON(none_as_null=True), nullable=True),   # Results.to_dict()
+    # UTC ISO 8601 text with microseconds: portable across databases, keeps the zone (sqlite's
+    # DateTime drops it) and sorts in time order as text
+    Column("committed_at", String(40), nullable=True),
+    Column("graded_at", String(40), nullable=False),
+    Column("attempt", Integer, nullable=False),                  # 1, then +1 per regrade of the key
+    UniqueConstraint(*KEY, name="uq_graded_key"),
+    CheckConstraint("status IN ('graded', 'error')", name="ck_graded_status"),
+    Index("ix_graded_assignment_student", "assignment", "student_id"),
+)
+
+
+@dataclass(frozen=True)
+class Key:
+    student_id: str
+    assignment: str
+    commit: str
+    grader_version: str
+    course_version: str
+
+
+@dataclass(frozen=True)
+class Row:
+    key: Key
+    score: float
+    max_score: float
+    exercises: dict[str, tuple[float, float]]
+    status: str
+    reason: str
+    committed_at: datetime | None
+    graded_at: datetime
+    results: Results | None
+    attempt: int = 1
+
+
+def _utc_text(when: datetime) -> str:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"a naive datetime ({when.isoformat()}) is ambiguous: give it a time zone")
+    return when.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _is_key(key: Key):
+    return [graded.c[name] == getattr(key, name) for name in KEY]
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")   # readers (exports) never block the batch's writes
+    cursor.execute("PRAGMA synchronous=FULL")   # per connection: a commit is on disk when it returns
+    cursor.close()
+
+
+class Store:
+    """The graded submissions of one batch folder (or of one server database)."""
+
+    def __init__(self, url_or_path: str | Path):
+        text = str(url_or_path)
+        url = make_url(text) if "://" in text else make_url(f"sqlite:///{Path(text).resolve()}")
+        self.url = url
+        if url.get_backend_name() == "sqlite":
+            # wait for another process's write instead of failing with "database is locked"
+            self.engine = create_engine(url, connect_args={"timeout": 60})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True)
+        try:
+            _meta.create_all(self.engine)
+        except OperationalError:
+            # two processes creating the schema at once: the loser's CREATE fails, the table is there
+            if not inspect(self.engine).has_table("graded"):
+                raise
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def has(self, key: Key) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(select(graded.c.id).where(*_is_key(key)).limit(1)).first() is not None
+
+    def put(self, key: Key, results: Results | None, *, status: str, reason: str = "",
+            committed_at: datetime | None = None) -> None:
+        """Record one graded submission in one transaction; a row already there for the key is
+        replaced (a regrade) and its attempt counted up."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+        if status == "graded" and results is None:
+            raise ValueError("a graded row needs its Results")
+        values = {
+            "score": results.score if results else 0.0,
+            "max_score": results.max_score if results else 0.0,
+            "exercises": {e: list(results.subtotal(e)) for e in results.exercises()} if results else {},
+            "status": status, "reason": reason,
+            "results": results.to_dict() if results else None,
+            "committed_at": None if committed_at is None else _utc_text(committed_at),
+            "graded_at": _utc_text(datetime.now(timezone.utc)),
+        }
+        for tries_left in (1, 0):
+            try:
+                with self.engine.begin() as conn:
+                    done = conn.execute(update(graded).where(*_is_key(key))
+                                        .values(**values, attempt=graded.c.attempt + 1))
+                    if done.rowcount == 0:
+                        conn.execute(insert(graded).values(**{n: getattr(key, n) for n in KEY}, **values, attempt=1))
+                return
+            except IntegrityError:
+                # another writer inserted the same key between our update and insert: now it is
+                # there, so the update path applies
+                if not tries_left:
+                    raise
+
+    def latest(self, assignment: str) -> list[Row]:
+        """One row per student of `assignment`: the key graded most recently, by student id."""
+        newest_first = func.row_number().over(partition_by=graded.c.student_id,
+                                              order_by=(graded.c.graded_at.desc(), graded.c.id.desc()))
+        ranked = select(graded, newest_first.label("newest")).where(graded.c.assignment == assignment).subquery()
+        query = select(ranked).where(ranked.c.newest == 1).order_by(ranked.c.student_id)
+        with self.engine.connect() as conn:
+            return [_row(r) for r in conn.execute(query).mappings()]
+
+    def assignments(self) -> list[str]:
+        """The assignments with rows here (what an export of a batch folder offers)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(graded.c.assignment).distinct().order_by(graded.c.assignment)).scalars())
+
+    def forget(self, assignment: str, student_ids: list[str]) -> int:
+        """Delete every row of these students for `assignment`, so the next batch grades them
+        again; returns how many rows went. No ids forget nothing (never the whole class)."""
+        if not student_ids:
+            return 0
+        with self.engine.begin() as conn:
+            return conn.execute(delete(graded).where(graded.c.assignment == assignment,
+                                                     graded.c.student_id.in_(list(student_ids)))).rowcount
+
+
+def _row(r) -> Row:
+    return Row(
+        key=Key(*(r[n] for n in KEY)),
+        score=r["score"], max_score=r["max_score"],
+        exercises={e: (float(s), float(m)) for e, (s, m) in r["exercises"].items()},
+        status=r["status"], reason=r["reason"],
+        committed_at=None if r["committed_at"] is None else datetime.fromisoformat(r["committed_at"]),
+        graded_at=datetime.fromisoformat(r["graded_at"]),
+        results=None if r["results"] is None else Results.from_dict(r["results"]),
+        attempt=r["attempt"],
+    )
+
+
+def grader_version() -> str:
+    """The installed gpugrade version; run from a git checkout, plus its short commit and "+dirty"
+    when grader/ has changes (committed or not, a changed grader may grade differently)."""
+    try:
+        version = metadata.version("gpugrade")
+    except metadata.PackageNotFoundError:
+        from .. import __version__ as version
+    package = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    # an installed copy inside some other repository (a venv in a project) is not a checkout of ours
+    if not top or Path(top).resolve() / "grader" != package:
+        return version
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return version
+    dirty = git("status", "--porcelain", "--", str(package))
+    return f"{version}+{commit}" + ("+dirty" if dirty else "")
+
+
+def course_version(course_root: str | Path) -> str:
+    """A digest of what decides a grade in the course: course.toml, the grading tests and the
+    reference solutions (sorted paths and their bytes); the first 16 hex digits of a sha256."""
+    root = Path(course_root)
+    files = [root / "course.toml", *(root / "tests" / "exercises").glob("*.py"), *(root / "solutions").glob("*.py")]
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        data = path.read_bytes()  # a course without course.toml is no course: FileNotFoundError
+        name = path.relative_to(root).as_posix().encode()
+        # lengths first: no two different file sets hash the same bytes
+        digest.update(b"%d:%s%d:" % (len(name), name, len(data)) + data)
+    return digest.hexdigest()[:16]

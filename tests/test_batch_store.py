@@ -1,0 +1,342 @@
+"""The batch's results store on a real sqlite file (a real kill -9 included), and its exports."""
+
+import csv
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import jsonschema
+import pytest
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
+
+from gradescope_schema import RESULTS
+from grader.batch.export import LatePolicy, gradescope_doc, write_csv, write_gradescope, write_nbgrader
+from grader.batch.store import Key, Store, course_version, grader_version, graded
+from grader.errors import UsageError
+from grader.report.results import Results, Status, TestResult
+from grader.wire.messages import Finding
+
+ROOT = Path(__file__).resolve().parents[1]
+UTC = timezone.utc
+DEADLINE = datetime(2025, 3, 1, 23, 59, tzinfo=UTC)
+
+
+def results(student: str, points: tuple[float, float] = (2, 3)) -> Results:
+    r = Results(submission=student, backend="sim", seed="s1", execution_time=1.5)
+    r.tests = [
+        TestResult("vector_add::edge", "vector_add", 1, 2, points[0], Status.PASSED if points[0] == 2 else Status.FAILED),
+        TestResult("matmul::tiled", "matmul", 2, 5, points[1], Status.FAILED, "out of bounds at line 7\ntrace",
+                   finding=Finding("bounds", "IndexError", "a[33] out of bounds", kernel="mm", file="matmul.py",
+                                   line=7, block=(1, 0, 0), thread=(1, 0, 0), array="a", index=(33,)),
+                   timing={"source": "modelled", "seconds": 1e-3, "ratio": 1.2}),
+    ]
+    return r
+
+
+def key(student="alice", commit="c1", assignment="hw1", grader="0.1.0", course="abc") -> Key:
+    return Key(student, assignment, commit, grader, course)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "store.sqlite") as s:
+        yield s
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+def test_put_has_and_the_row_it_gives_back(store):
+    assert not store.has(key())
+    when = datetime(2025, 3, 1, 12, 0, tzinfo=timezone(timedelta(hours=-5)))
+    store.put(key(), results("alice"), status="graded", committed_at=when)
+    assert store.has(key())
+    for other in (key(commit="c2"), key(grader="0.2.0"), key(course="def"), key(assignment="hw2"), key("bob")):
+        assert not store.has(other)
+    [row] = store.latest("hw1")
+    assert row.key == key() and row.status == "graded" and row.reason == "" and row.attempt == 1
+    assert (row.score, row.max_score) == (5, 7)
+    assert row.exercises == {"vector_add": (2, 2), "matmul": (3, 5)}
+    assert row.committed_at == when and row.committed_at.utcoffset() == timedelta(0)  # kept as UTC
+    assert row.graded_at.tzinfo is not None and abs(row.graded_at - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def test_results_round_trip_through_json(store):
+    original = results("alice")
+    store.put(key(), original, status="graded")
+    [row] = store.latest("hw1")
+    assert row.results == original
+    assert row.results.tests[1].finding.index == (33,) and row.results.tests[1].status is Status.FAILED
+
+
+def test_the_key_is_unique_in_the_database_itself(store):
+    store.put(key(), results("alice"), status="graded")
+    with store.engine.begin() as conn, pytest.raises(IntegrityError):
+        conn.execute(insert(graded).values(student_id="alice", assignment="hw1", commit="c1", grader_version="0.1.0",
+                                           course_version="abc", score=0, max_score=0, exercises={}, status="graded",
+                                           reason="", graded_at="x", attempt=1))
+
+
+def test_regrade_replaces_the_row_and_counts_the_attempt(store):
+    store.put(key(), results("alice", (0, 0)), status="graded")
+    store.put(key(), results("alice", (2, 5)), status="graded")
+    store.put(key(), results("alice", (2, 4)), status="graded")
+    [row] = store.latest("hw1")
+    assert row.attempt == 3 and row.score == 6
+    with store.engine.connect() as conn:
+        assert len(conn.execute(graded.select()).all()) == 1
+
+
+def test_latest_is_the_most_recently_graded_key_per_student(store):
+    store.put(key("alice", "c1"), results("alice", (0, 0)), status="graded")
+    store.put(key("bob", "b1"), results("bob"), status="graded")
+    store.put(key("alice", "c2"), results("alice", (2, 5)), status="graded")
+    store.put(key("carol", "x", assignment="hw2"), results("carol"), status="graded")
+    rows = store.latest("hw1")
+    assert [(r.key.student_id, r.key.commit, r.score) for r in rows] == [("alice", "c2", 7), ("bob", "b1", 5)]
+    store.put(key("alice", "c1"), results("alice", (1, 1)), status="graded")  # regrading c1 makes it the latest
+    assert [r.key.commit for r in store.latest("hw1")] == ["c1", "b1"]
+    assert store.assignments() == ["hw1", "hw2"]
+
+
+def test_error_rows_and_status_validation(store):
+    store.put(key("dave"), None, status="error", reason="repository not found: /repos/dave.git")
+    [row] = store.latest("hw1")
+    assert (row.status, row.reason, row.score, row.exercises, row.results) == (
+        "error", "repository not found: /repos/dave.git", 0, {}, None)
+    with pytest.raises(ValueError, match="status"):
+        store.put(key(), results("alice"), status="done")
+    with pytest.raises(ValueError, match="Results"):
+        store.put(key(), None, status="graded")
+    with pytest.raises(ValueError, match="time zone"):
+        store.put(key(), results("alice"), status="graded", committed_at=datetime(2025, 1, 1))
+    assert not store.has(key())
+
+
+def test_forget_removes_only_those_students_of_that_assignment(store):
+    for s in ("alice", "bob", "carol"):
+        store.put(key(s, "c1"), results(s), status="graded")
+    store.put(key("alice", "c2"), results("alice"), status="graded")
+    store.put(key("alice", assignment="hw2"), results("alice"), status="graded")
+    assert store.forget("hw1", ["alice", "bob", "nobody"]) == 3
+    assert store.forget("hw1", []) == 0
+    assert [r.key.student_id for r in store.latest("hw1")] == ["carol"]
+    assert store.has(key("alice", assignment="hw2"))
+
+
+def test_a_path_is_a_sqlite_file_in_wal_mode_and_a_url_opens_the_same(tmp_path):
+    path = tmp_path / "store.sqlite"
+    with Store(str(path)) as s:
+        s.put(key(), results("alice"), status="graded")
+    with Store(f"sqlite:///{path}") as s:
+        assert s.has(key())
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+CHILD = """
+import sys
+from grader.batch.store import Key, Store
+from grader.report.results import Results, TestResult
+path, run, progress = sys.argv[1:]
+store = Store(path)
+big = "x" * 20000  # a few hundred KB per row: a kill often lands inside a write
+with open(progress, "a") as log:
+    for i in range(10**9):
+        r = Results(submission=str(i), backend="sim",
+                    tests=[TestResult(f"ex{j}::t", f"ex{j}", 1, 2.0, float(i % 3), "passed", big) for j in range(20)])
+        student = f"s{i % 20}"  # 20 new rows, then regrades of them
+        store.put(Key(student, "hw1", run, "g", "c"), r, status="graded")
+        log.write(f"{student} {i}\\n")
+        log.flush()
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_moment_leaves_whole_rows_and_a_working_store(tmp_path):
+    path, progress = tmp_path / "store.sqlite", tmp_path / "progress"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rng = random.Random(13)
+    for run in ("r0", "r1", "r2", "r3"):
+        progress.write_text("")
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), run, str(progress)], env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not progress.read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert progress.read_text(), "the child never wrote a row"
+            time.sleep(rng.uniform(0.0, 0.6))
+        finally:
+            child.kill()  # SIGKILL
+            child.wait()
+        assert child.returncode == -9
+        committed: dict[str, int] = {}
+        for line in progress.read_text().splitlines():
+            student, i = line.split()
+            committed[student] = int(i)
+
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        with Store(path) as s:
+            rows = {r.key.student_id: r for r in s.latest("hw1") if r.key.commit == run}
+            # every put that returned is there, with the grade it wrote or a later one
+            assert set(committed) <= set(rows)
+            for student, row in rows.items():
+                i = int(row.results.submission)
+                assert i >= committed.get(student, 0) and f"s{i % 20}" == student
+                assert row.score == 20 * (i % 3) and row.max_score == 40
+                assert row.exercises == {f"ex{j}": (i % 3, 2) for j in range(20)}
+                assert all(t.output == "x" * 20000 for t in row.results.tests)
+            s.put(Key("after", "hw1", run, "g", "c"), results("after"), status="graded")
+            assert s.has(Key("after", "hw1", run, "g", "c"))
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+def test_grader_version_is_the_installed_one_plus_the_checkout():
+    from importlib import metadata
+    v = grader_version()
+    assert v == grader_version() and v.startswith(metadata.version("gpugrade"))
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # tests run from a checkout, unless from an exported tree
+        assert head.stdout.strip() in v
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "grader"],
+                               capture_output=True, text=True).stdout.strip()
+        assert v.endswith("+dirty") == bool(dirty)
+
+
+def make_course(root: Path) -> Path:
+    (root / "tests" / "exercises").mkdir(parents=True)
+    (root / "solutions").mkdir()
+    (root / "course.toml").write_text("[exercises]\n")
+    (root / "tests" / "exercises" / "test_add.py").write_text("def test_add(): pass\n")
+    (root / "solutions" / "add.py").write_text("def add(a, b): return a + b\n")
+    return root
+
+
+def test_course_version_is_stable_and_changes_with_what_grades(tmp_path):
+    course = make_course(tmp_path / "course")
+    v = course_version(course)
+    assert len(v) == 16 and int(v, 16) >= 0 and course_version(course) == v
+    (course / "README.md").write_text("not graded")
+    (course / "exercises").mkdir()
+    (course / "exercises" / "add.py").write_text("# the student's stub")
+    assert course_version(course) == v
+    (course / "tests" / "exercises" / "test_add.py").write_text("def test_add(): assert False\n")
+    changed = course_version(course)
+    assert changed != v
+    (course / "solutions" / "add.py").write_text("def add(a, b): return b + a\n")
+    assert course_version(course) not in (v, changed)
+    assert len({course_version(ROOT), course_version(ROOT)}) == 1
+
+
+# --- exports -------------------------------------------------------------------------------------
+
+def rows_of(store):
+    store.put(key("alice"), results("alice"), status="graded", committed_at=DEADLINE - timedelta(hours=1))
+    store.put(key("bob"), results("bob", (0, 5)), status="graded", committed_at=DEADLINE + timedelta(days=1.5))
+    store.put(key("carol"), None, status="error", reason="repository not found")
+    return store.latest("hw1")
+
+
+def test_late_policy_arithmetic():
+    p = LatePolicy(DEADLINE, per_day=0.1, cap=0.3)
+    assert (p.days_late(DEADLINE), p.penalty(DEADLINE), p.final(10, DEADLINE)) == (0, 0, 10)
+    assert p.days_late(DEADLINE - timedelta(days=3)) == 0 and p.penalty(None) == 0
+    late = DEADLINE + timedelta(days=1.5)
+    assert (p.days_late(late), p.penalty(late), p.final(10, late)) == (2, 0.2, 8)
+    assert p.days_late(DEADLINE + timedelta(seconds=1)) == 1
+    assert p.penalty(DEADLINE + timedelta(days=10)) == 0.3  # the cap
+    assert LatePolicy(None, per_day=0.5).penalty(late) == 0
+    assert LatePolicy(DEADLINE, per_day=0.6).final(10, DEADLINE + timedelta(days=2)) == 0  # default cap: all of it
+    with pytest.raises(ValueError):
+        LatePolicy(datetime(2025, 3, 1))
+    with pytest.raises(ValueError):
+        LatePolicy(DEADLINE, cap=1.5)
+
+
+def test_csv_has_a_line_per_student_with_exercises_and_the_penalty(store, tmp_path):
+    out = tmp_path / "grades.csv"
+    write_csv(rows_of(store), out, ["vector_add", "matmul"], LatePolicy(DEADLINE, per_day=0.1))
+    with out.open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert list(lines[0]) == ["student_id", "score", "max", "vector_add", "matmul", "status", "reason", "commit",
+                              "committed_at", "late_days", "penalty", "final"]
+    alice, bob, carol = lines
+    assert (alice["score"], alice["max"], alice["vector_add"], alice["matmul"], alice["final"]) == ("5", "7", "2", "3", "5")
+    assert alice["committed_at"] == "2025-03-01T22:59:00+00:00" and alice["late_days"] == "0"
+    assert (bob["score"], bob["late_days"], bob["penalty"], bob["final"]) == ("5", "2", "0.2", "4")
+    assert (carol["status"], carol["reason"], carol["score"], carol["vector_add"], carol["final"]) == (
+        "error", "repository not found", "0", "", "0")
+
+
+def test_csv_is_replaced_atomically(store, tmp_path):
+    out = tmp_path / "grades.csv"
+    rows = rows_of(store)
+    write_csv(rows[:1], out, ["vector_add"])
+    before = out.read_text()
+
+    def broken():
+        yield rows[1]
+        raise RuntimeError("the batch died mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_csv(broken(), out, ["vector_add"])
+    assert out.read_text() == before  # never half a file
+    write_csv(rows, out, ["vector_add"])
+    assert len(out.read_text().splitlines()) == 4
+    assert not list(tmp_path.glob("*.tmp"))  # no temp file left behind
+
+
+def test_gradescope_files_follow_the_schema_and_carry_the_final_score(store, tmp_path):
+    policy = LatePolicy(DEADLINE, per_day=0.1)
+    assert write_gradescope(rows_of(store), tmp_path / "gs", policy) == 3
+    docs = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "gs").glob("*/results.json")}
+    assert sorted(docs) == ["alice", "bob", "carol"]
+    for doc in docs.values():
+        jsonschema.validate(doc, RESULTS)
+    assert docs["alice"]["score"] == 5 and len(docs["alice"]["tests"]) == 2
+    assert docs["bob"]["score"] == 4 and "2 days late: 20% off, 5 -> 4" in docs["bob"]["output"]
+    assert docs["carol"]["score"] == 0 and "repository not found" in docs["carol"]["output"]
+
+
+def test_gradescope_refuses_a_student_id_that_leaves_the_folder(store):
+    store.put(key("../evil"), results("x"), status="graded")
+    with pytest.raises(UsageError, match="cannot name a folder"):
+        write_gradescope(store.latest("hw1"), store.url.database + ".gs")
+    assert gradescope_doc(store.latest("hw1")[0])["score"] == 5
+
+
+def test_nbgrader_gradebook_gets_students_the_assignment_and_grades(store, tmp_path):
+    api = pytest.importorskip("nbgrader.api")
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    rows = rows_of(store)
+    policy = LatePolicy(DEADLINE, per_day=0.1)
+    assert write_nbgrader(rows, db, "hw1", policy) == 3
+    assert write_nbgrader(rows, db, "hw1", policy) == 3  # a rerun updates in place
+    with api.Gradebook(db) as gb:
+        assert sorted(s.id for s in gb.students) == ["alice", "bob", "carol"]
+        hw1 = gb.find_assignment("hw1")
+        assert hw1.max_score == 7 and hw1.duedate == DEADLINE.replace(tzinfo=None)
+        assert sorted(n.name for n in hw1.notebooks) == ["matmul", "vector_add"]
+        alice, bob, carol = (gb.find_submission("hw1", s) for s in ("alice", "bob", "carol"))
+        assert (alice.score, alice.late_submission_penalty) == (5, 0)
+        assert gb.find_grade("matmul", "matmul", "hw1", "alice").auto_score == 3
+        assert not alice.needs_manual_grade
+        assert bob.score == 5 and bob.late_submission_penalty == pytest.approx(1.0)  # 20% of 5 points
+        assert bob.timestamp == (DEADLINE + timedelta(days=1.5)).replace(tzinfo=None)
+        assert carol.score == 0
+        assert len(gb.db.query(api.Grade).all()) == 6
+
+
+def test_nbgrader_missing_says_how_to_install_it(monkeypatch, store):
+    monkeypatch.setitem(sys.modules, "nbgrader", None)
+    monkeypatch.setitem(sys.modules, "nbgrader.api", None)
+    with pytest.raises(UsageError, match=r"pip install 'gpugrade\[export\]'"):
+        write_nbgrader([], "sqlite:///unused.db", "hw1")
