@@ -13,6 +13,10 @@ class CourseError(UsageError):
     """The course tree (tests/exercises, solutions/, manifest) is missing or malformed."""
 
 
+class RosterError(UsageError):
+    """The class roster (a CSV of student_id, repo[, ref]) is unreadable or has malformed rows."""
+
+
 # A message across the judge/runner boundary is malformed: defined in grader.wire, which imports
 # nothing of the grader, and named here with the others.
 from .wire.frames import ProtocolError  # noqa: E402,F401
