@@ -65,8 +65,126 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("--no-counters", action="store_true",
                      help="do not re-record the reference solutions' simulator counters")
 
+    def batch_options(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
+        cmd.add_argument("--out", required=True, help="the batch folder: results store, feedback pages, grades.csv")
+        cmd.add_argument("--assignment", default="", help="the assignment's name in the store (default: the roster's)")
+        cmd.add_argument("--jobs", type=int, default=2, help="submissions graded at once by the local pool")
+        cmd.add_argument("--dask", default=None,
+                         help="grade on Dask: local:N (a LocalCluster of N workers) or tcp://HOST:PORT (a scheduler)")
+        cmd.add_argument("--deadline", default=None,
+                         help="grade the last commit at or before this time (ISO 8601; committer dates: see docs/BATCH.md)")
+        common(cmd)
+
+    b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv")
+    batch_options(b)
+    b.add_argument("--force", action="store_true", help="grade again what the store already holds")
+
+    rg = sub.add_parser("regrade", help="grade some students of a batch again")
+    batch_options(rg)
+    rg.add_argument("students", nargs="+", metavar="STUDENT", help="student ids of the roster")
+
+    ex = sub.add_parser("export", help="grades of a batch folder: CSV, Gradescope, nbgrader")
+    ex.add_argument("folder", help="the batch's --out folder")
+    ex.add_argument("--assignment", default="", help="the assignment (default: the only one in the store)")
+    ex.add_argument("--csv", help="write one row per student here")
+    ex.add_argument("--gradescope", help="write <student>/results.json under this folder")
+    ex.add_argument("--nbgrader", help="an nbgrader gradebook database URL (sqlite:///gradebook.db)")
+    ex.add_argument("--deadline", default=None, help="late penalties from commit time (ISO 8601)")
+    ex.add_argument("--late-per-day", type=float, default=0.0, help="fraction of the score off per started day late")
+    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off")
+    ex.add_argument("--course", help="course folder (default: found from the current folder upwards)")
+
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
     return p
+
+
+def _deadline(text: str | None):
+    if not text:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--deadline {text!r}: not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _need_batch_extra() -> None:
+    try:
+        import distributed  # noqa: F401
+        import sqlalchemy  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"batch grading needs the batch extra ({exc.name} is missing): "
+                         f"pip install 'gpugrade[batch]'") from None
+
+
+def _batch(args, course: Course, backend: Kind) -> int:
+    _need_batch_extra()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from .batch.run import Options, run_batch
+
+    options = Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
+                      docker_image=args.docker_image or "", timeout=args.timeout,
+                      submission_timeout=args.submission_timeout, deadline=_deadline(args.deadline), seed=args.seed)
+    failures = 0
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[failed]} not graded"), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("grading", total=None, failed=0)
+
+        def on_progress(outcome, done: int, total: int) -> None:
+            nonlocal failures
+            failures += outcome.results is None and not outcome.skipped
+            progress.update(task, completed=done, total=total, failed=failures,
+                            description=f"grading ({outcome.student_id} {'skipped' if outcome.skipped else 'done'})")
+
+        summary = run_batch(Path(args.roster), Path(args.out), course, options, assignment=args.assignment,
+                            jobs=args.jobs, dask=args.dask, force=getattr(args, "force", False),
+                            only=getattr(args, "students", None), on_progress=on_progress)
+    print(f"{summary.graded} graded, {summary.skipped} already graded, {summary.failed} not graded "
+          f"in {summary.seconds:.1f} s -> {Path(args.out) / 'grades.csv'}")
+    return 0
+
+
+def _export(args) -> int:
+    _need_batch_extra()
+    from .batch import export
+    from .batch.store import Store
+
+    folder = Path(args.folder)
+    store_path = folder / "store.sqlite"
+    if not store_path.is_file():
+        raise UsageError(f"{folder} is not a batch folder (no store.sqlite): run gpugrade batch ... --out {folder}")
+    with Store(store_path) as store:
+        assignment = args.assignment or _only_assignment(store, folder)
+        rows = store.latest(assignment)
+    policy = export.LatePolicy(_deadline(args.deadline), args.late_per_day, args.late_cap)
+    course = _course(args)
+    if not (args.csv or args.gradescope or args.nbgrader):
+        raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")
+    if args.csv:
+        export.write_csv(rows, Path(args.csv), course.exercises(), policy)
+        print(f"wrote {args.csv} ({len(rows)} students)")
+    if args.gradescope:
+        export.write_gradescope(rows, Path(args.gradescope), policy)
+        print(f"wrote {args.gradescope}/<student>/results.json ({len(rows)} students)")
+    if args.nbgrader:
+        export.write_nbgrader(rows, args.nbgrader, assignment, policy)
+        print(f"wrote {len(rows)} students' grades of {assignment} to {args.nbgrader}")
+    return 0
+
+
+def _only_assignment(store, folder: Path) -> str:
+    names = store.assignments()
+    if len(names) != 1:
+        raise UsageError(f"{folder} holds {len(names)} assignments ({', '.join(names) or 'none'}): pick one "
+                         f"with --assignment")
+    return names[0]
 
 
 def _course(args) -> Course:
@@ -101,6 +219,8 @@ def run(argv: list[str] | None = None) -> int:
         for fact in facts():
             print(f"{'ok ' if fact.ok else '-- '} {fact.name:<22} {fact.value}")
         return 0
+    if args.command == "export":
+        return _export(args)
     course = _course(args)
     if args.command == "release":
         from .course.release import release
@@ -118,6 +238,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0 if results.exit_code == 0 else results.exit_code
     backend = resolve(args.backend)
     sandbox = SandboxSpec(args.sandbox, args.docker_image, args.gpus)
+    if args.command in ("batch", "regrade"):
+        return _batch(args, course, backend)
     if args.command == "validate":
         from .course import validate
 

@@ -1,0 +1,268 @@
+"""`gpugrade batch`: a whole class graded, in parallel, resumable after any crash.
+
+Each roster entry is one job: fetch the submission (grader.batch.submissions: only the files the
+course names, no hook or filter of the student's repository runs), then grade it (grading.grade:
+the judge in a child process, student code in its sandboxes). Jobs run on a local pool of
+`--jobs` workers, or on Dask (`--dask local:N` starts a LocalCluster of N single-threaded workers;
+`--dask tcp://host:port` uses a running scheduler: workers started by dask-jobqueue on a Slurm
+cluster, docs/BATCH.md). Jobs return plain data; only this process writes the results store
+(grader.batch.store), one transaction per submission, then the student's feedback pages and a
+fresh grades.csv. A kill -9 at any moment loses at most the jobs in flight: the same command
+again skips every submission the store already holds for the same (student, assignment, commit,
+grader version, course version), so nothing recorded is graded twice.
+
+On a GPU machine the timing jobs must not share a GPU: with Dask each job asks for the resource
+`GPU=1` when the backend is gpu (workers started with `--resources GPU=1` each), so at most one
+runs per GPU; the local pool runs one job at a time on the gpu backend for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+from ..course import Course
+from ..report.results import Results
+from .roster import Entry, read_roster
+
+GRADES_CSV = "grades.csv"
+STORE_FILE = "store.sqlite"
+FEEDBACK = "feedback"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every job needs to grade one submission (plain data: it travels to Dask workers)."""
+
+    course_root: str
+    exercises: tuple[str, ...]
+    backend: str = "sim"
+    sandbox: str = "process"
+    docker_image: str = ""
+    timeout: float | None = None
+    submission_timeout: float = 1800.0
+    deadline: datetime | None = None
+    seed: str = ""
+
+
+@dataclass
+class Outcome:
+    """One job's result, as plain data."""
+
+    student_id: str
+    commit: str | None = None
+    committed_at: datetime | None = None
+    results: dict | None = None  # Results.to_dict()
+    problem: str = ""            # why it could not be graded (a clear reason, the student's row says it)
+    skipped: bool = False        # already in the store for the same key
+    seconds: float = 0.0
+
+
+def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str]]) -> Outcome:
+    """Fetch and grade one roster entry (runs in a pool thread or on a Dask worker). `graded`:
+    the (student, commit) pairs the store already holds for this grader and course version."""
+    from ..grading import grade
+    from ..sandbox import SandboxSpec
+    from .submissions import fetch
+
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"gpugrade-batch-{entry.student_id}-"))
+    try:
+        fetched = fetch(entry, list(options.exercises), work / "submission", deadline=options.deadline)
+        outcome = Outcome(entry.student_id, fetched.commit, fetched.committed_at)
+        if fetched.problem:
+            outcome.problem = fetched.problem
+        elif (entry.student_id, fetched.commit or "") in graded:
+            outcome.skipped = True
+        else:
+            course = Course(Path(options.course_root))
+            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image)
+            results = grade(fetched.folder, list(options.exercises), backend=options.backend, course=course,
+                            seed=options.seed, timeout=options.timeout, name=entry.student_id, sandbox=sandbox,
+                            submission_timeout=options.submission_timeout)
+            outcome.results = results.to_dict()  # a missing exercise file scores 0 there, with its reason
+        outcome.seconds = time.monotonic() - started
+        return outcome
+    except Exception as exc:  # noqa: BLE001 - one submission's failure is its row's reason, never the batch's
+        return Outcome(entry.student_id, problem=f"the grader failed on this submission: {exc!r}",
+                       seconds=time.monotonic() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass
+class Summary:
+    graded: int = 0
+    skipped: int = 0
+    failed: int = 0   # could not be graded (fetch problems, grader failures)
+    seconds: float = 0.0
+    rows: list = field(default_factory=list)
+
+
+class Batch:
+    """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment."""
+
+    def __init__(self, out: Path, course: Course, assignment: str):
+        from .store import Store, course_version, grader_version
+
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / FEEDBACK).mkdir(exist_ok=True)
+        self.course = course
+        self.assignment = assignment
+        self.store = Store(self.out / STORE_FILE)
+        self.grader_version = grader_version()
+        self.course_version = course_version(course.root)
+
+    def key(self, student_id: str, commit: str):
+        from .store import Key
+
+        return Key(student_id, self.assignment, commit or "", self.grader_version, self.course_version)
+
+    def graded(self, entries: list[Entry]) -> frozenset[tuple[str, str]]:
+        """(student, commit) of this assignment already in the store for this grader and course."""
+        return frozenset((row.key.student_id, row.key.commit) for row in self.store.latest(self.assignment)
+                         if row.key.grader_version == self.grader_version
+                         and row.key.course_version == self.course_version and row.status == "graded")
+
+    def record(self, outcome: Outcome) -> None:
+        """Store one job's outcome (one transaction), then its feedback pages."""
+        if outcome.skipped:
+            return
+        key = self.key(outcome.student_id, outcome.commit or "")
+        if outcome.results is None:
+            self.store.put(key, None, status="error", reason=outcome.problem, committed_at=outcome.committed_at)
+            self._pages(outcome.student_id, None, outcome.problem)
+            return
+        results = Results.from_dict(outcome.results)
+        self.store.put(key, results, status="graded", committed_at=outcome.committed_at)
+        self._pages(outcome.student_id, results, "")
+
+    def _pages(self, student_id: str, results: Results | None, problem: str) -> None:
+        from ..report import render
+
+        folder = self.out / FEEDBACK
+        if results is None:
+            text = f"# {student_id}\n\nNot graded: {problem}\n"
+            _write(folder / f"{student_id}.md", text)
+            _write(folder / f"{student_id}.html", f"<!doctype html><meta charset='utf-8'><title>{_esc(student_id)}"
+                                                   f"</title><h1>{_esc(student_id)}</h1><p>Not graded: "
+                                                   f"{_esc(problem)}</p>\n")
+            return
+        _write(folder / f"{student_id}.md", render(results, "markdown"))
+        _write(folder / f"{student_id}.html", render(results, "html"))
+
+    def write_grades(self) -> Path:
+        """grades.csv from the store (atomically replaced: readers never see half a file)."""
+        from .export import write_csv
+
+        path = self.out / GRADES_CSV
+        write_csv(self.store.latest(self.assignment), path, self.course.exercises())
+        return path
+
+
+def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
+              jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
+              on_progress: Callable[[Outcome, int, int], None] | None = None) -> Summary:
+    """Grade every roster entry not yet graded; the store, pages and grades.csv are in `out`.
+    `force`: grade again what is stored; `only`: just these students (`gpugrade regrade`)."""
+    entries = read_roster(roster)
+    if only:
+        unknown = sorted(set(only) - {e.student_id for e in entries})
+        if unknown:
+            from ..errors import UsageError
+
+            raise UsageError(f"not in the roster {roster}: {', '.join(unknown)}")
+        entries = [e for e in entries if e.student_id in set(only)]
+    batch = Batch(out, course, assignment or Path(roster).stem)
+    if force:
+        batch.store.forget(batch.assignment, [e.student_id for e in entries])
+    graded = batch.graded(entries)
+    summary = Summary()
+    started = time.monotonic()
+    done = 0
+
+    def finished(outcome: Outcome) -> None:
+        nonlocal done
+        batch.record(outcome)
+        done += 1
+        if outcome.skipped:
+            summary.skipped += 1
+        elif outcome.results is None:
+            summary.failed += 1
+        else:
+            summary.graded += 1
+        batch.write_grades()
+        if on_progress is not None:
+            on_progress(outcome, done, len(entries))
+
+    try:
+        if dask:
+            _on_dask(dask, entries, options, graded, finished, jobs)
+        else:
+            _on_pool(entries, options, graded, finished, 1 if options.backend == "gpu" else max(1, jobs))
+        batch.write_grades()
+        summary.seconds = time.monotonic() - started
+        summary.rows = batch.store.latest(batch.assignment)
+    finally:
+        batch.store.close()
+    return summary
+
+
+def _on_pool(entries, options, graded, finished, jobs: int) -> None:
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpugrade-batch") as pool:
+        pending: set[Future] = {pool.submit(grade_entry, e, options, graded) for e in entries}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished(future.result())
+
+
+def _on_dask(address: str, entries, options, graded, finished, jobs: int) -> None:
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if address.startswith("local:") or address == "local":
+        workers = int(address.split(":", 1)[1]) if ":" in address else max(1, jobs)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               resources={"GPU": 1} if options.backend == "gpu" else None)
+        client = Client(cluster)
+    else:
+        client = Client(address)
+    try:
+        resources = {"GPU": 1} if options.backend == "gpu" else None
+        futures = [client.submit(grade_entry, e, options, graded, key=f"grade-{e.student_id}-{os.getpid()}",
+                                 resources=resources, pure=False) for e in entries]
+        for future in as_completed(futures):
+            try:
+                outcome = future.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that died: that submission's reason
+                index = futures.index(future)
+                outcome = Outcome(entries[index].student_id, problem=f"the Dask worker failed: {exc!r}")
+            finished(outcome)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _esc(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+__all__ = ["Batch", "Options", "Outcome", "Summary", "grade_entry", "run_batch"]

@@ -1,0 +1,207 @@
+"""`gpugrade batch`: a class of real local git repositories graded in one command, resumable
+after a kill -9, on the local pool and on a real Dask LocalCluster (grader/batch/run.py)."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = (ROOT / "solutions" / "vector_add.py").read_text()
+STUB = (ROOT / "exercises" / "vector_add.py").read_text()
+GIT_ENV = {"GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@example.com", "GIT_COMMITTER_NAME": "s",
+           "GIT_COMMITTER_EMAIL": "s@example.com", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+
+
+def _repo(tmp: Path, name: str, files: dict[str, str], hook: str | None = None) -> Path:
+    """A bare repository with one commit of `files` (a value starting with '->' is a symlink)."""
+    work, bare = tmp / "work" / name, tmp / "repos" / f"{name}.git"
+    work.mkdir(parents=True)
+    _git("init", "-q", "-b", "main", cwd=work)
+    for path, text in files.items():
+        target = work / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if text.startswith("->"):
+            os.symlink(text[2:], target)
+        else:
+            target.write_text(text)
+    _git("add", "-A", cwd=work)
+    _git("commit", "-q", "-m", "submission", cwd=work)
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    _git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp)
+    if hook:
+        hooks = bare / "hooks"
+        for name_ in ("post-checkout", "post-merge", "post-receive", "pre-commit", "reference-transaction"):
+            (hooks / name_).write_text(f"#!/bin/sh\necho ran > {hook}\n")
+            (hooks / name_).chmod(0o755)
+    return bare
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """A course with the vector_add exercise only (quick to grade), as instructors lay it out."""
+    root = tmp_path_factory.mktemp("course")
+    (root / "tests" / "exercises").mkdir(parents=True)
+    shutil.copy(ROOT / "course.toml", root / "course.toml")
+    shutil.copy(ROOT / "tests" / "exercises" / "test_vector_add.py", root / "tests" / "exercises")
+    (root / "solutions").mkdir()
+    shutil.copy(ROOT / "solutions" / "vector_add.py", root / "solutions")
+    (root / "exercises").mkdir()
+    shutil.copy(ROOT / "exercises" / "vector_add.py", root / "exercises")
+    return root
+
+
+def _roster(tmp: Path, rows: list[tuple[str, str]]) -> Path:
+    path = tmp / "roster.csv"
+    path.write_text("student_id,repo\n" + "".join(f"{sid},{repo}\n" for sid, repo in rows))
+    return path
+
+
+def _batch(course: Path, roster: Path, out: Path, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
+                           "--timeout", "10", "--submission-timeout", "60", *extra],
+                          cwd=course, capture_output=True, text=True, timeout=timeout)
+
+
+def _grades(out: Path) -> dict[str, dict]:
+    with open(out / "grades.csv", newline="") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
+    marker = tmp_path / "hook-ran"
+    broken_guard = SOLUTION.replace("    if i < out.size:\n", "    if True:\n", 1)
+    rows = [
+        ("alice", _repo(tmp_path, "alice", {"exercises/vector_add.py": SOLUTION})),
+        ("bob", _repo(tmp_path, "bob", {"vector_add.py": STUB})),
+        ("carol", _repo(tmp_path, "carol", {"vector_add.py": broken_guard})),
+        ("dave", tmp_path / "repos" / "dave-never-pushed.git"),
+        ("erin", _repo(tmp_path, "erin", {"vector_add.py": SOLUTION.replace("def vector_add(", "def vector_add(:", 1)})),
+        ("frank", _repo(tmp_path, "frank", {"vector_add.py": SOLUTION.replace(
+            "    d_a = cuda.to_device(a)\n", "    while True:\n        pass\n", 1)})),
+        ("grace", _repo(tmp_path, "grace", {"vector_add.py": "->/etc/passwd"}, hook=str(marker))),
+        ("heidi", _plain(tmp_path, SOLUTION)),
+    ]
+    out = tmp_path / "out"
+    done = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    grades = _grades(out)
+    assert set(grades) == {s for s, _ in rows}
+    full = float(grades["alice"]["max"])
+    assert float(grades["alice"]["score"]) == full > 0 and grades["alice"]["status"] == "graded"
+    assert float(grades["heidi"]["score"]) == full
+    assert float(grades["bob"]["score"]) == 0
+    assert 0 < float(grades["carol"]["score"]) < full
+    assert grades["dave"]["status"] == "error" and "not" in grades["dave"]["reason"].lower()
+    assert float(grades["erin"]["score"]) == 0 and "syntax" in (out / "feedback" / "erin.md").read_text().lower()
+    assert float(grades["frank"]["score"]) < full
+    assert grades["grace"]["status"] == "error" and "symlink" in grades["grace"]["reason"]
+    assert not marker.exists(), "a hook of the student's repository ran"
+    assert (out / "feedback" / "alice.html").read_text().startswith("<!doctype html>")
+    # the same command again grades nothing: every key is in the store
+    again = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
+    assert again.returncode == 0 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried
+    assert _grades(out) == grades
+    # exports read the store: CSV with late penalties, one Gradescope results.json per student
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv"),
+                               "--gradescope", str(tmp_path / "gs"), "--deadline", "2000-01-01T00:00:00+00:00",
+                               "--late-per-day", "0.1", "--late-cap", "0.5"], cwd=course, capture_output=True,
+                              text=True)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        late = {row["student_id"]: row for row in csv.DictReader(f)}
+    assert float(late["alice"]["final"]) == pytest.approx(float(late["alice"]["score"]) * 0.5)  # capped at 50% off
+    assert float(late["heidi"]["final"]) == float(late["heidi"]["score"]), "a folder has no commit time: never late"
+    assert json.loads((tmp_path / "gs" / "alice" / "results.json").read_text())["score"] == pytest.approx(full * 0.5)
+
+
+def _plain(tmp: Path, text: str) -> Path:
+    folder = tmp / "plain" / "heidi"
+    folder.mkdir(parents=True)
+    (folder / "vector_add.py").write_text(text)
+    return folder
+
+
+def _stored(out: Path) -> int:
+    try:
+        with sqlite3.connect(out / "store.sqlite", timeout=5) as db:
+            return db.execute("select count(*) from " + _table(db)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _table(db) -> str:
+    names = [r[0] for r in db.execute("select name from sqlite_master where type = 'table'")]
+    return names[0]
+
+
+def test_kill_9_midway_then_the_same_command_gives_the_csv_of_an_uninterrupted_run(course, tmp_path):
+    rows = [(f"s{i}", str(_repo(tmp_path, f"s{i}", {"vector_add.py": SOLUTION if i % 2 else STUB})))
+            for i in range(4)]
+    roster = _roster(tmp_path, rows)
+    whole = tmp_path / "whole"
+    assert _batch(course, roster, whole, "--jobs", "1").returncode == 0
+    out = tmp_path / "killed"
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
+                              "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while _stored(out) < 1 and batch.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(batch.pid, signal.SIGKILL)  # the batch and its judge, runners, device processes
+    batch.wait()
+    assert 1 <= _stored(out) < 4, "killed midway"
+    resumed = _batch(course, roster, out, "--jobs", "1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    graded, skipped, failed = _counts(resumed)
+    assert graded + skipped == 4 and failed == 0 and skipped >= 1, resumed.stdout
+    assert _csv_rows(out) == _csv_rows(whole)
+
+
+def _counts(done) -> tuple[int, ...]:
+    """(graded, already graded, not graded) from the batch's last line."""
+    import re
+
+    found = re.search(r"(\d+) graded, (\d+) already graded, (\d+) not graded", done.stdout)
+    assert found, done.stdout
+    return tuple(int(g) for g in found.groups())
+
+
+def _csv_rows(out: Path) -> list[dict]:
+    keep = ("student_id", "score", "max", "status", "reason", "commit")
+    with open(out / "grades.csv", newline="") as f:
+        return sorted(({k: row[k] for k in keep if k in row} for row in csv.DictReader(f)),
+                      key=lambda r: r["student_id"])
+
+
+def test_the_same_roster_on_a_dask_localcluster(course, tmp_path):
+    rows = [(f"d{i}", str(_repo(tmp_path, f"d{i}", {"vector_add.py": SOLUTION if i else STUB}))) for i in range(3)]
+    roster = _roster(tmp_path, rows)
+    out = tmp_path / "dask"
+    done = _batch(course, roster, out, "--dask", "local:2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    grades = _grades(out)
+    assert float(grades["d0"]["score"]) == 0 and float(grades["d1"]["score"]) == float(grades["d1"]["max"]) > 0
+    assert grades["d2"]["score"] == grades["d1"]["score"]
+
+
+def test_a_malformed_roster_names_its_lines_and_grades_nothing(course, tmp_path):
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,repo\nalice,/x\n,/y\nalice,/z\nbad id!,/w\n")
+    out = tmp_path / "out"
+    done = _batch(course, roster, out)
+    assert done.returncode != 0
+    assert "line 3" in done.stderr and "line 5" in done.stderr and "already on line 2" in done.stderr, done.stderr
+    assert not (out / "grades.csv").exists()
