@@ -110,6 +110,8 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     assert grades["grace"]["status"] == "error" and "symlink" in grades["grace"]["reason"]
     assert not marker.exists(), "a hook of the student's repository ran"
     assert (out / "feedback" / "alice.html").read_text().startswith("<!doctype html>")
+    summary = (out / "summary.html").read_text()
+    assert summary.count("<svg") >= 2 and "dave" in summary and "Most common failures" in summary
     # the same command again grades nothing: every key is in the store
     again = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
     assert again.returncode == 0 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried

@@ -33,6 +33,7 @@ from ..report.results import Results
 from .roster import Entry, read_roster
 
 GRADES_CSV = "grades.csv"
+SUMMARY = "summary.html"
 STORE_FILE = "store.sqlite"
 FEEDBACK = "feedback"
 
@@ -167,6 +168,15 @@ class Batch:
         write_csv(self.store.latest(self.assignment), path, self.course.exercises())
         return path
 
+    def write_summary(self) -> Path:
+        """summary.html: the class's score distributions and most common failures."""
+        from .summary import summary_page
+
+        path = self.out / SUMMARY
+        _write(path, summary_page(self.store.latest(self.assignment), self.course.exercises(),
+                                  f"{self.assignment}: class summary"))
+        return path
+
 
 def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
@@ -209,6 +219,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         else:
             _on_pool(entries, options, graded, finished, 1 if options.backend == "gpu" else max(1, jobs))
         batch.write_grades()
+        batch.write_summary()
         summary.seconds = time.monotonic() - started
         summary.rows = batch.store.latest(batch.assignment)
     finally:

@@ -103,6 +103,23 @@ def timeline_svg(spans: list, title: str) -> str:
     return _svg(fig)
 
 
+def histogram_svg(scores: list[float], maximum: float, title: str) -> str:
+    """A class's scores of one exercise or stage: how many students in each tenth of the maximum."""
+    if not available() or maximum <= 0:
+        return ""
+    fig = _figure(3.6, 2.0)
+    ax = fig.add_subplot()
+    edges = [maximum * i / 10 for i in range(11)]
+    ax.hist([min(s, maximum) for s in scores], bins=edges, color="0.55", edgecolor="black", linewidth=0.5)
+    ax.set_xlim(0, maximum)
+    ax.set_xlabel(f"score (of {maximum:g})", fontsize=7)
+    ax.set_ylabel("students", fontsize=7)
+    ax.tick_params(labelsize=6)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(title, fontsize=8)
+    return _svg(fig)
+
+
 def _bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":
@@ -111,4 +128,4 @@ def _bytes(n: float) -> str:
     return f"{n:.3g} GB"
 
 
-__all__ = ["available", "ring_svg", "timeline_svg"]
+__all__ = ["available", "histogram_svg", "ring_svg", "timeline_svg"]
