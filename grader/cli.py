@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--stage", type=int, default=None, help="grade only this stage")
     check.add_argument("--hints", nargs="?", const="next", choices=["next", "all"], default=None,
                        help="show the next unseen hint of the first failing stage (or 'all' of its hints)")
+    check.add_argument("-v", "--verbose", action="store_true", help="one row per test (default: one per stage)")
     common(check)
 
     g = sub.add_parser("grade", help="grade a submission folder")
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--format", choices=FORMATS, default="table",
                    help="table (terminal), gradescope (results.json), prairielearn, junit, markdown, html, json")
     g.add_argument("--output", help="write the formatted results here instead of stdout")
+    g.add_argument("-v", "--verbose", action="store_true", help="the table: one row per test (default: one per stage)")
     common(g)
 
     bench = sub.add_parser("bench", help="time the kernels of the performance tests (modelled on the simulator)")
@@ -64,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("--course", help="course folder (default: found from the current folder upwards)")
     rel.add_argument("--no-counters", action="store_true",
                      help="do not re-record the reference solutions' simulator counters")
+    rel.add_argument("--notebooks", action="store_true",
+                     help="also write exercises/<exercise>.ipynb from each stub (jupytext, py:percent cells)")
 
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
@@ -225,7 +229,12 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "release":
         from .course.release import release
 
-        for path in release(course.root / "solutions", course.root / "exercises"):
+        stubs = release(course.root / "solutions", course.root / "exercises")
+        if args.notebooks:
+            from .course.notebooks import write_notebooks
+
+            stubs += write_notebooks(course.root / "exercises", list(stubs))
+        for path in stubs:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
             return 0
@@ -252,7 +261,7 @@ def run(argv: list[str] | None = None) -> int:
         results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
                         timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
                         stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator)
-        _emit(render(results, "table"), None)
+        _emit(render(results, "table", verbose=args.verbose), None)
         from .report import first_failure
 
         if first_failure(results):
@@ -283,7 +292,7 @@ def run(argv: list[str] | None = None) -> int:
         raise
     except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")
         results = Results(submission=args.submission, backend=backend, errors=[f"internal error: {exc!r}"])
-    _emit(render(results, args.format), args.output)
+    _emit(render(results, args.format, verbose=args.verbose), args.output)
     if args.output and args.format != "table":
         print(f"{args.submission}: {results.score:g}/{results.max_score:g} -> {args.output}", file=sys.stderr)
     return results.exit_code

@@ -72,3 +72,23 @@ def test_the_html_page_draws_a_collectives_ring_and_timeline():
     assert "rank 3" in ring_text and "6.02 KB" in ring_text and "1 msg" in ring_text
     timeline_text = " ".join(t.text or "" for t in timeline.iter() if t.tag.endswith("text"))
     assert "device 2, stream 8" in timeline_text and "hatched: copies" in timeline_text
+
+
+def test_the_table_tells_each_failure_once_per_stage_and_every_test_with_verbose():
+    from grader.report.results import Status
+
+    results = Results("sub", "sim", tests=[
+        TestResult("ex::a[n=1]", "ex", 1, 1, 0, Status.FAILED, "out-of-bounds access at index 33\ndetail"),
+        TestResult("ex::a[n=33]", "ex", 1, 1, 0, Status.FAILED, "out-of-bounds access at index 33"),
+        TestResult("ex::b", "ex", 1, 1, 1, Status.PASSED),
+        TestResult("ex::fast", "ex", 1, 2, 0, Status.FAILED, "needs correctness first: ex stage 1 has failing tests"),
+        TestResult("ex::c", "ex", 2, 1, 1, Status.PASSED),
+        TestResult("ex::timed", "ex", 2, 2, 0, Status.NOT_GRADABLE, "not gradable on this machine: needs 4 GPUs"),
+    ])
+    compact = render(results, "table")
+    assert compact.count("out-of-bounds access at index 33") == 1
+    assert "fails 2 tests: a[n=1], a[n=33]" in compact and "1 performance test not run" in compact
+    assert "1 not gradable here" in compact and "ok (1 test)" in compact
+    assert "ex::b" not in compact and "-v for every test" in compact
+    verbose = render(results, "table", verbose=True)
+    assert "ex::b" in verbose and verbose.count("out-of-bounds access at index 33") == 2

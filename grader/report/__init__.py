@@ -22,9 +22,12 @@ _RENDER = {
 }
 
 
-def render(results: Results, fmt: str) -> str:
+def render(results: Results, fmt: str, verbose: bool = False) -> str:
+    """`verbose`: the table with one row per test (the others show every test anyway)."""
     if fmt not in _RENDER:
         raise ValueError(f"unknown format {fmt!r}")
+    if fmt == "table":
+        return table.table(results, verbose=verbose)
     return _RENDER[fmt](results)
 
 

@@ -12,9 +12,16 @@ from .results import Results, Status
 from .text import first_line, num, outcome
 
 
-def table(results: Results, console: Console | None = None, width: int = 110) -> str:
-    """The score table a student or instructor reads: one row per test, subtotals per stage."""
+CONSEQUENCE = "needs correctness first"  # a performance test not run because the stage failed elsewhere
+MAX_GROUPS = 3  # distinct failures shown per stage; -v shows every test
+
+
+def table(results: Results, console: Console | None = None, width: int = 110, verbose: bool = False) -> str:
+    """The score table a student or instructor reads: one row per stage, each failure told once
+    with the tests it fails (`verbose`: one row per test, subtotals per stage)."""
     console = console or Console(file=StringIO(), width=width, record=True, force_terminal=False)
+    if not verbose:
+        return _stages(results, console)
     title = f"{results.submission}  [{results.backend} backend]"
     grid = Table(title=title, show_lines=False, expand=False)
     grid.add_column("test", overflow="fold")
@@ -38,6 +45,56 @@ def table(results: Results, console: Console | None = None, width: int = 110) ->
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""
+
+
+def _stages(results: Results, console: Console) -> str:
+    grid = Table(title=f"{results.submission}  [{results.backend} backend]", show_lines=True, expand=False)
+    grid.add_column("stage", overflow="fold")
+    grid.add_column("score", justify="right")
+    grid.add_column("result", overflow="fold")
+    for exercise in results.exercises():
+        for stage in sorted({t.stage for t in results.tests if t.exercise == exercise}):
+            tests = [t for t in results.tests if t.exercise == exercise and t.stage == stage]
+            got, out_of = results.subtotal(exercise, stage)
+            verdict = stage_verdict(tests)
+            style = "green" if got >= out_of and all(t.status == Status.PASSED for t in tests) else \
+                "yellow" if all(t.status != Status.FAILED for t in tests) else "red"
+            grid.add_row(Text(f"{exercise} stage {stage}", style="bold"), f"{num(got)}/{num(out_of)}",
+                         Text(verdict, style=style))
+    console.print(grid)
+    console.print(f"Total: {num(results.score)}/{num(results.max_score)}  ({results.backend} backend, "
+                  f"{results.execution_time:.1f} s; -v for every test)")
+    if results.backend_note:
+        console.print(f"Note: {results.backend_note}")
+    for error in results.errors:
+        console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
+    return console.export_text() if console.record else ""
+
+
+def stage_verdict(tests: list) -> str:
+    """One stage in a few lines: "ok" (with a performance test's time), or each distinct failure
+    once with the tests it fails under it; tests not run or not gradable counted after."""
+    failed = [t for t in tests if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)]
+    waiting = [t for t in tests if t.status == Status.FAILED and t.output.startswith(CONSEQUENCE)]
+    absent = [t for t in tests if t.status == Status.NOT_GRADABLE]
+    lines = []
+    if not failed:
+        timed = next((outcome(t) for t in tests if t.status == Status.PASSED and getattr(t, "timing", None)), "")
+        ran = len(tests) - len(absent)
+        lines.append(timed or f"ok ({ran} test{'s' if ran != 1 else ''})")
+    groups: dict[str, list] = {}
+    for t in failed:
+        groups.setdefault(first_line(t.output) or "failed", []).append(t)
+    for message, members in list(groups.items())[:MAX_GROUPS]:
+        names = ", ".join(t.name.split("::", 1)[-1] for t in members[:4]) + (" ..." if len(members) > 4 else "")
+        lines.append(f"{message}\n   fails {len(members)} test{'s' if len(members) > 1 else ''}: {names}")
+    if len(groups) > MAX_GROUPS:
+        lines.append(f"and {len(groups) - MAX_GROUPS} more kinds of failure (-v)")
+    if waiting:
+        lines.append(f"{len(waiting)} performance test{'s' if len(waiting) > 1 else ''} not run: correctness first")
+    if absent:
+        lines.append(f"{len(absent)} not gradable here: {first_line(absent[0].output)}")
+    return "\n".join(lines)
 
 
 def first_failure(results: Results) -> str:
