@@ -92,3 +92,17 @@ def test_the_table_tells_each_failure_once_per_stage_and_every_test_with_verbose
     assert "ex::b" not in compact and "-v for every test" in compact
     verbose = render(results, "table", verbose=True)
     assert "ex::b" in verbose and verbose.count("out-of-bounds access at index 33") == 2
+
+
+def test_markdown_tells_each_failure_once_with_its_tests_and_folds_every_test():
+    from grader.report.results import Status
+
+    detail = "out-of-bounds access at index 33\n  at vector_add.py:17\n  hint: guard with if i < out.size"
+    results = Results("sub", "sim", tests=[
+        TestResult("ex::a[n=1]", "ex", 1, 1, 0, Status.FAILED, detail),
+        TestResult("ex::a[n=33]", "ex", 1, 1, 0, Status.FAILED, detail),
+        TestResult("ex::b", "ex", 1, 1, 1, Status.PASSED)])
+    page = markdown(results)
+    assert page.count("### out-of-bounds access at index 33") == 1 and page.count("hint: guard") == 1
+    assert "Fails: `ex::a[n=1]`, `ex::a[n=33]`" in page
+    assert "| ex stage 1 | 1/3 |" in page and "<details><summary>Every test</summary>" in page

@@ -1,9 +1,15 @@
-"""Student feedback as Markdown; hidden tests are counted, never described."""
+"""Student feedback as Markdown: one row per stage, each failure told once with the tests it
+fails, every test in a folded table at the end; hidden tests are counted, never described."""
 
 from __future__ import annotations
 
 from .results import Results, Status
-from .text import num, outcome, visible
+from .table import CONSEQUENCE, stage_verdict
+from .text import first_line, num, outcome, visible
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
 def markdown(results: Results) -> str:
@@ -11,13 +17,29 @@ def markdown(results: Results) -> str:
     shown, hidden = visible(results)
     lines = [f"# {results.submission}", "", f"**{num(sum(t.score for t in shown))}/"
              f"{num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
-             "| test | stage | score | result |", "|---|---|---|---|"]
-    for t in shown:
-        result = outcome(t).replace("|", "\\|")
-        lines.append(f"| `{t.name}` | {t.stage} | {num(t.score)}/{num(t.max_score)} | {result} |")
+             "| stage | score | result |", "|---|---|---|"]
+    exercises = list(dict.fromkeys(t.exercise for t in shown))
+    for exercise in exercises:
+        for stage in sorted({t.stage for t in shown if t.exercise == exercise}):
+            tests = [t for t in shown if t.exercise == exercise and t.stage == stage]
+            got, out_of = sum(t.score for t in tests), sum(t.max_score for t in tests)
+            lines.append(f"| {exercise} stage {stage} | {num(got)}/{num(out_of)} | {_cell(stage_verdict(tests))} |")
     if hidden:
         lines += ["", f"{hidden} more test(s) are hidden until after the due date."]
-    failures = [t for t in shown if t.status == Status.FAILED and "\n" in t.output.strip()]
-    for t in failures:
-        lines += ["", f"## {t.name}", "", "```", t.output.strip(), "```"]
+    groups: dict[str, list] = {}
+    for t in shown:
+        if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE):
+            groups.setdefault(first_line(t.output), []).append(t)
+    if groups:
+        lines += ["", "## What failed"]
+    for head, members in groups.items():  # each distinct failure once, its tests under it
+        lines += ["", f"### {head}", "", "Fails: " + ", ".join(f"`{t.name}`" for t in members)]
+        output = members[0].output.strip()
+        rest = output.split("\n", 1)[1].strip() if "\n" in output else ""
+        if rest:
+            lines += ["", "```", rest, "```"]
+    lines += ["", "<details><summary>Every test</summary>", "", "| test | stage | score | result |",
+              "|---|---|---|---|"]
+    lines += [f"| `{t.name}` | {t.stage} | {num(t.score)}/{num(t.max_score)} | {_cell(outcome(t))} |" for t in shown]
+    lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
