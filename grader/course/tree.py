@@ -2,7 +2,8 @@
 
 The course is the folder with `tests/exercises/test_<exercise>.py` (found from the current
 directory upwards). A submission is a folder holding the exercise modules directly or under
-`exercises/`. Only the student's own exercise modules are copied into a grading workspace.
+`exercises/`, each a `<exercise>.py` or a notebook `<exercise>.ipynb` (grader.course.notebooks).
+Only the student's own exercise modules are copied into a grading workspace.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def submission_modules(submission: str | os.PathLike, exercises: list[str]) -> d
         raise UsageError(f"submission {root} is not a folder")
     found = {}
     for name in exercises:
-        for candidate in (root / f"{name}.py", root / "exercises" / f"{name}.py"):
+        # a module wins over a notebook, wherever either is: a .py is what the grader runs as it is
+        for candidate in (root / f"{name}.py", root / "exercises" / f"{name}.py",
+                          root / f"{name}.ipynb", root / "exercises" / f"{name}.ipynb"):
             if candidate.is_file():
                 found[name] = candidate
                 break
@@ -67,7 +70,26 @@ def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
     """
     workspace.mkdir(parents=True, exist_ok=True)
     for name, path in modules.items():
-        shutil.copyfile(path, workspace / f"{name}.py")
-        os.chmod(workspace / f"{name}.py", 0o644)
+        target = workspace / f"{name}.py"
+        if path.suffix == ".ipynb":
+            target.write_text(_notebook_module(path))
+        else:
+            shutil.copyfile(path, target)
+        os.chmod(target, 0o644)
     os.chmod(workspace, 0o755)
     os.chmod(workspace.parent, workspace.parent.stat().st_mode | 0o111)
+
+
+def _notebook_module(path: Path) -> str:
+    """The workspace module of a notebook: its code cells, or, for a refused notebook, a module
+    whose import raises the reason. The workspace is the one channel from here to the judge (a
+    missing module is told by its absence), so the reason travels as that module: the judge reports
+    it as it reports any module that does not import, every test of the exercise failing with it,
+    and nothing of the refused notebook is run. The stand-in is the grader's text, not the student's,
+    checked by the same static policy and run in the same sandbox as any submission."""
+    from . import notebooks
+
+    try:
+        return notebooks.module_source(path)
+    except notebooks.NotebookRefused as refused:
+        return notebooks.refusal_module(str(refused))

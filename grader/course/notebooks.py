@@ -1,0 +1,198 @@
+"""Exercises as Jupyter notebooks: written from the stubs, read back from a student's submission.
+
+Writing (`gpugrade release --notebooks`): the stub `exercises/<exercise>.py` stays the source of
+truth; `exercises/<exercise>.ipynb` is made from it by jupytext, through the **py:percent** format:
+the module docstring becomes the first Markdown cell (`# %% [markdown]`) and each top-level block a
+code cell (`# %%`): a def or class with its decorators and the comments right above it, and the
+statements between two of them (imports, constants). Percent rather than light because its cells
+are explicit markers, so the cells we choose are the cells jupytext makes (light guesses them from
+blank lines), and it is the cell syntax VS Code, Spyder and PyCharm run as cells too. The output is
+a pure function of the stub (cell ids are numbered, not random), so releasing twice changes nothing.
+
+Pairing: the notebook records no jupytext pairing of its own, on purpose. The script paired with a
+percent notebook is a percent script (cell markers, the docstring as `#` comments), not the stub
+that `release` writes, so a notebook paired with `exercises/<exercise>.py` would have
+`jupytext --sync` rewrite the source of truth. An instructor who wants to edit in Jupyter pairs
+the notebook with a script of its own, `jupytext --set-formats ipynb,.nb.py:percent
+exercises/<exercise>.ipynb` then `jupytext --sync` (the `.nb.py` reads back to the same notebook);
+the stub itself is regenerated from `solutions/` by `release`, as always.
+
+Reading (a submission holding `<exercise>.ipynb`): the notebook is the student's, so untrusted: at
+most `MAX_NOTEBOOK_BYTES`, parsed by `nbformat.reads` and validated against the notebook schema;
+the module is the code cells in order, joined with blank lines, each under a `# %% (cell N)` line
+so that a line of the module leads back to its cell. A cell that is not Python because it holds
+IPython syntax (`%magic`, `%%cell magic`, `!shell`) is refused, naming the cell: a submission holds
+plain Python only, and the grader never runs IPython.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from ..errors import CourseError, GpugradeError, UsageError
+
+MAX_NOTEBOOK_BYTES = 5 << 20  # a notebook of the student's, outputs included (5 MiB)
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+class NotebookRefused(GpugradeError):
+    """A student's notebook that is not graded: malformed, too large, or not plain Python.
+    The message is the student's reason, naming the notebook and, where it applies, the cell."""
+
+
+# -- writing: stub -> notebook -------------------------------------------------------------------
+
+def percent_script(source: str, filename: str = "<exercise>") -> str:
+    """`source` (a plain exercise module) as a py:percent script: the docstring a Markdown cell,
+    each top-level block a code cell. The code lines are the module's own, unchanged."""
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as exc:
+        raise CourseError(f"{filename}:{exc.lineno}: cannot be made a notebook: {exc.msg}") from None
+    lines = source.splitlines()
+    body = tree.body
+    cells: list[str] = []
+    docstring = ast.get_docstring(tree, clean=True)
+    if docstring is not None:
+        cells.append(_markdown_cell(docstring))
+        code_start = body[0].end_lineno  # 1-based last line of the docstring
+        body = body[1:]
+    else:
+        code_start = 0
+    starts = []  # 0-based first line of each code cell
+    for index, node in enumerate(body):
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1
+        while first > code_start and lines[first - 1].lstrip().startswith("#"):
+            first -= 1  # the comments right above a block belong to it
+        starts_a_cell = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        after_a_def = index > 0 and isinstance(body[index - 1], (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                 ast.ClassDef))
+        if not starts or starts_a_cell or after_a_def:
+            starts.append(first)
+    for begin, end in zip(starts, [*starts[1:], len(lines)]):
+        text = "\n".join(lines[begin:end]).strip("\n")
+        if text:
+            cells.append("# %%\n" + text)
+    return "\n\n".join(cells) + "\n"
+
+
+def _markdown_cell(docstring: str) -> str:
+    """The docstring as Markdown: its first line a heading; every line unindented (an indented
+    paragraph of a docstring would otherwise render as a code block)."""
+    first, *rest = docstring.splitlines()
+    text = [f"# {first}", *(line.strip() for line in rest)]
+    return "# %% [markdown]\n" + "\n".join(f"# {line}" if line else "#" for line in text)
+
+
+def notebook_from_source(source: str, name: str, filename: str = "<exercise>"):
+    """The notebook (an nbformat NotebookNode) of an exercise module's source."""
+    import jupytext
+    import nbformat
+
+    notebook = jupytext.reads(percent_script(source, filename), fmt="py:percent")
+    for number, cell in enumerate(notebook.cells, start=1):
+        cell["id"] = f"{name}-{number}"  # deterministic; jupytext's are random
+    notebook.metadata.pop("jupytext", None)  # no pairing of its own: see the module docstring
+    notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    notebook.metadata["language_info"] = {"name": "python"}
+    nbformat.validate(notebook)
+    return notebook
+
+
+def write_notebooks(exercises: Path, modules: list[Path]) -> list[Path]:
+    """`exercises/<name>.ipynb` for each stub module given; returns the files written."""
+    try:
+        import jupytext
+    except ImportError:
+        raise UsageError("release --notebooks needs jupytext: pip install 'gpugrade[notebooks]'") from None
+
+    written = []
+    for module in modules:
+        target = exercises / f"{module.stem}.ipynb"
+        notebook = notebook_from_source(module.read_text(), module.stem, str(module))
+        jupytext.write(notebook, target, fmt="ipynb")
+        written.append(target)
+    return written
+
+
+# -- reading: a student's notebook -> the module graded ------------------------------------------
+
+def module_source(path: Path) -> str:
+    """The Python module of a student's notebook, or NotebookRefused with the student's reason."""
+    name = path.name
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotebookRefused(f"{name} is {size / 2**20:.1f} MiB, more than the {MAX_NOTEBOOK_BYTES >> 20} MiB a "
+                              f"notebook may be (clear its outputs: Edit > Clear Outputs of All Cells)")
+    with open(path, "rb") as file:
+        data = file.read(MAX_NOTEBOOK_BYTES + 1)  # the file may have grown since stat()
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise NotebookRefused(f"{name} is more than the {MAX_NOTEBOOK_BYTES >> 20} MiB a notebook may be")
+    try:
+        import nbformat
+    except ImportError:  # the grader's machine, not the student's: say what to install
+        raise UsageError("grading a notebook needs nbformat: pip install 'gpugrade[notebooks]'") from None
+    try:
+        text = data.decode("utf-8")
+        if not isinstance(json.loads(text), dict):
+            raise NotebookRefused(f"{name} is not a valid notebook: it is JSON but not an object")
+        notebook = nbformat.reads(text, as_version=4)
+        nbformat.validate(notebook)
+    except NotebookRefused:
+        raise
+    except UnicodeDecodeError:
+        raise NotebookRefused(f"{name} is not a notebook: it is not UTF-8 text") from None
+    except (json.JSONDecodeError, nbformat.reader.NotJSONError, RecursionError):
+        raise NotebookRefused(f"{name} is not a notebook: it is not JSON (save it from Jupyter again)") from None
+    except nbformat.ValidationError as exc:
+        raise NotebookRefused(f"{name} is not a valid notebook: {_first_line(exc.message)}") from None
+    except Exception as exc:  # noqa: BLE001 - nbformat raises more kinds for malformed input; all mean "refused"
+        raise NotebookRefused(f"{name} is not a valid notebook: {type(exc).__name__}: {_first_line(str(exc))}"
+                              ) from None
+    parts = []
+    for number, cell in enumerate(notebook.cells, start=1):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        _check_cell(cell.source, name, number)
+        parts.append(f"# %% (cell {number})\n{cell.source.rstrip()}")
+    if not parts:
+        raise NotebookRefused(f"{name} has no code cell")
+    return "\n\n".join(parts) + "\n"
+
+
+def _check_cell(source: str, name: str, number: int) -> None:
+    """Refuse a cell with IPython syntax. Only a cell that is not Python is looked at, so `%` or
+    `!` at the start of a continued line or inside a string is never mistaken for a magic."""
+    try:
+        ast.parse(source)
+        return
+    except SyntaxError as exc:
+        error = exc
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("!"):
+            raise NotebookRefused(f"{name}, cell {number}: `{_short(text)}` is a shell command: a submission "
+                                  f"holds plain Python only")
+        if text.startswith("%"):
+            kind = "a cell magic" if text.startswith("%%") else "an IPython magic"
+            raise NotebookRefused(f"{name}, cell {number}: `{_short(text)}` is {kind}: a submission holds plain "
+                                  f"Python only")
+    raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
+
+
+def refusal_module(reason: str) -> str:
+    """The workspace module that stands for a refused notebook: importing it raises with the reason,
+    so every test of the exercise fails with it, as for a module that does not import."""
+    return ("# gpugrade: the submission's notebook was refused before any of it ran; this module only says why.\n"
+            "class NotebookRefused(Exception):\n    pass\n\n\n"
+            f"raise NotebookRefused({reason!r})\n")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:200]
