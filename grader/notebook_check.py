@@ -1,0 +1,84 @@
+"""`grader.check(exercise)`: the student's self-check from a notebook cell, its feedback inline.
+
+It runs in the notebook's kernel, the student's own environment, as `gpugrade check` runs in their
+shell: the course is found from the kernel's current folder (a notebook's kernel starts in the
+notebook's folder), the notebook is graded as a submission holding `<exercise>.ipynb` would be
+(its code cells are the module; magics and shell lines refused), always on the simulator. The
+student's code never imports the grader (the static policy refuses it); this call only reads the
+saved notebook file, so save it first (Ctrl-S): the running kernel's cells are not what is graded.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .backends import Kind
+from .course import Course
+from .errors import UsageError
+from .grading import grade
+from .report.html import html_page
+from .report.results import Results
+from .report.text import num
+
+
+@dataclass
+class Feedback:
+    """What `check` returns: the Results, and the HTML feedback page shown when it is displayed.
+
+    The page (grader.report.html) is a whole document with its own styles, so it is embedded as an
+    iframe's `srcdoc`: its styles cannot restyle the notebook around it, and the notebook's cannot
+    restyle it, whatever the page holds. The one-line score above the frame is plain HTML, so it
+    still shows where a front end strips frames (an untrusted notebook reopened in JupyterLab)."""
+
+    exercise: str
+    results: Results
+
+    @property
+    def score(self) -> float:
+        return self.results.score
+
+    @property
+    def max_score(self) -> float:
+        return self.results.max_score
+
+    def summary(self) -> str:
+        line = f"{self.exercise}: {num(self.score)}/{num(self.max_score)} on the {self.results.backend} backend"
+        return line + "".join(f"\n{error.strip().splitlines()[0]}" for error in self.results.errors if error.strip())
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        page = html_page(self.results)
+        summary = "<br>".join(html.escape(line) for line in self.summary().splitlines())
+        # the frame grows to its page once loaded (where the front end runs the handler)
+        fit = "this.style.height=(this.contentWindow.document.documentElement.scrollHeight+24)+'px'"
+        return (f"<div class='gpugrade-feedback'><p><b>{summary}</b></p>"
+                f"<iframe srcdoc=\"{html.escape(page, quote=True)}\" onload=\"{fit}\" "
+                f"style='width:100%;height:480px;border:1px solid #ccc' title='gpugrade feedback'></iframe></div>")
+
+
+def check(exercise: str, stage: int | None = None, notebook: str | os.PathLike | None = None) -> Feedback:
+    """Grade `exercise` from a notebook and return its feedback, shown inline when displayed.
+
+    `notebook`: the notebook to grade (default: `exercises/<exercise>.ipynb` of the course; the
+    running notebook's own path is not known reliably to its kernel, so pass it when it is
+    elsewhere). `stage`: grade only that stage."""
+    course = Course.find()
+    course.test_file(exercise)  # an unknown exercise: UsageError naming the course's exercises
+    path = Path(notebook) if notebook is not None else course.root / "exercises" / f"{exercise}.ipynb"
+    if not path.is_file():
+        raise UsageError(f"no notebook {path} (save the notebook first, or pass notebook='path/to/it.ipynb')")
+    if path.suffix != ".ipynb":
+        raise UsageError(f"{path} is not a notebook (.ipynb); `gpugrade check {exercise}` grades a .py")
+    with tempfile.TemporaryDirectory(prefix="gpugrade-notebook-") as folder:
+        # a folder holding only `<exercise>.ipynb`: beside it, a `.py` of that name would be graded instead
+        shutil.copyfile(path, Path(folder) / f"{exercise}.ipynb")
+        results = grade(folder, [exercise], backend=Kind.SIM, course=course, name=path.name,
+                        stages=[stage] if stage else None)
+    return Feedback(exercise, results)

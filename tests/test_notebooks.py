@@ -1,0 +1,250 @@
+"""Notebooks (issue 14): `release --notebooks`, a submission holding `<exercise>.ipynb`, and
+`grader.check` from a notebook cell. Real files, real `gpugrade` processes, a real kernel run by
+nbclient; every grading is of vector_add, the quickest exercise."""
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+jupytext = pytest.importorskip("jupytext")
+nbformat = pytest.importorskip("nbformat")
+
+from grader.course import make_workspace, submission_modules  # noqa: E402
+from grader.course.notebooks import MAX_NOTEBOOK_BYTES, NotebookRefused, module_source, notebook_from_source  # noqa: E402
+from grader.report.results import Results, Status  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUGRADE = [sys.executable, "-m", "grader"]
+
+
+def gpugrade(*args, cwd=ROOT):
+    return subprocess.run([*GPUGRADE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def grade_folder(folder: Path, tmp_path: Path) -> Results:
+    """`gpugrade grade <folder> vector_add --sandbox process` as an instructor runs it."""
+    out = tmp_path / f"{folder.name}.json"
+    done = gpugrade("grade", str(folder), "vector_add", "--backend", "sim", "--sandbox", "process",
+                    "--format", "json", "--output", str(out))
+    assert done.returncode in (0, 1), done.stderr + done.stdout
+    return Results.load(str(out))
+
+
+def submission(tmp_path: Path, name: str, notebook) -> Path:
+    """A student's folder holding only exercises/vector_add.ipynb."""
+    folder = tmp_path / name / "exercises"
+    folder.mkdir(parents=True)
+    nbformat.write(notebook, folder / "vector_add.ipynb")
+    return folder.parent
+
+
+def with_cell(source: str, at: int = 2):
+    """The stub notebook with a code cell `source` inserted as cell number `at`."""
+    notebook = notebook_from_source((ROOT / "exercises" / "vector_add.py").read_text(), "vector_add")
+    notebook.cells.insert(at - 1, nbformat.v4.new_code_cell(source, id="inserted"))
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """`gpugrade release --notebooks` on a copy of the course."""
+    course = tmp_path_factory.mktemp("course")
+    for part in ("solutions", "exercises", "tests/exercises"):
+        shutil.copytree(ROOT / part, course / part)
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    done = gpugrade("release", "--notebooks", "--no-counters", cwd=course)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "wrote exercises/vector_add.ipynb" in done.stdout
+    return course
+
+
+def test_release_writes_a_notebook_per_exercise_that_jupytext_reads_back(released):
+    import ast
+
+    for stub in sorted((released / "exercises").glob("*.py")):
+        assert stub.read_text() == (ROOT / "exercises" / stub.name).read_text(), "the stub .py must not change"
+        notebook = jupytext.read(stub.with_suffix(".ipynb"))
+        nbformat.validate(notebook)
+        first, *cells = notebook.cells
+        module = ast.parse(stub.read_text())
+        assert first.cell_type == "markdown"
+        assert first.source.splitlines()[0] == "# " + ast.get_docstring(module).splitlines()[0]
+        assert cells and all(c.cell_type == "code" for c in cells)
+        # the code cells, in order, are the stub's code: same statements, nothing lost or added
+        code = ast.parse("\n\n".join(c.source for c in cells))
+        module.body = module.body[1:]
+        assert ast.dump(code) == ast.dump(module), stub.name
+        assert any(c.source.lstrip().startswith("# -- stage 1") for c in cells)  # comments go with their def
+        assert notebook.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_release_notebooks_twice_changes_nothing(released):
+    before = {p.name: p.read_bytes() for p in (released / "exercises").glob("*.ipynb")}
+    done = gpugrade("release", "--notebooks", "--no-counters", cwd=released)
+    assert done.returncode == 0, done.stderr
+    assert {p.name: p.read_bytes() for p in (released / "exercises").glob("*.ipynb")} == before
+
+
+def test_release_without_the_flag_writes_no_notebook(tmp_path):
+    course = tmp_path / "course"
+    for part in ("solutions", "tests/exercises"):
+        shutil.copytree(ROOT / part, course / part)
+    done = gpugrade("release", "--no-counters", cwd=course)
+    assert done.returncode == 0, done.stderr
+    assert not list((course / "exercises").glob("*.ipynb"))
+
+
+def test_released_stub_notebook_scores_zero_and_filled_with_the_reference_full_marks(released, tmp_path):
+    stub = tmp_path / "stub" / "exercises"
+    stub.mkdir(parents=True)
+    shutil.copy(released / "exercises" / "vector_add.ipynb", stub)
+    # the reference solution made a notebook the same way: the student who filled in every cell
+    filled = submission(tmp_path, "filled", notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(),
+                                                                 "vector_add"))
+    stubs, reference = grade_folder(stub.parent, tmp_path), grade_folder(filled, tmp_path)
+    assert reference.tests and all(t.status == Status.PASSED for t in reference.tests), reference.to_dict()
+    assert reference.score == reference.max_score > 0
+    assert stubs.score == 0 and stubs.max_score == reference.max_score
+    assert any("not implemented yet" in t.output for t in stubs.tests)
+
+
+def test_a_py_beside_the_notebook_wins(tmp_path):
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "vector_add.py").write_text("x = 1\n")
+    (tmp_path / "vector_add.ipynb").write_text("{}")
+    (tmp_path / "matmul.ipynb").write_text("{}")
+    found = submission_modules(tmp_path, ["vector_add", "matmul", "reduction"])
+    assert found == {"vector_add": tmp_path / "exercises" / "vector_add.py", "matmul": tmp_path / "matmul.ipynb"}
+
+
+def test_the_workspace_module_is_the_code_cells_in_order(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("A = 1"),
+        nbformat.v4.new_code_cell(""), nbformat.v4.new_code_cell("def f():\n    return A % 2  # not a magic")])
+    nbformat.write(notebook, tmp_path / "vector_add.ipynb")
+    make_workspace({"vector_add": tmp_path / "vector_add.ipynb"}, tmp_path / "ws")
+    assert (tmp_path / "ws" / "vector_add.py").read_text() == (
+        "# %% (cell 2)\nA = 1\n\n# %% (cell 4)\ndef f():\n    return A % 2  # not a magic\n")
+
+
+def test_a_shell_cell_fails_every_test_of_the_exercise_with_the_cell_named(tmp_path):
+    folder = submission(tmp_path, "pip", with_cell("!pip install x\nimport numpy", at=3))
+    results = grade_folder(folder, tmp_path)
+    assert results.tests and results.score == 0
+    reason = "vector_add.ipynb, cell 3: `!pip install x` is a shell command: a submission holds plain Python only"
+    assert all(t.status == Status.FAILED for t in results.tests)
+    told = [t for t in results.tests if not t.output.startswith("needs correctness first")]  # perf: not run
+    assert told and all(t.output.startswith(f"could not import the submission (vector_add.py:6 in <module>): "
+                                            f"NotebookRefused: {reason}") for t in told), results.to_dict()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("%timeit 1 + 1", "cell 2: `%timeit 1 + 1` is an IPython magic"),
+    ("%%time\nx = 1", "cell 2: `%%time` is a cell magic"),
+    ("x = (1,\n", "cell 2, line 1: SyntaxError: "),
+])
+def test_magics_and_syntax_errors_are_refused_naming_the_cell(tmp_path, source, message):
+    nbformat.write(with_cell(source), tmp_path / "vector_add.ipynb")
+    with pytest.raises(NotebookRefused, match=re.escape(message)):
+        module_source(tmp_path / "vector_add.ipynb")
+
+
+def test_a_malformed_notebook_is_refused_with_a_clear_reason(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "vector_add.ipynb").write_text('{"cells": [{"cell_type": "code", "source": 3}], "nbformat": 4}')
+    results = grade_folder(folder, tmp_path)
+    assert results.tests and results.score == 0
+    told = [t for t in results.tests if not t.output.startswith("needs correctness first")]
+    assert told and all("NotebookRefused: vector_add.ipynb is not a valid notebook: " in t.output for t in told), \
+        results.to_dict()
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"this is not json", "vector_add.ipynb is not a notebook: it is not JSON"),
+    (b"\xff\xfe{}", "vector_add.ipynb is not a notebook: it is not UTF-8 text"),
+    (b"[1, 2]", "vector_add.ipynb is not a valid notebook: it is JSON but not an object"),
+    (b"[" * 100000, "vector_add.ipynb is not a notebook: it is not JSON"),
+    (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}', "vector_add.ipynb has no code cell"),
+    (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "script"}]}',
+     "vector_add.ipynb is not a valid notebook"),
+])
+def test_what_is_not_a_notebook_is_refused(tmp_path, content, reason):
+    (tmp_path / "vector_add.ipynb").write_bytes(content)
+    with pytest.raises(NotebookRefused, match=reason):
+        module_source(tmp_path / "vector_add.ipynb")
+
+
+def test_an_oversize_notebook_is_refused_unread(tmp_path):
+    notebook = with_cell("A = 1")
+    notebook.cells[1].outputs = [nbformat.v4.new_output("stream", text="x" * MAX_NOTEBOOK_BYTES)]
+    nbformat.write(notebook, tmp_path / "vector_add.ipynb")
+    with pytest.raises(NotebookRefused, match=r"vector_add.ipynb is 5.0 MiB, more than the 5 MiB a notebook may be"):
+        module_source(tmp_path / "vector_add.ipynb")
+    make_workspace({"vector_add": tmp_path / "vector_add.ipynb"}, tmp_path / "ws")
+    stand_in = (tmp_path / "ws" / "vector_add.py").read_text()
+    assert "raise NotebookRefused(" in stand_in and "more than the 5 MiB" in stand_in and "xxxx" not in stand_in
+
+
+@pytest.fixture(scope="module")
+def venv_kernel(tmp_path_factory):
+    """A kernelspec that runs this interpreter (the venv's), in a JUPYTER_PATH of its own."""
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("nbclient")
+    path = tmp_path_factory.mktemp("jupyter")
+    spec = path / "kernels" / "gpugrade-test"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "gpugrade test (venv)", "language": "python"}))
+    return path
+
+
+def test_grader_check_in_a_real_notebook_shows_the_html_feedback_inline(venv_kernel, tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JUPYTER_PATH", str(venv_kernel))
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    # the student's notebook, stage 1 done (the reference's cells), the rest still stubs
+    work = notebook_from_source((ROOT / "exercises" / "vector_add.py").read_text(), "vector_add")
+    solved = notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(), "vector_add")
+    work.cells[2:4] = solved.cells[2:4]  # add_kernel and vector_add
+    student = tmp_path / "my_vector_add.ipynb"
+    nbformat.write(work, student)
+    # the instructor's copy of the student's session: a notebook whose last cell self-checks stage 1
+    session = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(f"import grader\nr = grader.check('vector_add', stage=1, notebook={str(student)!r})\n"
+                                  "r"),
+        nbformat.v4.new_code_cell("print('score', r.score, r.max_score, len(r.results.tests))")])
+    client = NotebookClient(session, kernel_name="gpugrade-test", timeout=300,
+                            resources={"metadata": {"path": str(ROOT)}})  # the kernel starts in the course
+    client.execute()
+    shown = session.cells[0].outputs[0]
+    assert shown.output_type == "execute_result", shown
+    page = shown.data["text/html"]
+    assert "<iframe srcdoc=" in page
+    printed = session.cells[1].outputs[0].text.split()
+    score, max_score = float(printed[1]), float(printed[2])
+    assert score == max_score > 0 and int(printed[3]) > 0
+    assert f"vector_add: {score:g}/{max_score:g} on the sim backend" in page
+    inner = html.unescape(page.split('srcdoc="', 1)[1].split('"', 1)[0])
+    assert inner.startswith("<!doctype html>") and f"{score:g}/{max_score:g}" in inner
+    assert "add_kernel" in inner or "vector_add" in inner
+    assert "text/plain" in shown.data and "vector_add:" in shown.data["text/plain"]
+
+
+def test_grader_check_says_what_is_wrong_with_its_arguments(tmp_path, monkeypatch):
+    import grader
+    from grader.errors import UsageError
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(UsageError, match="unknown exercise 'nope'"):
+        grader.check("nope")
+    with pytest.raises(UsageError, match="no notebook"):
+        grader.check("vector_add", notebook=tmp_path / "missing.ipynb")
