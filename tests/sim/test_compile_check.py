@@ -611,3 +611,34 @@ def test_occupancy_other_arch_and_unknown():
     assert occ.active_blocks == 1 and occ.max_warps == 48
     with pytest.raises(ValueError):
         occupancy(32, 0, 128, 0, (5, 0))
+
+
+def test_half_precision_code_assembles_as_on_a_gpu():
+    """numba links its fp16 helpers at load time: ptxas runs on relocatable code (-c), as it
+    does for numba on a GPU, instead of calling them unresolved."""
+    import numpy as np
+    from numba import cuda
+
+    from grader import sim
+
+    with sim.installed(compile_check=True):
+        @cuda.jit
+        def half_add(out, a, b):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = cuda.fp16.hadd(a[i], b[i])
+
+        out = np.zeros(64, np.float16)
+        with sim.trace() as launches:
+            half_add[1, 64](out, np.ones(64, np.float16), np.ones(64, np.float16))
+    np.testing.assert_array_equal(out, 2)
+    compiled = launches[0].compiled
+    assert compiled.get("available") is False or compiled["registers"] > 0, compiled
+
+
+def test_static_shared_memory_is_read_from_relocatable_ptx():
+    from grader.sim.compile_check.ptxas import static_shared_bytes
+
+    ptx = (".visible .entry k(\n)\n{\n\t.shared .align 4 .b8 _cudapy_smem_1[1024];\n"
+           "\t.shared .align 8 .f64 tile[16];\n\t.reg .b32 %r<3>;\n}\n")
+    assert static_shared_bytes(ptx) == 1024 + 16 * 8

@@ -20,7 +20,7 @@ from ..bounded import BoundedCache
 from ..kernel_graph import KernelGraph, is_numba_dispatcher
 from .report import CompileReport
 
-_SCHEMA = 1
+_SCHEMA = 2  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt)
 _MAX_DISK_ENTRIES = 4096
 
 

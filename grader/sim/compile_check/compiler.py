@@ -12,6 +12,8 @@ from grader.sim.devices import TARGET_CC
 from grader.sim.kernel_graph import python_function, user_functions
 
 from . import cache, ptxas, toolchain
+
+STATIC_SHARED_LIMIT = 48 * 1024  # static shared memory per block without an opt-in (what ptxas enforces)
 from .explain import classify, def_line, generator_use
 from .report import CompileReport
 
@@ -97,6 +99,12 @@ def _compile(py, sig, cc, opts, dispatchers, files, st: toolchain.ToolchainStatu
     res = ptxas.run(st.ptxas_path, ptx, cc)
     report = CompileReport(ok=res.returncode == 0, ptxas_log=res.log)
     ptxas.parse_log(res.log, report)
+    if res.relocatable and res.returncode == 0:  # the relocatable log leaves static shared memory out
+        report.shared_bytes = ptxas.static_shared_bytes(ptx)
+        if report.shared_bytes > STATIC_SHARED_LIMIT:
+            res = ptxas.Result(1, f"ptxas error   : Entry function uses too much shared data "
+                                  f"({report.shared_bytes:#x} bytes, {STATIC_SHARED_LIMIT:#x} max)")
+            report.ok = False
     if res.returncode != 0:
         errs = ptxas.errors(res.log)
         if ("Unsupported .version" in res.log or "not defined for option" in res.log

@@ -17,16 +17,30 @@ _TIMEOUT_S = 120
 class Result:
     returncode: int
     log: str
+    relocatable: bool = False  # assembled with -c (the PTX calls functions linked at load time)
 
 
 def run(path: str, ptx: str, cc) -> Result:
-    """``ptxas -v --gpu-name sm_XY`` of `ptx` (a negative returncode: it did not run)."""
+    """``ptxas -v --gpu-name sm_XY`` of `ptx` (a negative returncode: it did not run).
+
+    numba's PTX may call functions it links in at load time (its fp16 helpers, cudadevrt for
+    cooperative groups): a whole-program ptxas run finds them unresolved and refuses valid code.
+    Then it runs again on relocatable code (`-c`), as numba links it (`relocatable`: that log has
+    no static shared memory; `static_shared_bytes` reads it from the PTX instead)."""
+    result = _ptxas(path, ptx, cc, [])
+    if result.returncode > 0 and "Unresolved extern function" in result.log:
+        again = _ptxas(path, ptx, cc, ["-c"])
+        return Result(again.returncode, again.log, relocatable=True)
+    return result
+
+
+def _ptxas(path: str, ptx: str, cc, flags: list[str]) -> Result:
     with tempfile.TemporaryDirectory(prefix="gpugrade-ptxas-") as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w", encoding="utf-8") as fh:
             fh.write(ptx)
         try:
-            r = subprocess.run([path, "-v", "--gpu-name", f"sm_{cc[0]}{cc[1]}", src,
+            r = subprocess.run([path, *flags, "-v", "--gpu-name", f"sm_{cc[0]}{cc[1]}", src,
                                 "-o", os.path.join(tmp, "kernel.cubin")],
                                capture_output=True, text=True, timeout=_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -34,6 +48,14 @@ def run(path: str, ptx: str, cc) -> Result:
         except OSError as e:
             return Result(-1, f"ptxas could not run: {e}")
         return Result(r.returncode, (r.stdout or "") + (r.stderr or ""))
+
+
+_RE_SHARED = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.[bsuf](\d+)\s+[\w$.]+\[(\d+)\]", re.M)
+
+
+def static_shared_bytes(ptx: str) -> int:
+    """Static shared memory the PTX declares (`.shared .align 4 .b8 name[1024];`)."""
+    return sum(int(bits) // 8 * int(count) for bits, count in _RE_SHARED.findall(ptx))
 
 
 _RE_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
