@@ -433,3 +433,19 @@ def test_a_local_path_that_exists_with_an_at_is_never_split(tmp_path):
     alice, bob = read_roster(path)
     assert (alice.repo, alice.ref) == (str(tmp_path / "class" / "alice@uni.edu"), None)
     assert (bob.repo, bob.ref) == (str(tmp_path / "class" / "bob.git"), "uni.edu")
+
+
+def test_a_notebook_submission_is_taken_as_the_notebook(student, tmp_path):
+    """exercises/<exercise>.ipynb and no .py: the notebook is taken as it is (grading takes its
+    code cells); a .py would win over it, as in submission_modules."""
+    notebook = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    student.commit({"exercises/vector_add.ipynb": notebook})
+    student.push()
+    got = fetch(entry(student.bare), ["vector_add"], tmp_path / "dest")
+    assert got.problem is None and got.missing == []
+    assert [p.name for p in got.folder.iterdir()] == ["vector_add.ipynb"]
+    assert (got.folder / "vector_add.ipynb").read_text() == notebook
+    student.commit({"vector_add.py": "x = 1\n"})
+    student.push()
+    again = fetch(entry(student.bare), ["vector_add"], tmp_path / "dest2")
+    assert [p.name for p in again.folder.iterdir()] == ["vector_add.py"]

@@ -99,7 +99,7 @@ class _Problem(Exception):
 
 @dataclass
 class _Snapshot:
-    files: dict[str, bytes]             # exercise -> its module's bytes
+    files: dict[str, bytes]             # file name (<exercise>.py or .ipynb) -> its bytes
     missing: list[str]
     refused: list[str]                  # why a named file cannot be taken
     commit: str | None
@@ -167,7 +167,7 @@ def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snap
         if len(data) > limits.max_file_bytes:
             refused.append(_too_big(where, size, limits))
             continue
-        files[name] = data
+        files[module.name] = data  # <exercise>.py, or <exercise>.ipynb (grading takes its code cells)
     digest = hashlib.sha256()
     for name in sorted(files):  # names and lengths framed: two splits of the same bytes differ
         digest.update(b"%s\0%d\0" % (name.encode(), len(files[name])) + files[name])
@@ -214,7 +214,7 @@ def _read_git(entry: Entry, path: Path | None, exercises: list[str], deadline: d
 
 def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list[str],
                limits: FetchLimits) -> _Snapshot:
-    wanted = ["exercises"] + [p for e in exercises for p in (f"{e}.py", f"exercises/{e}.py")]
+    wanted = ["exercises"] + [p for e in exercises for p in _candidates(e)]
     entries = {}  # path -> (mode, type, oid, size)
     listing = git.out(["ls-tree", "-z", "-l", "--full-tree", commit, "--", *wanted])
     for record in filter(None, listing.split("\0")):
@@ -223,10 +223,9 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
         entries[where] = (mode, kind, oid, size)
     files, missing, refused = {}, [], []
     for name in exercises:
-        where = f"{name}.py"
-        if where not in entries or entries[where][0] == FOLDER:  # as submission_modules: a file first
-            where = f"exercises/{name}.py"
-        if where not in entries:
+        # as submission_modules: the first of the candidates that is not a folder
+        where = next((c for c in _candidates(name) if c in entries and entries[c][0] != FOLDER), "")
+        if not where:
             outer = entries.get("exercises", ("",))[0]
             if outer in (SYMLINK, SUBMODULE):
                 refused.append(f"exercises is a {'symlink' if outer == SYMLINK else 'submodule'}: "
@@ -243,8 +242,13 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
         elif int(size) > limits.max_file_bytes:
             refused.append(_too_big(where, int(size), limits))
         else:
-            files[name] = git.out(["cat-file", "blob", oid], binary=True)
+            files[where.rsplit("/", 1)[-1]] = git.out(["cat-file", "blob", oid], binary=True)
     return _Snapshot(files, missing, list(dict.fromkeys(refused)), commit, committed_at)
+
+
+def _candidates(exercise: str) -> tuple[str, ...]:
+    """Where an exercise's file may be, in submission_modules' order: a module wins over a notebook."""
+    return (f"{exercise}.py", f"exercises/{exercise}.py", f"{exercise}.ipynb", f"exercises/{exercise}.ipynb")
 
 
 def _lay_out(files: dict[str, bytes], dest: Path) -> None:
@@ -252,8 +256,8 @@ def _lay_out(files: dict[str, bytes], dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, data in files.items():
-        (partial / f"{name}.py").write_bytes(data)
+    for filename, data in files.items():
+        (partial / filename).write_bytes(data)
     if dest.exists():
         shutil.rmtree(dest)
     partial.rename(dest)
