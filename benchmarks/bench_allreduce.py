@@ -24,6 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "solutions"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_section import write_section  # noqa: E402
 
 BEGIN, END = "<!-- bench_allreduce: begin -->", "<!-- bench_allreduce: end -->"
 STAGES = ("allreduce_naive", "allreduce_ring", "allreduce_pipelined")
@@ -116,15 +119,6 @@ def section(rows: list[dict]) -> str:
     ])
 
 
-def write(doc: Path, text: str) -> None:
-    old = doc.read_text() if doc.is_file() else ""
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip() + "\n\n" + text + "\n"
-    doc.write_text(new)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true")
@@ -134,7 +128,7 @@ def main(argv=None) -> int:
     text = section(rows)
     print(text)
     if not args.no_write:
-        write(Path(args.output), text)
+        write_section(Path(args.output), text, BEGIN, END)
         print(f"written to {args.output}", file=sys.stderr)
     return 0 if all(r["ok"] for r in rows) else 1
 
