@@ -51,3 +51,20 @@ def test_matching_infinities_pass_and_nan_never_does():
     expect_close(np.array([np.inf, -np.inf, 1.0], np.float32), np.array([np.inf, -np.inf, 1.0], np.float32))
     with pytest.raises(WrongAnswer, match="got nan"):
         expect_close(np.array([np.nan], np.float32), np.array([np.nan], np.float32))
+
+
+def test_a_wrong_output_says_what_its_wrong_elements_have_in_common():
+    from grader.judge.correctness import WrongAnswer, expect_close
+
+    expected = np.ones((64, 48), np.float32)
+    missed = expected.copy()
+    missed[32:, :] = np.nan  # the last row of tiles never written
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(missed, expected, what="matmul")
+    message = str(found.value)
+    assert "never written" in message and "rows 32..63, columns 0..47" in message and "last rows" in message
+    scattered = expected.copy()
+    scattered[3, 5] = scattered[40, 7] = 2.0
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(scattered, expected, what="matmul")
+    assert "never written" not in str(found.value) and "rows" not in str(found.value)

@@ -42,8 +42,28 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         index = first[0] if len(first) == 1 else first
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
-            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}"
+            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}"
         )
+
+
+def _where(bad: np.ndarray, got: np.ndarray) -> str:
+    """What the wrong elements have in common: never written (NaN: the simulator fills fresh
+    device memory with NaN bytes), or, for a matrix, the block of rows and columns they fill
+    (a missed tile or edge shows as one)."""
+    notes = []
+    if got.dtype.kind == "f" and np.all(np.isnan(got[bad])):
+        notes.append("every wrong element is NaN: never written (the simulator fills fresh device memory with "
+                     "NaN; on a GPU it holds whatever was there)")
+    if bad.ndim == 2:
+        rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
+        r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]
+        if bad[r0:r1 + 1, c0:c1 + 1].all() and bad.sum() == (r1 - r0 + 1) * (c1 - c0 + 1):
+            shape = bad.shape
+            edge = [side for side, hit in (("last rows", r1 == shape[0] - 1 and r0 > 0),
+                                           ("last columns", c1 == shape[1] - 1 and c0 > 0)) if hit]
+            notes.append(f"the wrong elements are exactly rows {r0}..{r1}, columns {c0}..{c1}"
+                         + (f" (the {' and '.join(edge)}: a missed tile or edge?)" if edge else ""))
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def reduction_rtol(n: int, eps: float = float(np.finfo(np.float32).eps)) -> float:
