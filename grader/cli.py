@@ -203,9 +203,10 @@ def _hints(course: Course, results, everything: bool) -> str:
     if stage is None:
         return "No failing stage: no hint needed."
     state = hints.HintState.load(course.root)
-    shown = hints.reveal(stage, state, everything)
+    kind = hints.failure_kind(results, stage)  # the hint that answers the current failure first
+    shown = hints.reveal(stage, state, everything, kind)
     state.save()
-    return hints.render(stage, shown)
+    return hints.render(stage, shown, state, kind)
 
 
 def _emit(text: str, output: str | None) -> None:

@@ -39,7 +39,41 @@ def test_each_run_reveals_one_more_hint_and_remembers_it(tmp_path):
         shown.append(hints.reveal(s, state))
         state.save()
     assert shown == [[(1, "ex2a")], [(2, "ex2b")], [(3, "ex2c")], [(3, "ex2c")]]
-    assert json.loads((tmp_path / ".gpugrade" / "hints.json").read_text()) == {"seen": {"ex:2": 3}}
+    assert json.loads((tmp_path / ".gpugrade" / "hints.json").read_text()) == {"seen": {"ex:2": [1, 2, 3]}}
+
+
+def test_an_older_state_file_counting_hints_still_reads(tmp_path):
+    (tmp_path / ".gpugrade").mkdir()
+    (tmp_path / ".gpugrade" / "hints.json").write_text('{"seen": {"ex:2": 2}}')
+    assert hints.reveal(MANIFEST.stage("ex", 2), hints.HintState.load(tmp_path)) == [(3, "ex2c")]
+
+
+def test_the_hint_that_answers_the_current_failure_comes_first(tmp_path):
+    import tomllib
+
+    from grader.course.manifest import parse as parse_data
+
+    def parse(text):
+        return parse_data(tomllib.loads(text))
+    from grader.report.results import Results, Status, TestResult
+    from grader.wire import Finding
+
+    course = parse('[exercises.ex]\ntitle = "Ex"\n[[exercises.ex.stages]]\ntitle = "S"\nfunction = "f"\n'
+                   'hints = ["gentle", {text = "a barrier between the loads and the reads", kinds = ["races"]}, '
+                   '{text = "guard with if i < n", kinds = ["bounds"]}]\n'
+                   'gpu = { baseline = "reference", max_time_ratio = 1.2 }\n')
+    stage = course.stage("ex", 1)
+    race = Finding.parse({"check": "races", "type": "RaceError", "message": "data race on shared array 'sA'"})
+    results = Results("s", "sim", tests=[
+        TestResult("ex::a", "ex", 1, 1, 0, Status.FAILED, "data race on shared array 'sA'", finding=race)])
+    kind = hints.failure_kind(results, stage)
+    state = hints.HintState.load(tmp_path)
+    assert kind == "races" and hints.reveal(stage, state, kind=kind) == [(2, "a barrier between the loads and the reads")]
+    text = hints.render(stage, [(2, "a barrier between the loads and the reads")], state, kind)
+    assert "about your failure: races" in text and "--hints for the next one" in text
+    assert hints.reveal(stage, state, kind=kind) == [(1, "gentle")]  # then the others, in order
+    oob = Results("s", "sim", tests=[TestResult("ex::a", "ex", 1, 1, 0, Status.FAILED, "out-of-bounds access to 'a'")])
+    assert hints.failure_kind(oob, stage) == "bounds"
 
 
 def test_all_shows_every_hint_and_a_damaged_state_file_is_ignored(tmp_path):

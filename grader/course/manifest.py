@@ -73,6 +73,13 @@ class GpuThreshold:
         return round((zero - ratio) / (zero - full), 3)
 
 
+# What a failure is about, as hints name it (grader.course.hints.failure_kind tells them apart):
+# the simulator's checkers, and what a message says.
+FAILURE_KINDS = frozenset({"races", "bounds", "uninitialised", "barriers", "warps", "deadlock", "devices",
+                           "streams", "compile", "uncoalesced", "bank_conflicts", "atomics", "stub",
+                           "wrong_answer", "traffic", "slow"})
+
+
 @dataclass(frozen=True)
 class Stage:
     exercise: str
@@ -82,6 +89,8 @@ class Stage:
     hints: tuple[str, ...]
     criteria: tuple[Criterion, ...]
     gpu: GpuThreshold
+    # per hint, the failure kinds it answers (grader.course.hints.FAILURE_KINDS); () for any
+    hint_kinds: tuple[tuple[str, ...], ...] = ()
 
     @property
     def key(self) -> str:
@@ -232,9 +241,21 @@ def _stage(exercise: str, number: int, r: _Reader) -> Stage:
     function = r.text("function")
     if not function.isidentifier():
         raise r.fail(f"function {function!r} is not a Python name")
-    hints = r.get("hints", list)
+    hints, kinds = [], []
+    for h in r.get("hints", list):  # a string, or {text = "...", kinds = ["races", ...]}
+        if isinstance(h, dict) and set(h) <= {"text", "kinds"} and isinstance(h.get("text"), str) \
+                and isinstance(h.get("kinds", []), list):
+            unknown = [k for k in h.get("kinds", []) if k not in FAILURE_KINDS]
+            if unknown:
+                raise r.fail(f"hint kinds {unknown} unknown; known: {', '.join(sorted(FAILURE_KINDS))}")
+            hints.append(h["text"])
+            kinds.append(tuple(h.get("kinds", [])))
+        else:
+            hints.append(h)
+            kinds.append(())
     if len(hints) != HINTS_PER_STAGE or not all(isinstance(h, str) and h.strip() for h in hints):
-        raise r.fail(f"'hints' must be {HINTS_PER_STAGE} non-empty strings, from gentle to explicit")
+        raise r.fail(f"'hints' must be {HINTS_PER_STAGE} non-empty strings (or {{text, kinds}} tables), "
+                     f"from gentle to explicit")
     criteria = tuple(_criterion(_Reader(t, f"{r.where}.criteria[{i}]", r.source))
                      for i, t in enumerate(r.get("criteria", list, []), start=1))
     counters = [c.counter for c in criteria]
@@ -251,7 +272,7 @@ def _stage(exercise: str, number: int, r: _Reader) -> Stage:
         raise gpu.fail("'zero_time_ratio' must be above max_time_ratio (with its noise margin)")
     r.done()
     return Stage(exercise=exercise, number=number, title=title, function=function,
-                 hints=tuple(h.strip() for h in hints), criteria=criteria, gpu=threshold)
+                 hints=tuple(h.strip() for h in hints), criteria=criteria, gpu=threshold, hint_kinds=tuple(kinds))
 
 
 def _criterion(r: _Reader) -> Criterion:
