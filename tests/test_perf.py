@@ -31,7 +31,7 @@ def test_hotspot_names_the_worst_line_of_the_missed_criterion():
 def test_a_missed_criterion_says_where():
     criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
     stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
-    with pytest.raises(PerformanceShortfall, match=r"(?s)too slow: coalescing: 18.*where:.*line 8 of kernel 'k'"):
+    with pytest.raises(PerformanceShortfall, match=r"(?s)^coalescing: 18 against the reference's.*where:.*line 8 of kernel 'k'"):
         expect_performance(stage, [STRIDED], [COALESCED])
     expect_performance(stage, [COALESCED], [COALESCED])
 

@@ -66,13 +66,13 @@ def shortfall(criterion: Criterion, student: float, reference: float) -> str | N
     if criterion.max_ratio is not None:
         allowed = criterion.max_ratio * reference + criterion.slack
         if student > allowed + 1e-9:
-            return (f"{criterion.label}: {student:g}, the reference needs {reference:g} "
-                    f"(allowed: {allowed:g})")
+            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
+                    f"(at most {allowed:g} allowed)")
     else:
         needed = criterion.min_ratio * reference
         if student < needed - 1e-9:
-            return (f"{criterion.label}: {student:g}, the reference has {reference:g} "
-                    f"(needed: at least {needed:g})")
+            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
+                    f"(at least {needed:g} needed)")
     return None
 
 
@@ -134,7 +134,7 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
             problems.append(problem)
             failed.append(criterion.counter)
     if problems:
-        head = f"too slow{f' ({what})' if what else ''}: " + problems[0]
+        head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {w}" for w in hotspots(student_launches, failed))
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
