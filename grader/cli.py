@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--hints", nargs="?", const="next", choices=["next", "all"], default=None,
                        help="show the next unseen hint of the first failing stage (or 'all' of its hints)")
     check.add_argument("-v", "--verbose", action="store_true", help="one row per test (default: one per stage)")
+    check.add_argument("--watch", action="store_true",
+                       help="grade again on every save of an exercise file, saying only what changed")
     common(check)
 
     g = sub.add_parser("grade", help="grade a submission folder")
@@ -259,9 +261,23 @@ def run(argv: list[str] | None = None) -> int:
         return validation.exit_code
     if args.command == "check":
         exercises = [args.exercise] if args.exercise else None
-        results = grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
-                        stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator)
+
+        def check_now():
+            return grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
+                         timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
+                         stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator)
+
+        if args.watch:
+            from .course.watch import watch
+
+            print("watching exercises/ (Ctrl-C to stop): grading on every save", flush=True)
+            try:
+                watch(course.root / "exercises", exercises or course.exercises(), check_now,
+                      lambda lines: print("\n".join(lines), flush=True))
+            except KeyboardInterrupt:
+                return 0
+            return 0
+        results = check_now()
         _emit(render(results, "table", verbose=args.verbose), None)
         from .report import first_failure
 
