@@ -91,6 +91,36 @@ def _capped(text: str) -> str:
     return text[:MAX_OUTPUT] + f"\n... [{len(text) - MAX_OUTPUT} characters cut]"
 
 
+# The student's source shown around a finding's line: lines each side, the longest line kept, the
+# most of a file read (a submission's exercise is a few hundred lines; anything bigger is not read whole).
+SOURCE_CONTEXT = 3
+MAX_SOURCE_LINE = 160
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def source_around(workspace: str, file: str | None, line: int | None) -> list | None:
+    """[first line number, [text, ...]]: the lines of `<workspace>/<file>` around `line`, or None
+    without a file and line, or where the path leaves the workspace (a link or `..` included: the
+    finding's file comes from the runner, which runs the student's code), or cannot be read."""
+    if not file or not line or line < 1:
+        return None
+    root = os.path.realpath(workspace)
+    path = os.path.realpath(os.path.join(root, file))
+    if os.path.commonpath([root, path]) != root or path == root or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_SOURCE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    if line > len(lines):
+        return None
+    first = max(1, line - SOURCE_CONTEXT)
+    chosen = lines[first - 1:line + SOURCE_CONTEXT]
+    return [first, [t if len(t) <= MAX_SOURCE_LINE else t[:MAX_SOURCE_LINE] + " ..." for t in chosen]]
+
+
 class GradingSession:
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -308,6 +338,7 @@ class GradingSession:
         result = self._result(item, passed, "" if passed else failure_message(exc))
         if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
             result.finding = exc.finding
+            result.source = source_around(self.workspace, exc.finding.file, exc.finding.line)
         if isinstance(exc, PartialCredit):  # right, but slower than full credit allows
             result.score = round(result.max_score * exc.credit, 3)
         timing = take_timing()

@@ -62,6 +62,9 @@ class TestResult:
     # a collective's traffic between ranks (grader.judge.collective): ranks, links [[src, dst, bytes,
     # messages]], host_bytes: the feedback's per-link table and ring diagram
     traffic: dict | None = None
+    # the student's source around the finding's line: [first_line_number, [text, ...]] (a few lines
+    # each side, each capped; grader.judge.plugin reads it from the workspace), for the HTML feedback
+    source: list | None = None
 
 
 @dataclass
