@@ -1,7 +1,8 @@
 """Pictures for the feedback, as inline SVG text (matplotlib, the `pictures` extra): the ranks'
-traffic as a ring with bytes per link, and a modelled timeline of copies and adds per stream.
-Readable without colour: links carry their byte counts as text, copies are hatched and kernels
-solid. Without matplotlib every function returns "" and the page says how to get them."""
+traffic as a ring with bytes per link, a modelled timeline of copies and adds per stream, and a
+performance test's time (and missed counter) against the reference's as bars. Readable without
+colour: links carry their byte counts as text, copies and the student's bars are hatched, kernels
+and the reference's bars solid. Without matplotlib every function returns "" and the page says how to get them."""
 
 from __future__ import annotations
 
@@ -103,6 +104,46 @@ def timeline_svg(spans: list, title: str) -> str:
     return _svg(fig)
 
 
+def time_bars_svg(timing: dict, criterion: tuple | None = None) -> str:
+    """A performance test's time against the reference's as bars (`timing`: seconds,
+    reference_seconds, source, gpu, max_time_ratio), the time full credit allows as a dashed line;
+    beside it, the counter `criterion` (label, yours, the reference's, the limit) it missed, if any.
+    Readable without colour: the student's bar hatched, the reference's solid, values written."""
+    if not available() or not timing or "seconds" not in timing or "reference_seconds" not in timing:
+        return ""
+    where = f", {timing['source']} on {timing['gpu']}" if timing.get("source") and timing.get("gpu") else ""
+    panels = [(f"time per call (us){where}", timing["seconds"] * 1e6, timing["reference_seconds"] * 1e6,
+               timing["reference_seconds"] * 1e6 * timing["max_time_ratio"] if timing.get("max_time_ratio") else None,
+               "full credit")]
+    if criterion:
+        label, yours, theirs, limit = criterion
+        panels.append((label, yours, theirs, limit, "allowed"))
+    fig = _figure(3.0 * len(panels) + 0.6, 2.3)
+    for k, (label, yours, theirs, limit, limit_name) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        bars = ax.bar([0, 1], [yours, theirs], width=0.6, color=["white", "0.45"], edgecolor="black", linewidth=0.8)
+        bars[0].set_hatch("////")
+        top = max(yours, theirs, limit or 0) or 1.0
+        for x, value in ((0, yours), (1, theirs)):
+            ax.text(x, value + top * 0.02, f"{value:.3g}", ha="center", va="bottom", fontsize=7)
+        if limit is not None:
+            ax.axhline(limit, color="black", linestyle="--", linewidth=0.8)
+            ax.text(1.45, limit, f"{limit_name}\n{limit:.3g}", fontsize=6, va="center", ha="left")
+        ax.set_xticks([0, 1], ["yours", "reference"], fontsize=7)
+        ax.set_xlim(-0.6, 1.9)
+        ax.set_ylim(0, top * 1.2)
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_title(_wrap(label, 38), fontsize=7.5)
+        ax.set_xlabel("hatched: yours, solid: the reference", fontsize=6)
+    return _svg(fig)
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)[:3]) or text
+
+
 def histogram_svg(scores: list[float], maximum: float, title: str) -> str:
     """A class's scores of one exercise or stage: how many students in each tenth of the maximum."""
     if not available() or maximum <= 0:
@@ -128,4 +169,4 @@ def _bytes(n: float) -> str:
     return f"{n:.3g} GB"
 
 
-__all__ = ["available", "histogram_svg", "ring_svg", "timeline_svg"]
+__all__ = ["available", "histogram_svg", "ring_svg", "time_bars_svg", "timeline_svg"]
