@@ -106,3 +106,87 @@ def test_markdown_tells_each_failure_once_with_its_tests_and_folds_every_test():
     assert page.count("### out-of-bounds access at index 33") == 1 and page.count("hint: guard") == 1
     assert "Fails: `ex::a[n=1]`, `ex::a[n=33]`" in page
     assert "| ex stage 1 | 1/3 |" in page and "<details><summary>Every test</summary>" in page
+
+
+def test_a_results_files_source_round_trips_and_the_judge_reads_it_only_inside_the_workspace(tmp_path):
+    import os
+
+    from grader.judge.plugin import source_around
+    from grader.report.results import Status
+    from grader.wire.messages import Finding
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "vector_add.py").write_text("".join(f"line {n}\n" for n in range(1, 21)) + "x" * 500 + "\n")
+    (tmp_path / "secret.py").write_text("password = 1\n" * 10)
+    os.symlink(tmp_path / "secret.py", workspace / "link.py")
+    assert source_around(str(workspace), "vector_add.py", 10) == [7, [f"line {n}" for n in range(7, 14)]]
+    assert source_around(str(workspace), "vector_add.py", 2) == [1, [f"line {n}" for n in range(1, 6)]]
+    first, lines = source_around(str(workspace), "vector_add.py", 21)
+    assert first == 18 and len(lines[-1]) < 200 and lines[-1].endswith(" ...")
+    for outside in ("../secret.py", str(tmp_path / "secret.py"), "link.py", ".", "missing.py"):
+        assert source_around(str(workspace), outside, 3) is None, outside
+    assert source_around(str(workspace), "vector_add.py", None) is None
+    assert source_around(str(workspace), "vector_add.py", 99) is None
+
+    finding = Finding("bounds", "OutOfBoundsError", "out-of-bounds access", "k", "vector_add.py", 10)
+    results = Results("sub", "sim", tests=[TestResult("ex::a", "ex", 1, 1, 0, Status.FAILED, "out-of-bounds access",
+                                                      finding=finding, source=source_around(str(workspace),
+                                                                                            "vector_add.py", 10))])
+    again = Results.from_dict(json.loads(json.dumps(results.to_dict())))
+    assert again.tests[0].source == [7, [f"line {n}" for n in range(7, 14)]] and again.tests[0].finding == finding
+
+
+def test_the_html_page_is_cards_with_the_source_marked_and_the_finding_explained():
+    import re
+
+    from grader.report.results import Status
+    from grader.wire.messages import Finding
+
+    race = Finding("races", "RaceError", "data race on shared array 'sA' at index (3, 4): write conflicts with a "
+                   "read by thread (4, 3, 0) of block (0, 0, 0) with no syncthreads() in between", "mm",
+                   "matmul.py", 12, (0, 0, 0), (3, 4, 0), "sA", (3, 4))
+    source = [9, ["    for k in range(n // T):", "        sA[ty, tx] = A[row, k * T + tx]",
+                  "        sB[ty, tx] = B[k * T + ty, col]", "        acc += sA[ty, 0] * sB[0, tx]", "", "", ""]]
+    counter = "shared memory wavefronts per request (bank conflicts): 8 against the reference's 1 (at most 1 allowed)"
+    timing = {"source": "modelled", "gpu": "H100", "seconds": 4e-5, "reference_seconds": 1e-5, "ratio": 4.0,
+              "max_time_ratio": 1.5}
+    results = Results("bob", "sim", tests=[
+        TestResult("matmul::small", "matmul", 1, 1, 1, Status.PASSED),
+        TestResult("matmul::tiled[n=64]", "matmul", 2, 2, 0, Status.FAILED, race.message + "\ntrace line",
+                   finding=race, source=source),
+        TestResult("matmul::tiled[n=65]", "matmul", 2, 2, 0, Status.FAILED, race.message, finding=race, source=source),
+        TestResult("matmul::fast", "matmul", 2, 3, 0, Status.FAILED, "needs correctness first: matmul stage 2 ..."),
+        TestResult("matmul::conflicts", "matmul", 3, 3, 0, Status.FAILED, counter, timing=timing),
+        TestResult("matmul::secret", "matmul", 3, 4, 0, Status.FAILED, "SECRET", visibility="hidden"),
+    ])
+    page = html_page(results)
+    assert page.startswith("<!doctype html>") and "<script" not in page and "<link" not in page
+    assert page.count("<section class='card") == 3 and "id='card-matmul-2'" in page
+    import html
+
+    cards = page[:page.index("<details class='every'>")]
+    assert cards.count(html.escape(race.message)) == 1  # each failure told once, with the tests it fails
+    assert "fails 2 tests: <code>tiled[n=64]</code>, <code>tiled[n=65]</code>" in page
+    assert "1 performance test not run: correctness first" in page and "ok (1 test)" in page
+    here = re.search(r"<span class='here'><b>▶ (\d+) │ ([^<]*)</b></span>", page)
+    assert here and here.groups() == ("12", "        acc += sA[ty, 0] * sB[0, tx]")
+    assert page.count("▶") == 1 and "   9 │     for k in range(n // T):" in page
+    assert "cuda.syncthreads()" in page and "thread (4, 3, 0)" in page and "array <code>sA</code>" in page
+    assert "SECRET" not in page and "matmul::secret" not in page and "1 more test(s) are hidden" in page
+    assert "<details class='every'><summary>Every test</summary>" in page and "matmul::small" in page
+    svg = page[page.index("<svg"):page.index("</svg>") + 6]
+    text = " ".join(t.text or "" for t in ET.fromstring(svg).iter() if t.tag.endswith("text"))
+    assert "yours" in text and "reference" in text and "full credit" in text and "bank conflicts" in text
+    assert "(at most 1 allowed)" not in text and "allowed" in text
+
+
+def test_an_out_of_bounds_finding_names_the_missing_guard():
+    from grader.report.results import Status
+    from grader.wire.messages import Finding
+
+    oob = Finding("bounds", "OutOfBoundsError", "out-of-bounds access to global array 'out' at index (1000,)",
+                  "add", "../../etc/passwd", 7)
+    page = html_page(Results("c", "sim", tests=[TestResult("v::odd", "v", 1, 1, 0, Status.FAILED, oob.message,
+                                                           finding=oob)]))
+    assert "<code>if i &lt; n:</code>" in page and "<figure class='source'>" not in page  # no source: none shown
