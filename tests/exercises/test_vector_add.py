@@ -89,7 +89,9 @@ def test_special_values(student, backend, rng):
     if not isinstance(got, np.ndarray) or got.shape != expected.shape:
         raise WrongAnswer(f"vector_add: expected an array of shape {expected.shape}")
     if not np.array_equal(np.isnan(got), np.isnan(expected)):
-        raise WrongAnswer("vector_add: NaN where there should be none, or a missing NaN")
+        i = int(np.flatnonzero(np.isnan(got) != np.isnan(expected))[0])
+        raise WrongAnswer(f"vector_add: at index {i} expected {expected[i]} ({a[i]} + {b[i]}), got {got[i]}"
+                          + (" (NaN where the inputs are numbers: never written?)" if np.isnan(got[i]) else ""))
     finite = ~np.isnan(expected)
     expect_close(got[finite], expected[finite], rtol=1e-6, what="vector_add(a, b) with inf and nan inputs")
 
