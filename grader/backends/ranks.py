@@ -21,27 +21,16 @@ is that and nothing more (student code may not import the grader, so it is hande
 How ranks map onto the machine, with the same student code: on the simulator rank r is virtual
 device r (the device process counts every copy per link, in a process the student's code cannot
 reach); on N GPUs rank r is GPU r, peer access enabled between ring neighbours; on fewer GPUs than
-ranks, every rank lives on GPU 0 with streams of its own. The log kept here (`ranks.log`) is the
-student's process's own record: feedback, never the grade (the simulator's report is).
+ranks, every rank lives on GPU 0 with streams of its own. Nothing kept here is the grade (the
+simulator's report is).
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
-from dataclasses import dataclass
 
 MAX_RANKS = 8  # the simulator's virtual devices: the grading tests use 2, 3, 4 and 8 ranks
-
-
-@dataclass(frozen=True)
-class Copy:
-    """One `ranks.copy` as this process saw it: feedback (the simulator's copy log is the grade)."""
-
-    src: int
-    dst: int
-    nbytes: int
-    stream: bool  # asynchronous, on a stream
 
 
 def _address(array) -> tuple[int, int]:
@@ -138,7 +127,6 @@ class Ranks:
         self._spans: list[tuple[int, int, Rank]] = []
         self._stream_owner: dict[int, Rank] = {}
         self._local = threading.local()
-        self.log: list[Copy] = []
         self._ranks = [Rank(self, r, d) for r, d in enumerate(devices)]
         self.emulated = len(set(devices)) < count  # several ranks share a GPU
         if enable_peer_access and not self.emulated:
@@ -211,7 +199,6 @@ class Ranks:
                                  f"(r.stream or r.new_stream())")
             with owner:
                 dst.copy_to_device(src, stream=stream)
-        self.log.append(Copy(frm.id, to.id, int(src.nbytes), stream is not None))
 
     def synchronize(self) -> None:
         """Wait for all the work of every rank."""
@@ -253,4 +240,4 @@ def devices_for(count: int, available: int) -> list[int]:
     return list(range(count)) if available >= count else [0] * count
 
 
-__all__ = ["MAX_RANKS", "Copy", "Rank", "Ranks", "devices_for"]
+__all__ = ["MAX_RANKS", "Rank", "Ranks", "devices_for"]

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -104,7 +104,6 @@ class Summary:
     skipped: int = 0
     failed: int = 0   # could not be graded (fetch problems, grader failures)
     seconds: float = 0.0
-    rows: list = field(default_factory=list)
 
 
 class Batch:
@@ -221,7 +220,6 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         batch.write_grades()
         batch.write_summary()
         summary.seconds = time.monotonic() - started
-        summary.rows = batch.store.latest(batch.assignment)
     finally:
         batch.store.close()
     return summary

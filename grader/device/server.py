@@ -297,9 +297,6 @@ class Device:
         axes = request.get("axes")
         return self._register(self._array(request).transpose(None if axes is None else tuple(int(a) for a in axes)))
 
-    def op_clock(self, request: dict) -> dict:
-        return {"ok": True, "ms": float(self.sim.devices[int(request["device"])].clock_ms)}
-
     def op_launch(self, request: dict) -> dict:
         package = request["kernel"]
         kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])

@@ -107,7 +107,6 @@ class Traffic:
     ranks: int
     links: dict[tuple[int, int], Link] = field(default_factory=dict)
     host_bytes: int = 0      # between host and GPUs, in both directions
-    kernels: list[int] = field(default_factory=list)  # launches per rank
 
     @classmethod
     def of(cls, result, ranks: int, required: bool = True) -> "Traffic | None":
@@ -122,10 +121,8 @@ class Traffic:
 
             pytest.skip("traffic between ranks is counted by the simulated GPUs' device process, and this run "
                         "has none (--simulator inline)")
-        traffic = cls(ranks, kernels=[0] * ranks)
+        traffic = cls(ranks)
         for op in proof.device.timeline:
-            if op.kind == "kernel" and 0 <= op.device < ranks:
-                traffic.kernels[op.device] += 1
             if op.kind != "copy":
                 continue
             if HOST in (op.src, op.dst):

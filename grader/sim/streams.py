@@ -134,9 +134,6 @@ class StreamOrder:
             return self.default(device)
         return ident
 
-    def device_of(self, stream: int) -> int:
-        return self._streams[stream].device
-
     # -- operations ---------------------------------------------------------------------------
     def _issue(self, kind: str, stream: int, name: str, **fields) -> Op:
         s = self._streams[stream]
