@@ -98,6 +98,9 @@ def test_a_consistent_launch_summary_is_accepted_as_sent():
     summary = LaunchSummary.parse(LAUNCH)
     assert summary.counters["global_load_sectors"] == 128 and summary.grid == (4, 1, 1)
     assert summary.as_dict()["lines"][0]["sectors"] == 128
+    sample = {"lanes": [0, 1], "addresses": [0, 4096], "itemsize": 4}  # one warp's request, for a picture
+    kept = LaunchSummary.parse(dict(LAUNCH, lines=[dict(LAUNCH["lines"][0], sample=sample)]))
+    assert kept.as_dict()["lines"][0]["sample"] == sample
 
 
 @pytest.mark.parametrize("counters, field", [
@@ -123,6 +126,10 @@ def test_counters_that_are_not_finite_or_not_consistent_are_refused(counters, fi
     ({"kernel": 7}, "launch.kernel"),
     ({"lines": [{"line": 1, "space": "global", "requests": 1, "sectors": 40}]}, "launch.lines"),
     ({"compiled": {"registers": float("nan")}}, "launch.compiled.registers"),
+    ({"lines": [dict(LAUNCH["lines"][0], sample={"lanes": [40], "addresses": [0], "itemsize": 4})]},
+     "launch.lines[0].sample"),
+    ({"lines": [dict(LAUNCH["lines"][0], sample={"lanes": list(range(32)) * 2, "addresses": [0] * 64,
+                                                 "itemsize": 4})]}, "launch.lines[0].sample.lanes"),
     ({"warnings": ["x"] * 20000}, "launch.warnings"),
 ])
 def test_a_malformed_launch_summary_names_its_field(change, field):

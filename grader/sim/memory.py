@@ -87,7 +87,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                     rk, uk = REQUEST_KEYS[space, "load"]
                     r0, u0 = counts[rk], counts[uk]
                     self._count_vec(space, handle, "load", None, lanes, last)
-                    self._note_line(space, "load", line, counts[rk] - r0, counts[uk] - u0)
+                    self._note_line(space, "load", line, counts[rk] - r0, counts[uk] - u0,
+                                    lambda: (lanes.warp, lanes.thread, self._byte_addr(
+                                        space, handle, base + pat.vec_flat), handle.dtype.itemsize))
                 sq = pat.squeezed
                 if sq is None:
                     sq = pat.squeezed = squeeze(pat.vec_flat)
@@ -144,7 +146,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         rk, uk = REQUEST_KEYS[space, kind]
         r0, u0 = self.counts[rk], self.counts[uk]
         self._count_vec(space, handle, kind, flat, lanes, last)
-        self._note_line(space, kind, line, self.counts[rk] - r0, self.counts[uk] - u0)
+        self._note_line(space, kind, line, self.counts[rk] - r0, self.counts[uk] - u0,
+                        lambda: (lanes.warp, lanes.thread, self._byte_addr(space, handle, flat),
+                                 handle.dtype.itemsize))
 
     # ------------------------------------------------------------------ scalar accesses
     def access1(self, space, handle, kind, flat: int, block: int, thread: int, line: int,

@@ -215,10 +215,13 @@ class LaunchSummary:
             units = _number(entry.get(unit, 0), f"{at}.{unit}")
             if requests and not requests <= units <= _LANES * requests:
                 raise ProtocolError(f"{at}: {units:g} {unit} for {requests:g} requests is impossible")
-            lines.append({"line": _int(entry.get("line", 0), f"{at}.line"),
-                          "space": _text(entry.get("space", ""), f"{at}.space", MAX_NAME),
-                          "kind": _text(entry.get("kind", ""), f"{at}.kind", MAX_NAME),
-                          "requests": requests, unit: units})
+            parsed = {"line": _int(entry.get("line", 0), f"{at}.line"),
+                      "space": _text(entry.get("space", ""), f"{at}.space", MAX_NAME),
+                      "kind": _text(entry.get("kind", ""), f"{at}.kind", MAX_NAME),
+                      "requests": requests, unit: units}
+            if entry.get("sample") is not None:
+                parsed["sample"] = _request_sample(entry["sample"], f"{at}.sample")
+            lines.append(parsed)
         return cls(
             kernel=_text(doc.get("kernel"), f"{where}.kernel", MAX_NAME),
             grid=_dim3(doc.get("grid"), f"{where}.grid"),
@@ -246,6 +249,18 @@ class LaunchSummary:
                 "warnings": list(self.warnings), "arrays_written": list(self.arrays_written),
                 "arrays_read": list(self.arrays_read),
                 "compiled": self.compiled, "lines": [dict(e) for e in self.lines], "typing_note": self.typing_note}
+
+
+def _request_sample(doc: Any, where: str) -> dict:
+    """One warp's request of a line (grader.sim.counters.lines): its lanes (0..31, one entry
+    each) and the byte addresses they asked for, relative to an aligned base."""
+    doc = _dict(doc, where)
+    lanes = [_int(x, f"{where}.lanes") for x in _list(doc.get("lanes", []), f"{where}.lanes", _LANES)]
+    addresses = [_int(x, f"{where}.addresses") for x in _list(doc.get("addresses", []), f"{where}.addresses", _LANES)]
+    itemsize = _int(doc.get("itemsize", 0), f"{where}.itemsize")
+    if len(lanes) != len(addresses) or any(lane >= _LANES for lane in lanes) or itemsize not in (1, 2, 4, 8, 16):
+        raise ProtocolError(f"{where}: not one warp's request (lanes {lanes[:4]}..., item size {itemsize})")
+    return {"lanes": lanes, "addresses": addresses, "itemsize": itemsize}
 
 
 def _consistent(counters: dict[str, float], where: str) -> None:

@@ -55,3 +55,31 @@ def test_shared_wavefronts_per_line_find_the_column_read(executor):
     lines = _lines(launches[0], "shared")
     assert lines[(first + 4, "store")]["wavefronts"] == 32           # row write: 1 per request
     assert lines[(first + 6, "load")]["wavefronts"] == 32 * 32       # column read: 32-way conflict
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+@pytest.mark.parametrize("checkers", ["on", "off"])  # off: the SIMT path's known-pattern fast path
+def test_each_line_keeps_one_warps_costliest_request(executor, checkers):
+    """The lanes and byte addresses of one request, for the feedback's pictures: a strided load's
+    32 lanes touch 32 sectors, a column read of a 32-wide float32 tile puts 32 words in one bank."""
+    checks = None if checkers == "on" else sim.Checks(off=("races", "uninitialised"))
+    a = np.arange(4096, dtype=np.float32)
+    out = np.zeros(1024, np.float32)
+    t = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    with sim.installed(executor=executor, checks=checks), sim.trace() as launches:
+        gather[4, 256](a, out, 32)
+        transpose_tile[1, (32, 32)](t, np.zeros_like(t))
+    first = gather.py_func.__code__.co_firstlineno
+    lines = _lines(launches[0], "global")
+    strided = lines[(first + 5, "load")]["sample"]
+    assert strided["lanes"] == list(range(32)) and strided["itemsize"] == 4
+    assert len({address // 32 for address in strided["addresses"]}) == 32
+    coalesced = lines[(first + 4, "load")]["sample"]
+    assert len({address // 32 for address in coalesced["addresses"]}) == 4
+    first = transpose_tile.py_func.__code__.co_firstlineno
+    shared = _lines(launches[1], "shared")
+    column = shared[(first + 6, "load")]["sample"]
+    words = {address // 4 for address in column["addresses"]}
+    assert len(words) == 32 and {w % 32 for w in words} == {column["addresses"][0] // 4 % 32}
+    row = shared[(first + 4, "store")]["sample"]
+    assert len({address // 4 % 32 for address in row["addresses"]}) == 32  # 32 banks, one pass

@@ -110,7 +110,8 @@ class AccessLog:
                              else wavefronts(req, addr[ml], items))
                 self.counts[rk] += n_req
                 self.counts[uk] += units
-                self._note_line(space, kind, ln, n_req, int(units))
+                self._note_line(space, kind, ln, n_req, int(units),
+                                lambda: (req, g[ml] % self.tpb, addr[ml], int(item[ml][0])))
 
     def _count_sites(self, sites) -> tuple:
         """Count the per-thread executor's compiled accesses: `sites` holds (global thread id,
@@ -188,7 +189,10 @@ class AccessLog:
         rk, uk = REQUEST_KEYS[space, kind]
         self.counts[rk] += n_w * n
         self.counts[uk] += units
-        self._note_line(space, kind, line, n_w * n, units)
+        self._note_line(space, kind, line, n_w * n, units,
+                        lambda: (np.repeat(np.arange(n_w * n), n_l),
+                                 np.broadcast_to((g % self.tpb).reshape(n_w, 1, n_l), addr.shape),
+                                 addr, item))
         key = COUNT_KEYS[space, kind]
         self.counts[key] += n_w * n_l * n
         self.per_thread[key][g] += n
