@@ -68,3 +68,18 @@ def test_a_wrong_output_says_what_its_wrong_elements_have_in_common():
     with pytest.raises(WrongAnswer) as found:
         expect_close(scattered, expected, what="matmul")
     assert "never written" not in str(found.value) and "rows" not in str(found.value)
+
+
+def test_a_wrong_matrix_carries_a_coarsened_mask_of_its_wrong_elements():
+    """For the feedback's picture: at most 64 cells a side, a cell wrong when any element in it is."""
+    expected = np.ones((200, 48), np.float32)
+    got = expected.copy()
+    got[:, 40:] = 0.0  # the last columns
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(got, expected, what="matmul")
+    wrong = found.value.wrong
+    assert wrong["shape"] == [200, 48] and wrong["cell"] == [4, 1] and len(wrong["rows"]) == 50
+    assert all(row == "." * 40 + "#" * 8 for row in wrong["rows"])
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(np.zeros(5, np.float32) + 2, np.ones(5, np.float32))
+    assert found.value.wrong is None  # a vector has no picture

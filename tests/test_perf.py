@@ -23,15 +23,16 @@ def test_totals_recompute_ratios_from_sums():
 
 def test_hotspot_names_the_worst_line_of_the_missed_criterion():
     assert hotspots([STRIDED], ["sectors_per_request"]) == [
-        "uncoalesced access at line 8 of kernel 'k' (load): 32.0 sectors per request "
-        "(4 for a warp reading consecutive float32)"]
+        ("global", 8, "load", "uncoalesced access at line 8 of kernel 'k' (load): 32.0 sectors per request "
+         "(4 for a warp reading consecutive float32)")]
     assert hotspots([STRIDED], ["atomics"]) == []
 
 
 def test_a_missed_criterion_says_where():
     criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
     stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
-    with pytest.raises(PerformanceShortfall, match=r"(?s)^coalescing: 18 against the reference's.*where:.*line 8 of kernel 'k'"):
+    with pytest.raises(PerformanceShortfall, match=r"(?s)^coalescing: 18 against the reference's [^\n]*, "
+                       r"worst at line 8 \(load\)\n.*where:.*line 8 of kernel 'k'"):
         expect_performance(stage, [STRIDED], [COALESCED])
     expect_performance(stage, [COALESCED], [COALESCED])
 

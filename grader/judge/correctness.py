@@ -7,7 +7,28 @@ import numpy as np
 
 
 class WrongAnswer(AssertionError):
-    """A student's output is wrong; the message is what the student reads."""
+    """A student's output is wrong; the message is what the student reads. `wrong`: for a
+    matrix, where its wrong elements are (`wrong_mask`), for the feedback's picture."""
+
+    def __init__(self, message: str, wrong: dict | None = None):
+        super().__init__(message)
+        self.wrong = wrong
+
+
+# the most cells a side of the wrong-element picture has (a bigger matrix is coarsened)
+MASK_CELLS = 64
+
+
+def wrong_mask(bad: np.ndarray) -> dict:
+    """A matrix's wrong elements, coarsened to at most MASK_CELLS cells a side (a cell is wrong
+    when any element in it is): shape, cell (elements a cell covers per axis), rows ('#'/'.')."""
+    rows, cols = bad.shape
+    cell_r, cell_c = -(-rows // MASK_CELLS), -(-cols // MASK_CELLS)
+    padded = np.zeros((-(-rows // cell_r) * cell_r, -(-cols // cell_c) * cell_c), bool)
+    padded[:rows, :cols] = bad
+    cells = padded.reshape(padded.shape[0] // cell_r, cell_r, -1, cell_c).any(axis=(1, 3))
+    return {"shape": [int(rows), int(cols)], "cell": [int(cell_r), int(cell_c)],
+            "rows": ["".join("#" if x else "." for x in row) for row in cells]}
 
 
 def _fmt(x) -> str:
@@ -42,7 +63,8 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         index = first[0] if len(first) == 1 else first
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
-            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}"
+            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}",
+            wrong_mask(bad) if bad.ndim == 2 else None,
         )
 
 

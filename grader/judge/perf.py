@@ -93,6 +93,22 @@ def take_timing() -> dict | None:
     return timing
 
 
+# One warp's request of the line a missed memory criterion is about (lanes, byte addresses, item
+# size: grader.sim.counters.lines), for the feedback's lanes-to-sectors or lanes-to-banks picture.
+_last_request: dict | None = None
+
+
+def keep_request(request: dict) -> None:
+    global _last_request
+    _last_request = request
+
+
+def take_request() -> dict | None:
+    global _last_request
+    request, _last_request = _last_request, None
+    return request
+
+
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict]) -> tuple[float, str]:
     """(time ratio student / reference, the sentence saying so) on the stage's model GPU."""
     global _last_timing
@@ -135,8 +151,13 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
             failed.append(criterion.counter)
     if problems:
         head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
+        spots = hotspots(student_launches, failed)
+        lead = _EXPLAINED_BY.get(failed[0])
+        for space, line, kind, _ in spots:
+            if space == lead:  # the line the first criterion is missed at, in the first line
+                head += f", worst at line {line} ({kind})"
         rest = "\n".join(f"  - {p}" for p in problems)
-        where = "\n".join(f"  - {w}" for w in hotspots(student_launches, failed))
+        where = "\n".join(f"  - {note}" for *_, note in spots)
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
                                    + (f"\n\nwhere:\n{where}" if where else "") + (f"\n\n{speed}" if speed else ""))
     credit = stage.gpu.credit(ratio)
@@ -155,9 +176,10 @@ _EXPLAINED_BY = {
 _IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
 
 
-def hotspots(launches: list[dict], counters: Iterable[str]) -> list[str]:
+def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, int, str, str]]:
     """The source line with the costliest requests, per memory space a missed criterion is about:
-    'uncoalesced access at line 47 of kernel k: 32.0 sectors per request (4 for ...)'."""
+    (space, line, kind, 'uncoalesced access at line 47 of kernel k: 32.0 sectors per request (4 for
+    ...)'); the first space's worst request is kept for the feedback's picture."""
     notes = []
     for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if c in _EXPLAINED_BY):
         unit = "sectors" if space == "global" else "wavefronts"
@@ -167,11 +189,15 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[str]:
                 if entry.get("space") == space and entry.get("requests"):
                     cost = entry.get(unit, 0) / entry["requests"]
                     if worst is None or cost > worst[0]:
-                        worst = (cost, entry["line"], entry.get("kind", ""), launch.get("kernel", "?"))
+                        worst = (cost, entry["line"], entry.get("kind", ""), launch.get("kernel", "?"),
+                                 entry.get("sample"))
         if worst is not None:
             what = "uncoalesced access" if space == "global" else "bank-conflicted access"
-            notes.append(f"{what} at line {worst[1]} of kernel {worst[3]!r} ({worst[2]}): "
-                         f"{worst[0]:.1f} {unit} per request ({_IDEAL[space]})")
+            if worst[4] and _last_request is None:  # the first space's: the criterion the message leads with
+                keep_request({**worst[4], "space": space, "kind": worst[2], "line": worst[1],
+                              "kernel": worst[3], "per_request": round(worst[0], 2)})
+            notes.append((space, worst[1], worst[2], f"{what} at line {worst[1]} of kernel {worst[3]!r} ({worst[2]}): "
+                          f"{worst[0]:.1f} {unit} per request ({_IDEAL[space]})"))
     return notes
 
 

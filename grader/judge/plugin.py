@@ -27,7 +27,7 @@ from ..sandbox import Limits, SandboxSpec, make_sandbox
 from . import recorded_reference
 from .correctness import WrongAnswer
 from .collective import take_traffic
-from .perf import PartialCredit, take_timing
+from .perf import PartialCredit, take_request, take_timing
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from .settings import JudgeSettings
@@ -310,6 +310,7 @@ class GradingSession:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Correctness gates performance: a perf test of a stage with a failed test fails at once."""
         take_timing()  # nothing of an earlier test
+        take_request()
         take_traffic()
         key = (exercise_of(item), int(_marker_arg(item, "stage", 1)))
         if item.get_closest_marker("perf") is not None and key in self.failed_stages:
@@ -339,11 +340,15 @@ class GradingSession:
         if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
             result.finding = exc.finding
             result.source = source_around(self.workspace, exc.finding.file, exc.finding.line)
+        if isinstance(exc, WrongAnswer):
+            result.wrong = exc.wrong
         if isinstance(exc, PartialCredit):  # right, but slower than full credit allows
             result.score = round(result.max_score * exc.credit, 3)
         timing = take_timing()
+        request = take_request()
         if item.get_closest_marker("perf") is not None:
             result.timing = timing
+            result.request = request
         result.traffic = take_traffic()
         self.results.tests.append(result)
         self._write_results()

@@ -62,6 +62,12 @@ class TestResult:
     # a collective's traffic between ranks (grader.judge.collective): ranks, links [[src, dst, bytes,
     # messages]], host_bytes: the feedback's per-link table and ring diagram
     traffic: dict | None = None
+    # one warp's request of the line a missed memory criterion is about: space, kind, line, kernel,
+    # per_request (sectors or wavefronts), lanes, addresses (bytes, from an aligned base), itemsize
+    request: dict | None = None
+    # a wrong matrix's wrong elements, coarsened (grader.judge.correctness.wrong_mask): shape,
+    # cell (rows, columns of the output per cell), rows (one string per cell row, '#' wrong, '.' right)
+    wrong: dict | None = None
     # the student's source around the finding's line: [first_line_number, [text, ...]] (a few lines
     # each side, each capped; grader.judge.plugin reads it from the workspace), for the HTML feedback
     source: list | None = None
