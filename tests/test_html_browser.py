@@ -10,6 +10,10 @@ the page must need no network).
 
 The screenshot in docs/ is this sample, made with
   .venv/bin/python tests/test_html_browser.py docs/feedback-sample.png
+and those of real reports (docs/feedback-bank-conflicts.png, docs/feedback-race.png) from the JSON
+results of grading a known-wrong submission (tests/submissions/, its mutations applied to
+solutions/: `gpugrade grade SUB matmul --format json --output R.json --seed 1`), with
+  .venv/bin/python tests/test_html_browser.py docs/feedback-race.png R.json
 """
 
 from __future__ import annotations
@@ -44,13 +48,20 @@ COUNTER = ("global memory sectors per warp request (coalescing): 23.9 against th
            "(at most 5 allowed)")
 TIMING = {"source": "modelled", "gpu": "H100", "seconds": 8.4e-5, "bound": "memory", "bandwidth_fraction": 0.11,
           "global_bytes": 1 << 24, "reference_seconds": 2.1e-5, "ratio": 4.0, "max_time_ratio": 1.5, "credit": 0.0}
+STRIDED = {"space": "global", "kind": "load", "line": 9, "kernel": "transpose", "per_request": 32.0, "itemsize": 4,
+           "lanes": list(range(32)), "addresses": [lane * 4096 for lane in range(32)]}
+CONFLICTED = {"space": "shared", "kind": "store", "line": 30, "kernel": "matmul", "per_request": 32.0, "itemsize": 4,
+              "lanes": list(range(32)), "addresses": [lane * 128 for lane in range(32)]}
+MISSED_EDGE = {"shape": [70, 50], "cell": [2, 1],
+               "rows": ["." * 32 + "#" * 18] * 16 + ["#" * 50] * 19}  # the last columns and rows
 TRAFFIC = {"ranks": 4, "host_bytes": 0, "links": [[0, 1, 6024, 6], [1, 2, 6024, 6], [2, 3, 6024, 6],
                                                    [3, 0, 6024, 6], [0, 2, 4012, 1]]}
 
 
 def sample() -> Results:
     """A report with a passed stage, a race with its source, an out-of-bounds access, a performance
-    test with its time and a missed counter, an all-reduce's ring, and a hidden test."""
+    test with its time, a missed counter and its warp's sectors, a wrong matrix's mask, a bank
+    conflict's banks, an all-reduce's ring, and a hidden test."""
     race = Finding("races", "RaceError", f"kernel 'block_sum' at reduction.py:18, block (0, 0, 0), thread "
                    f"(0, 0, 0): {RACE}", "block_sum", "reduction.py", 18, (0, 0, 0), (0, 0, 0), "partial", (0,))
     bounds = Finding("bounds", "OutOfBoundsError", f"kernel 'add_kernel' at vector_add.py:8, block (3, 0, 0), "
@@ -69,7 +80,12 @@ def sample() -> Results:
                    visibility="after_due_date"),
         TestResult("transpose::correct", "transpose", 2, 2, 2, Status.PASSED),
         TestResult("transpose::coalesced", "transpose", 2, 3, 0, Status.FAILED,
-                   f"{COUNTER}\n\ncriteria missed on the simulator:\n  - {COUNTER}", timing=TIMING),
+                   f"{COUNTER}\n\ncriteria missed on the simulator:\n  - {COUNTER}", timing=TIMING, request=STRIDED),
+        TestResult("matmul::tiled[70x37x50]", "matmul", 2, 2, 0, Status.FAILED,
+                   "matmul_tiled(A, B): 1476 of 3500 elements wrong; first at index (0, 32)", wrong=MISSED_EDGE),
+        TestResult("matmul::coarsened_without_bank_conflicts", "matmul", 3, 3, 0, Status.FAILED,
+                   "shared memory passes per warp request (bank conflicts): 1.72 against the reference's 1 "
+                   "(at most 1.05 allowed), worst at line 30 (store)", request=CONFLICTED),
         TestResult("allreduce::ring_traffic[N=4]", "allreduce", 2, 2, 0, Status.FAILED,
                    "not a ring's traffic: rank 0 sent 4.01 KB to rank 2, not a neighbour", traffic=TRAFFIC),
     ])
@@ -114,10 +130,13 @@ def test_the_browser_builds_every_card_and_picture_and_logs_no_error():
     assert run.returncode == 0, run.stderr[-2000:]
     dom = run.stdout
     for card in ("card-vector_add-1", "card-vector_add-2", "card-reduction-1", "card-transpose-2",
-                 "card-allreduce-2"):
+                 "card-allreduce-2", "card-matmul-2", "card-matmul-3"):
         assert f'id="{card}"' in dom, card
-    assert dom.count("<svg") == page.count("<svg") == 2  # the ring, the time and counter bars
-    assert dom.count("</svg>") == 2 and "rank 3" in dom and "yours" in dom
+    # the ring, the time and counter bars, lanes to sectors, the wrong elements, lanes to banks
+    assert dom.count("<svg") == page.count("<svg") == 5
+    assert dom.count("</svg>") == 5 and "rank 3" in dom and "yours" in dom
+    assert "32 lanes touch 32 sectors" in dom and "wrong elements (black) of the 70x50 output" in dom
+    assert "32 passes (1 without bank conflicts)" in dom and "x32" in dom
     assert "▶" in dom and "partial[t] += partial[t + stride]" in dom and "syncthreads()" in dom
     assert "if i &lt; n:" in dom and "SECRET" not in dom and "hidden_sizes" not in dom
     assert "1 more test(s) are hidden" in dom
@@ -146,7 +165,8 @@ def test_the_screenshot_of_the_sample_report_drew(tmp_path):
     assert colours is None or len(colours) > 50  # text, cards and pictures, not a blank page
 
 
-if __name__ == "__main__":  # the screenshot kept in docs/
+if __name__ == "__main__":  # the screenshots kept in docs/: this sample, or a real report's JSON
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/feedback-sample.png")
-    done = screenshot(html_page(sample()), target)
+    report = Results.load(sys.argv[2]) if len(sys.argv) > 2 else sample()
+    done = screenshot(html_page(report), target)
     print(done.returncode, target, target.stat().st_size if target.is_file() else "missing")

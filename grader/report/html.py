@@ -12,7 +12,7 @@ import re
 from . import pictures
 from .results import Results, Status, TestResult
 from .table import CONSEQUENCE, stage_verdict
-from .text import first_line, num, outcome, visible
+from .text import first_line, grouped, num, outcome, visible
 
 esc = html.escape
 
@@ -112,9 +112,7 @@ def _card(exercise: str, stage: int, tests: list[TestResult]) -> str:
     `stage_verdict` groups them) with what stage_verdict says besides, and the stage's pictures."""
     got, out_of = sum(t.score for t in tests), sum(t.max_score for t in tests)
     failed = [t for t in tests if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)]
-    groups: dict[str, list[TestResult]] = {}
-    for t in failed:
-        groups.setdefault(first_line(t.output) or "failed", []).append(t)
+    groups = grouped(failed)
     state = "failed" if failed else "passed" if got >= out_of and all(
         t.status == Status.PASSED for t in tests) else "partial"
     word = {"failed": "failed", "passed": "passed", "partial": "incomplete"}[state]
@@ -195,7 +193,8 @@ def _source(t: TestResult) -> str:
 
 def _figures(t: TestResult) -> list[str]:
     """The test's pictures: a collective's traffic as a ring, a modelled timeline of copies and adds
-    per stream, a performance test's time (and the counter it missed) against the reference's."""
+    per stream, a performance test's time (and the counter it missed) against the reference's, the
+    lanes of one warp's costliest request of the line it missed it at, a wrong matrix's mask."""
     figures = []
     if t.traffic:
         figures.append(pictures.ring_svg(t.traffic) or _missing())
@@ -205,6 +204,11 @@ def _figures(t: TestResult) -> list[str]:
         figures.append(pictures.timeline_svg(spans, title) or _missing())
     if t.timing and "reference_seconds" in t.timing and "seconds" in t.timing:
         figures.append(pictures.time_bars_svg(t.timing, _criterion(t)) or _missing())
+    if t.request and t.status == Status.FAILED:
+        draw = pictures.sectors_svg if t.request.get("space") == "global" else pictures.banks_svg
+        figures.append(draw(t.request) or _missing())
+    if t.wrong:
+        figures.append(pictures.mask_svg(t.wrong) or _missing())
     return figures
 
 

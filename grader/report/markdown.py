@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .results import Results, Status
 from .table import CONSEQUENCE, stage_verdict
-from .text import first_line, num, outcome, visible
+from .text import grouped, num, outcome, visible
 
 
 def _cell(text: str) -> str:
@@ -26,10 +26,7 @@ def markdown(results: Results) -> str:
             lines.append(f"| {exercise} stage {stage} | {num(got)}/{num(out_of)} | {_cell(stage_verdict(tests))} |")
     if hidden:
         lines += ["", f"{hidden} more test(s) are hidden until after the due date."]
-    groups: dict[str, list] = {}
-    for t in shown:
-        if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE):
-            groups.setdefault(first_line(t.output), []).append(t)
+    groups = grouped([t for t in shown if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)])
     if groups:
         lines += ["", "## What failed"]
     for head, members in groups.items():  # each distinct failure once, its tests under it

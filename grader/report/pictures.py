@@ -1,8 +1,9 @@
 """Pictures for the feedback, as inline SVG text (matplotlib, the `pictures` extra): the ranks'
-traffic as a ring with bytes per link, a modelled timeline of copies and adds per stream, and a
-performance test's time (and missed counter) against the reference's as bars. Readable without
-colour: links carry their byte counts as text, copies and the student's bars are hatched, kernels
-and the reference's bars solid. Without matplotlib every function returns "" and the page says how to get them."""
+traffic as a ring with bytes per link, a modelled timeline of copies and adds per stream, a
+performance test's time (and missed counter) against the reference's as bars, one warp's request
+as lanes to sectors (global) or lanes to banks (shared), and a wrong matrix's wrong elements.
+Readable without colour: links carry their byte counts as text, copies, the student's bars and
+conflicted banks are hatched, kernels and the reference's bars solid, wrong elements black. Without matplotlib every function returns "" and the page says how to get them."""
 
 from __future__ import annotations
 
@@ -136,6 +137,112 @@ def time_bars_svg(timing: dict, criterion: tuple | None = None) -> str:
         ax.set_title(_wrap(label, 38), fontsize=7.5)
         ax.set_xlabel("hatched: yours, solid: the reference", fontsize=6)
     return _svg(fig)
+
+
+def sectors_svg(request: dict) -> str:
+    """One warp's global request (`request`: lanes, addresses in bytes from a sector boundary,
+    itemsize, line, kind) -> its lanes on top, the 32-byte sectors they touched below, a line from
+    each lane to its sector: a coalesced warp draws a few sectors under the lanes, a strided one a
+    fan of 32."""
+    if not available() or not request.get("lanes"):
+        return ""
+    lanes, addresses, item = request["lanes"], request["addresses"], int(request.get("itemsize", 4))
+    sectors = sorted({a // 32 for a in addresses})
+    slot = {s: i for i, s in enumerate(sectors)}
+    width = max(len(sectors), 32)
+    fig = _figure(7.5, 2.4)
+    ax = fig.add_subplot()
+    ax.axis("off")
+    for lane, address in zip(lanes, addresses):
+        x_sector = (slot[address // 32] + 0.5) * width / len(sectors)
+        ax.plot([lane + 0.5, x_sector], [2.0, 0.6], color="black", linewidth=0.5)
+    for lane in lanes:
+        ax.add_patch(_box(lane + 0.1, 2.0, 0.8, 0.45, "white"))
+        ax.text(lane + 0.5, 2.22, str(lane), fontsize=5, ha="center", va="center")
+    step = width / len(sectors)
+    for i, sector in enumerate(sectors):
+        ax.add_patch(_box(i * step + 0.05 * step, 0.15, 0.9 * step, 0.45, "0.8", "////"))
+        if len(sectors) <= 16 or i % max(1, len(sectors) // 8) == 0:
+            ax.text((i + 0.5) * step, 0.0, f"+{sector * 32}", fontsize=5, ha="center", va="top")
+    ax.text(-0.4, 2.22, "lanes", fontsize=6, ha="right", va="center")
+    ax.text(-0.4, 0.38, "sectors", fontsize=6, ha="right", va="center")
+    ax.set_xlim(-2.5, width + 0.5)
+    ax.set_ylim(-0.4, 2.6)
+    ideal = -(-len(lanes) * item // 32)
+    ax.set_title(f"line {request.get('line', '?')}, one warp's global {request.get('kind', 'access')}: "
+                 f"{len(lanes)} lanes touch {len(sectors)} sectors of 32 bytes "
+                 f"({ideal} for consecutive {item}-byte items); byte offsets below", fontsize=7.5)
+    return _svg(fig)
+
+
+BANK_LEVELS = 8  # words drawn per bank at most; a deeper bank ends with a "+N more" box
+
+
+def banks_svg(request: dict) -> str:
+    """One warp's shared-memory request -> the 32 banks across, each distinct word a bank holds
+    stacked above it with the lanes that read it: a bank with more than one word is hatched and
+    marked "xN" (its words are served one pass after another)."""
+    if not available() or not request.get("lanes"):
+        return ""
+    item = int(request.get("itemsize", 4))
+    words: dict[int, dict[int, list[int]]] = {}  # bank -> word -> lanes
+    for lane, address in zip(request["lanes"], request["addresses"]):
+        for word in range(address // 4, (address + max(item, 4) - 1) // 4 + 1):
+            words.setdefault(word % 32, {}).setdefault(word, []).append(lane)
+    depth = max(len(w) for w in words.values())
+    shown = min(depth, BANK_LEVELS)
+    fig = _figure(7.5, 1.2 + 0.3 * shown)
+    ax = fig.add_subplot()
+    ax.axis("off")
+    for bank in range(32):
+        held = sorted(words.get(bank, {}).items())
+        conflict = len(held) > 1
+        for level, (word, lanes) in enumerate(held[:shown]):
+            ax.add_patch(_box(bank + 0.05, level, 0.9, 0.9, "0.75" if conflict else "white",
+                              "////" if conflict else None))
+            label = ",".join(str(x) for x in lanes[:3]) + ("+" if len(lanes) > 3 else "")
+            if level == shown - 1 and len(held) > shown:  # the deepest bank's rest, as a count
+                label = f"+{len(held) - shown + 1}"
+            ax.text(bank + 0.5, level + 0.45, label, fontsize=5.5, ha="center", va="center",
+                    bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none"} if conflict else None)
+        if conflict:
+            ax.text(bank + 0.5, min(len(held), shown) + 0.15, f"x{len(held)}", fontsize=6, ha="center",
+                    va="bottom", fontweight="bold")
+        ax.text(bank + 0.5, -0.3, str(bank), fontsize=5, ha="center", va="top")
+    ax.text(-0.3, -0.3, "bank", fontsize=6, ha="right", va="top")
+    ax.set_xlim(-1.5, 32.5)
+    ax.set_ylim(-1.0, shown + 1.0)
+    ax.set_title(f"line {request.get('line', '?')}, one warp's shared {request.get('kind', 'access')}: "
+                 f"{depth} pass{'es' if depth > 1 else ''} (1 without bank conflicts); each box one 4-byte word, "
+                 f"the lanes that use it written in it", fontsize=7.5)
+    return _svg(fig)
+
+
+def mask_svg(wrong: dict) -> str:
+    """A matrix's wrong elements (`wrong`: shape, cell, rows of '#'/'.') -> black cells wrong,
+    white right, axes in element indices: a missed tile, edge or stripe shows at a glance."""
+    if not available() or not wrong.get("rows"):
+        return ""
+    import numpy as np
+
+    cells = np.array([[c == "#" for c in row] for row in wrong["rows"]], float)
+    rows, cols = wrong["shape"]
+    fig = _figure(3.4, 3.4 * min(2.0, max(0.4, cells.shape[0] / max(cells.shape[1], 1))))
+    ax = fig.add_subplot()
+    ax.imshow(cells, cmap="gray_r", vmin=0, vmax=1, interpolation="nearest", extent=(0, cols, rows, 0))
+    ax.tick_params(labelsize=6)
+    ax.set_xlabel("column", fontsize=7)
+    ax.set_ylabel("row", fontsize=7)
+    cell_r, cell_c = wrong.get("cell", [1, 1])
+    per = f"; a cell is {cell_r}x{cell_c} elements" if (cell_r, cell_c) != (1, 1) else ""
+    ax.set_title(f"wrong elements (black) of the {rows}x{cols} output{per}", fontsize=7.5)
+    return _svg(fig)
+
+
+def _box(x: float, y: float, w: float, h: float, face: str, hatch: str | None = None):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), w, h, fc=face, ec="black", lw=0.5, hatch=hatch)
 
 
 def _wrap(text: str, width: int) -> str:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .results import Results, Status
-from .text import first_line, num, outcome
+from .text import first_line, grouped, num, outcome
 
 
 CONSEQUENCE = "needs correctness first"  # a performance test not run because the stage failed elsewhere
@@ -82,9 +82,7 @@ def stage_verdict(tests: list) -> str:
         timed = next((outcome(t) for t in tests if t.status == Status.PASSED and getattr(t, "timing", None)), "")
         ran = len(tests) - len(absent)
         lines.append(timed or f"ok ({ran} test{'s' if ran != 1 else ''})")
-    groups: dict[str, list] = {}
-    for t in failed:
-        groups.setdefault(first_line(t.output) or "failed", []).append(t)
+    groups = grouped(failed)
     for message, members in list(groups.items())[:MAX_GROUPS]:
         names = ", ".join(t.name.split("::", 1)[-1] for t in members[:4]) + (" ..." if len(members) > 4 else "")
         lines.append(f"{message}\n   fails {len(members)} test{'s' if len(members) > 1 else ''}: {names}")

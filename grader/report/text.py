@@ -16,6 +16,20 @@ def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
+def grouped(failed: list) -> dict[str, list]:
+    """Each distinct failure once, with the tests it fails: tests failing on one simulator
+    finding (the same kind, line and array, whatever the thread or index) or with one first line
+    are one group, shown by its first test's first line."""
+    keys: dict = {}
+    groups: dict[str, list] = {}
+    for t in failed:
+        f = getattr(t, "finding", None)
+        key = (f.type, f.file, f.line, f.array) if f is not None and f.line else first_line(t.output)
+        head = keys.setdefault(key, first_line(t.output) or "failed")
+        groups.setdefault(head, []).append(t)
+    return groups
+
+
 def visible(results: Results) -> tuple[list, int]:
     """The tests a student may read about, and how many more are hidden."""
     shown = [t for t in results.tests if t.visibility not in HIDDEN_FROM_STUDENTS]
