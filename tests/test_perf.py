@@ -28,6 +28,18 @@ def test_hotspot_names_the_worst_line_of_the_missed_criterion():
     assert hotspots([STRIDED], ["atomics"]) == []
 
 
+def test_a_conflicted_load_is_named_beside_the_worse_store_and_a_clean_one_is_not():
+    def shared(*lines):
+        return {"kernel": "k", "counters": {}, "lines": [
+            {"line": line, "space": "shared", "kind": kind, "requests": 32, "wavefronts": 32 * cost}
+            for line, kind, cost in lines]}
+
+    both = hotspots([shared((30, "store", 32), (35, "load", 8), (36, "load", 2))], ["wavefronts_per_shared_request"])
+    assert [(line, kind) for _, line, kind, _ in both] == [(30, "store"), (35, "load")]
+    clean = hotspots([shared((30, "store", 32), (35, "load", 1))], ["wavefronts_per_shared_request"])
+    assert [(line, kind) for _, line, kind, _ in clean] == [(30, "store")]
+
+
 def test_a_missed_criterion_says_where():
     criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
     stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))

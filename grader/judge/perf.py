@@ -153,9 +153,9 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
         spots = hotspots(student_launches, failed)
         lead = _EXPLAINED_BY.get(failed[0])
-        for space, line, kind, _ in spots:
-            if space == lead:  # the line the first criterion is missed at, in the first line
-                head += f", worst at line {line} ({kind})"
+        worst = next(((line, kind) for space, line, kind, _ in spots if space == lead), None)
+        if worst:  # the line the first criterion is missed at, in the first line
+            head += f", worst at line {worst[0]} ({worst[1]})"
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {note}" for *_, note in spots)
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
@@ -174,30 +174,35 @@ _EXPLAINED_BY = {
     "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared",
 }
 _IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
+_IDEAL_COST = {"global": 4.0, "shared": 1.0}
 
 
 def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, int, str, str]]:
-    """The source line with the costliest requests, per memory space a missed criterion is about:
-    (space, line, kind, 'uncoalesced access at line 47 of kernel k: 32.0 sectors per request (4 for
-    ...)'); the first space's worst request is kept for the feedback's picture."""
+    """The source lines with the costliest requests, per memory space a missed criterion is about:
+    (space, line, kind, 'uncoalesced access at line 47 of kernel k (load): 32.0 sectors per request
+    (4 for ...)'), the worst line first, then the worst of the other kind (a conflicted load beside
+    a conflicted store) when it costs more than ideal; the first space's worst request is kept
+    for the feedback's picture."""
     notes = []
     for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if c in _EXPLAINED_BY):
         unit = "sectors" if space == "global" else "wavefronts"
-        worst = None
+        worst: dict[str, tuple] = {}  # kind -> (cost, line, kind, kernel, sample)
         for launch in launches:
             for entry in launch.get("lines") or []:
+                kind = entry.get("kind", "")
                 if entry.get("space") == space and entry.get("requests"):
                     cost = entry.get(unit, 0) / entry["requests"]
-                    if worst is None or cost > worst[0]:
-                        worst = (cost, entry["line"], entry.get("kind", ""), launch.get("kernel", "?"),
-                                 entry.get("sample"))
-        if worst is not None:
-            what = "uncoalesced access" if space == "global" else "bank-conflicted access"
-            if worst[4] and _last_request is None:  # the first space's: the criterion the message leads with
-                keep_request({**worst[4], "space": space, "kind": worst[2], "line": worst[1],
-                              "kernel": worst[3], "per_request": round(worst[0], 2)})
-            notes.append((space, worst[1], worst[2], f"{what} at line {worst[1]} of kernel {worst[3]!r} ({worst[2]}): "
-                          f"{worst[0]:.1f} {unit} per request ({_IDEAL[space]})"))
+                    if kind not in worst or cost > worst[kind][0]:
+                        worst[kind] = (cost, entry["line"], kind, launch.get("kernel", "?"), entry.get("sample"))
+        ranked = sorted(worst.values(), key=lambda w: -w[0])
+        ranked = ranked[:1] + [w for w in ranked[1:] if w[0] > _IDEAL_COST[space]]
+        what = "uncoalesced access" if space == "global" else "bank-conflicted access"
+        for k, (cost, line, kind, kernel, sample) in enumerate(ranked):
+            if k == 0 and sample and _last_request is None:  # the criterion the message leads with
+                keep_request({**sample, "space": space, "kind": kind, "line": line, "kernel": kernel,
+                              "per_request": round(cost, 2)})
+            notes.append((space, line, kind, f"{what} at line {line} of kernel {kernel!r} ({kind}): "
+                          f"{cost:.1f} {unit} per request ({_IDEAL[space]})"))
     return notes
 
 
