@@ -234,3 +234,16 @@ def test_a_host_api_mistake_is_the_same_exception_as_with_a_local_simulator(devi
     """)
     copy, index = s.call("wrong_copy").value
     assert copy.startswith("ValueError: copy_to_device") and index.startswith("IndexError: index 10")
+
+
+def test_a_refused_launch_names_the_students_launch_line(device_student):
+    """The device process runs the launch, the student's process knows where it was made: a launch
+    refused before it ran (too many threads per block) names that line, as the finding's line."""
+    s = device_student("""
+        def run():
+            d_out = cuda.device_array(10, np.float32)
+            add[1, 2048](d_out, d_out, d_out)
+    """)
+    with pytest.raises(StudentCodeError, match=r"kernel 'add' launched at ex\.py:13: 2048 threads per block") as refused:
+        s.call("run")
+    assert (refused.value.finding.file, refused.value.finding.line) == ("ex.py", 13)

@@ -29,6 +29,7 @@ from .. import wire
 from ..wire import shared
 from ..wire.messages import digest, error_reply
 from ..sim.host import SimEvent, SimStream
+from ..sim.launch import reported_site
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -303,7 +304,10 @@ class Device:
         hosts: list = []
         args = [self._arg(a, hosts) for a in request["args"]]
         grid, block = _dims(request["grid"]), _dims(request["block"])
-        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
+        site = request.get("site")  # where the runner says it launched: only a refused launch's message
+        site = (site[0][:1000], site[1]) if isinstance(site, list) and len(site) == 2 and isinstance(
+            site[0], str) and isinstance(site[1], int) and not isinstance(site[1], bool) else None
+        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))], reported_site(site):
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
         written, read = set(), set()
         for record in launches:

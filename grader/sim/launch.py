@@ -4,7 +4,10 @@ fallback, the `LaunchRecord`, and the `trace()` sink that collects records."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
+import os
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -12,7 +15,7 @@ import numpy as np
 
 from . import devices as _devices
 from .argtypes import launch_scalar
-from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError
+from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError, WrongDeviceError
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
@@ -189,15 +192,72 @@ def _executor_order(sim) -> list[str]:
     return {"auto": ["simt", "thread"], "simt": ["simt"], "thread": ["thread"]}[sim.executor]
 
 
+# frames of these packages are not the student's launch site
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(sys.modules[__package__.split(".")[0]].__file__)) + os.sep,)
+
+
+# the launch site another process reported (the device process runs launches a runner asked for)
+_REPORTED_SITE: contextvars.ContextVar = contextvars.ContextVar("reported_launch_site", default=None)
+
+
+@contextlib.contextmanager
+def reported_site(site: tuple[str, int] | None):
+    """Launches in this block were made at `site` (file, line) of another process."""
+    token = _REPORTED_SITE.set(site)
+    try:
+        yield
+    finally:
+        _REPORTED_SITE.reset(token)
+
+
+def launch_site() -> tuple[str, int] | None:
+    """The innermost frame outside grader, numba and numba-cuda: the student's launch (or the
+    site reported by the process that asked for it)."""
+    reported = _REPORTED_SITE.get()
+    if reported is not None:
+        return reported
+    libraries = _LIBRARY_DIRS + tuple(
+        os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
+        for name in ("numba", "numba_cuda") if getattr(sys.modules.get(name), "__file__", None))
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(libraries) and not frame.f_code.co_filename.startswith("<"):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _at_launch_site(exc, kernel: str):
+    """A launch refused before it ran, told where the student launched it (its file and line
+    become the finding's, so the feedback shows that line)."""
+    site = launch_site()
+    if site is None or exc.line is not None:
+        return exc
+    exc.filename, exc.line = site
+    where = f"{site[0]}:{site[1]}"
+    text = str(exc)
+    head = f"kernel {kernel!r}: "
+    exc.args = ((f"kernel {kernel!r} launched at {where}: {text[len(head):]}" if text.startswith(head)
+                 else f"{text} (launched at {where})"),)
+    return exc
+
+
 def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     kernel = KernelSource(dispatcher)
     device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
-    config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
-                              device.limits)
-    check_size(kernel.name, config)
+    try:
+        config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
+                                  device.limits)
+        check_size(kernel.name, config)
+    except (LaunchConfigError, NotSimulatedError) as exc:
+        raise _at_launch_site(exc, kernel.name) from None
     args = sim.signatures.convert(dispatcher, args)  # to the declared types, as numba does
     compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
-    bound = bind_args(sim, kernel, args, device.id)
+    try:
+        bound = bind_args(sim, kernel, args, device.id)
+    except WrongDeviceError as exc:
+        raise _at_launch_site(exc, kernel.name) from None
     reason = typing_note = None
     for name in _executor_order(sim):
         inst = Instrument(kernel.name, kernel.filename, config, sim.checks)

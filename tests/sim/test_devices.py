@@ -1,6 +1,7 @@
 """Virtual devices: arrays remember their device, wrong-device launches fail, peer copies are
 counted per link, streams belong to a device."""
 
+import sys
 import threading
 
 import numpy as np
@@ -49,8 +50,12 @@ def test_current_device_is_per_host_thread(two_gpus):
 def test_launch_with_array_of_another_device_fails(two_gpus):
     a0 = cuda.to_device(np.ones(8, np.float32))
     with cuda.gpus[1]:
-        with pytest.raises(sim.WrongDeviceError, match="'a' lives on device 0.*device 1"):
+        with pytest.raises(sim.WrongDeviceError, match="'a' lives on device 0.*device 1") as refused:
+            line = sys._getframe().f_lineno + 1
             scale[1, 8](a0, 2.0)
+        # the launch's own line, in the message and as the finding's (the feedback shows it)
+        assert f"kernel 'scale' launched at {__file__}:{line}: " in str(refused.value)
+        assert (refused.value.filename, refused.value.line) == (__file__, line)
         a1 = cuda.to_device(np.ones(8, np.float32))
         with sim.trace() as launches:
             scale[1, 8](a1, 3.0)
