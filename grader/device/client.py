@@ -25,7 +25,7 @@ from ..sim import patching
 from ..sim.argtypes import declared_argtypes
 from ..sim.devices import Devices, GpuList
 from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
-from ..sim.launch import launch_site
+from ..sim.sites import launch_site
 from .package import NotPackable, pack
 
 BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -61,6 +61,8 @@ class Channel:
         self._freed: list[int] = []
 
     def request(self, message: dict) -> dict:
+        site = launch_site()  # where the student's code asked, for the messages of findings only
+        message = dict(message, site=list(site) if site else None)
         with self._lock:
             if self._freed:
                 message = dict(message, free=self._freed)
@@ -309,9 +311,8 @@ class RemoteDevice(LaunchTarget):
         device = stream.device if isinstance(stream, SimStream) else self.devices.current.id
         hosts: list[np.ndarray | None] = []
         encoded = [self._arg(a, hosts) for a in args]
-        site = launch_site()  # for the feedback of a refused launch only: nothing graded reads it
         reply = self.channel.request({"op": "launch", "kernel": self._package(dispatcher), "device": device,
-                                      "stream": _stream_id(stream), "site": list(site) if site else None,
+                                      "stream": _stream_id(stream),
                                       "grid": _dims(griddim), "block": _dims(blockdim),
                                       "sharedmem": int(sharedmem) if isinstance(sharedmem, (int, np.integer))
                                       else sharedmem, "args": encoded})

@@ -29,7 +29,7 @@ from .. import wire
 from ..wire import shared
 from ..wire.messages import digest, error_reply
 from ..sim.host import SimEvent, SimStream
-from ..sim.launch import reported_site
+from ..sim.sites import reported_site
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -104,7 +104,8 @@ class Device:
         if method is None:
             return _protocol_error(f"unknown device op {op!r}")
         try:
-            return method(request)
+            with reported_site(_site(request)):
+                return method(request)
         except self._errors as exc:
             record = exc.record(self._relative)
             return self._finding(type(exc).__name__, record["message"], record)
@@ -304,10 +305,7 @@ class Device:
         hosts: list = []
         args = [self._arg(a, hosts) for a in request["args"]]
         grid, block = _dims(request["grid"]), _dims(request["block"])
-        site = request.get("site")  # where the runner says it launched: only a refused launch's message
-        site = (site[0][:1000], site[1]) if isinstance(site, list) and len(site) == 2 and isinstance(
-            site[0], str) and isinstance(site[1], int) and not isinstance(site[1], bool) else None
-        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))], reported_site(site):
+        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
         written, read = set(), set()
         for record in launches:
@@ -441,3 +439,13 @@ def main(argv: list[str] | None = None) -> None:
         runner, _ = listener.accept()
         listener.close()
     serve(device, judge_in, judge_out, runner)
+
+
+def _site(request: dict) -> tuple[str, int] | None:
+    """Where the runner says the student's code made this request: [file, line], for messages only
+    (a lying runner only misleads its own student)."""
+    site = request.get("site")
+    if isinstance(site, list) and len(site) == 2 and isinstance(site[0], str) and isinstance(site[1], int) \
+            and not isinstance(site[1], bool):
+        return site[0][:1000], site[1]
+    return None

@@ -4,10 +4,7 @@ fallback, the `LaunchRecord`, and the `trace()` sink that collects records."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
-import os
-import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -19,6 +16,7 @@ from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError, 
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
+from .sites import launch_site
 
 __all__ = ["LaunchConfig", "LaunchRecord", "Launch", "SimLaunchConfiguration", "trace",
            "normalise_config"]
@@ -190,42 +188,6 @@ def check_size(kernel: str, config: LaunchConfig) -> None:
 
 def _executor_order(sim) -> list[str]:
     return {"auto": ["simt", "thread"], "simt": ["simt"], "thread": ["thread"]}[sim.executor]
-
-
-# frames of these packages are not the student's launch site
-_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(sys.modules[__package__.split(".")[0]].__file__)) + os.sep,)
-
-
-# the launch site another process reported (the device process runs launches a runner asked for)
-_REPORTED_SITE: contextvars.ContextVar = contextvars.ContextVar("reported_launch_site", default=None)
-
-
-@contextlib.contextmanager
-def reported_site(site: tuple[str, int] | None):
-    """Launches in this block were made at `site` (file, line) of another process."""
-    token = _REPORTED_SITE.set(site)
-    try:
-        yield
-    finally:
-        _REPORTED_SITE.reset(token)
-
-
-def launch_site() -> tuple[str, int] | None:
-    """The innermost frame outside grader, numba and numba-cuda: the student's launch (or the
-    site reported by the process that asked for it)."""
-    reported = _REPORTED_SITE.get()
-    if reported is not None:
-        return reported
-    libraries = _LIBRARY_DIRS + tuple(
-        os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
-        for name in ("numba", "numba_cuda") if getattr(sys.modules.get(name), "__file__", None))
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(libraries) and not frame.f_code.co_filename.startswith("<"):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
 
 
 def _at_launch_site(exc, kernel: str):

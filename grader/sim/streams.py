@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .errors import StreamRaceError, WrongDeviceError
+from .sites import launch_site
 
 HOST = -1  # the host, as one end of a copy
 MAX_LOG = 50_000  # operations kept for the report (a call issuing more is cut, and says so)
@@ -48,6 +49,7 @@ class Op:
     src: int | None = None     # copies: the source device (HOST: the host)
     dst: int | None = None     # copies: the destination device
     launch: int | None = None  # kernels: the launch's number in this log
+    site: str = ""             # where the student's code issued it ("file:line"), for messages
 
     def summary(self) -> dict:
         doc = {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
@@ -146,7 +148,9 @@ class StreamOrder:
         # What the host has waited for orders everything issued from now on: no need to carry it
         # (the accesses it covers were dropped when the host waited), so clocks stay small.
         clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
-        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields)
+        site = launch_site()
+        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields,
+                site=f"{site[0]}:{site[1]}" if site else "")
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
         if len(self.log) < MAX_LOG:
@@ -282,7 +286,9 @@ class StreamOrder:
 
     def _describe(self, op: Op) -> str:
         where = self.stream_label(op.stream)
-        return f"kernel {op.name!r} on {where}" if op.kind == "kernel" else f"the {op.name} on {where}"
+        if op.kind == "kernel":
+            return f"kernel {op.name!r}{f' (launched at {op.site})' if op.site else ''} on {where}"
+        return f"the {op.name}{f' (at {op.site})' if op.site else ''} on {where}"
 
     def stream_label(self, ident: int) -> str:
         s = self._streams.get(ident)

@@ -1,6 +1,8 @@
 """Stream order on the simulated GPUs (grader/sim/streams.py): what CUDA's streams and events
 order, and the races where nothing does, although the simulator runs everything in issue order."""
 
+import sys
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -45,12 +47,17 @@ def test_an_event_orders_a_copy_before_the_kernel_that_reads_it(gpus):
 def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
     a, b, scratch, copies, adds = _arrays()
     with cuda.gpus[1]:
+        copied_at = sys._getframe().f_lineno + 1
         scratch.copy_to_device(a, stream=copies)
         with pytest.raises(sim.StreamRaceError) as found:
+            launched_at = sys._getframe().f_lineno + 1
             add[1, 64, adds](b, scratch)
     message = str(found.value)
     assert "read after write" in message and "'src'" in message and "copy device 0 -> device 1" in message
     assert "e.record" in message
+    # both operations named with the student's line that issued them
+    assert f"kernel 'add' (launched at {__file__}:{launched_at})" in message
+    assert f"copy device 0 -> device 1 (at {__file__}:{copied_at})" in message
 
 
 def test_reusing_a_scratch_buffer_before_the_kernel_reading_it_is_ordered_is_a_race(gpus):
