@@ -63,3 +63,20 @@ def test_a_gpu_timing_faster_than_the_copy_bandwidth_or_without_kernels_is_refus
     with pytest.raises(WrongAnswer, match="launched no kernel"):
         _plausible(TimedResult([0.0] * 5, 0, "precise", "GPU", [], 1.0), 0.0, 64e6, 3e12, stock=False)
     _plausible(honest, 5e-6, 64e6, 3e12, stock=True)  # numba's stock simulator: no bound to apply
+
+
+def test_a_missed_atomics_criterion_names_the_line_with_most_atomics():
+    launches = [{"kernel": "k", "counters": {}, "lines": [
+        {"line": 12, "space": "global", "kind": "atomic", "atomics": 40000},
+        {"line": 20, "space": "global", "kind": "atomic", "atomics": 192}]}]
+    assert [(line, note[:40]) for _, line, _, note in hotspots(launches, ["atomics"])] == [
+        (12, "most atomic operations at line 12 of ker")]
+
+
+def test_a_missed_traffic_criterion_lists_the_lines_that_load():
+    launches = [{"kernel": "scale", "counters": {}, "lines": [
+        {"line": 5, "space": "global", "kind": "load", "requests": 100, "sectors": 400}]},
+                {"kernel": "add", "counters": {}, "lines": [
+        {"line": 9, "space": "global", "kind": "load", "requests": 300, "sectors": 1200}]}]
+    assert hotspots(launches, ["global_loads"]) == [("global loads", 9, "load", (
+        "global loads by line (share of warp requests): line 9 of kernel 'add' (75%), line 5 of kernel 'scale' (25%)"))]

@@ -162,7 +162,9 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
                                    + (f"\n\nwhere:\n{where}" if where else "") + (f"\n\n{speed}" if speed else ""))
     credit = stage.gpu.credit(ratio)
     if credit < 1:
-        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {speed}; "
+        launches = (f"{len(student_launches)} kernel launches against the reference's {len(reference_launches)}; "
+                    if len(student_launches) > len(reference_launches) else "")
+        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {launches}{speed}; "
                             f"{credit:.0%} of the points", credit)
     return got
 
@@ -171,7 +173,8 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
 # bank conflicts -> shared wavefronts per request.
 _EXPLAINED_BY = {
     "sectors_per_request": "global", "global_load_sectors": "global", "global_store_sectors": "global",
-    "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared",
+    "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared", "atomics": "atomic",
+    "global_loads": "global loads", "global_stores": "global stores",
 }
 _IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
 _IDEAL_COST = {"global": 4.0, "shared": 1.0}
@@ -184,7 +187,7 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, i
     a conflicted store) when it costs more than ideal; the first space's worst request is kept
     for the feedback's picture."""
     notes = []
-    for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if c in _EXPLAINED_BY):
+    for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if _EXPLAINED_BY.get(c) in _IDEAL):
         unit = "sectors" if space == "global" else "wavefronts"
         worst: dict[str, tuple] = {}  # kind -> (cost, line, kind, kernel, sample)
         for launch in launches:
@@ -194,6 +197,7 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, i
                     cost = entry.get(unit, 0) / entry["requests"]
                     if kind not in worst or cost > worst[kind][0]:
                         worst[kind] = (cost, entry["line"], kind, launch.get("kernel", "?"), entry.get("sample"))
+        worst.pop("atomic", None)
         ranked = sorted(worst.values(), key=lambda w: -w[0])
         ranked = ranked[:1] + [w for w in ranked[1:] if w[0] > _IDEAL_COST[space]]
         what = "uncoalesced access" if space == "global" else "bank-conflicted access"
@@ -203,6 +207,33 @@ def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, i
                               "per_request": round(cost, 2)})
             notes.append((space, line, kind, f"{what} at line {line} of kernel {kernel!r} ({kind}): "
                           f"{cost:.1f} {unit} per request ({_IDEAL[space]})"))
+    for counter, kind in (("global_loads", "load"), ("global_stores", "store")):
+        if counter not in counters:
+            continue
+        per_line: dict[tuple[int, str], float] = {}
+        for launch in launches:
+            for entry in launch.get("lines") or []:
+                if entry.get("space") == "global" and entry.get("kind") == kind:
+                    key = (entry["line"], launch.get("kernel", "?"))
+                    per_line[key] = per_line.get(key, 0) + entry.get("requests", 0)
+        top = sorted(per_line.items(), key=lambda item: -item[1])[:3]
+        if top:
+            total = sum(per_line.values()) or 1
+            listed = ", ".join(f"line {line} of kernel {kernel!r} ({n / total:.0%})" for (line, kernel), n in top)
+            notes.append((f"global {kind}s", top[0][0][0], kind, f"global {kind}s by line (share of warp requests): "
+                          f"{listed}"))
+    if "atomics" in counters:
+        per_line: dict[tuple[int, str], int] = {}
+        for launch in launches:
+            for entry in launch.get("lines") or []:
+                if entry.get("kind") == "atomic":
+                    key = (entry["line"], launch.get("kernel", "?"))
+                    per_line[key] = per_line.get(key, 0) + int(entry.get("atomics", 0))
+        if per_line:
+            (line, kernel), n = max(per_line.items(), key=lambda item: item[1])
+            notes.append(("atomic", line, "atomic", f"most atomic operations at line {line} of kernel {kernel!r}: "
+                          f"{n} of {sum(per_line.values())} (combine within a warp or a block first, then one atomic "
+                          f"per warp or block)"))
     return notes
 
 

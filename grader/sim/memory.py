@@ -142,6 +142,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             self._acquired(lanes.block, lanes.g)
         if kind == "atomic" or line is None:
             self._count_vec(space, handle, kind, flat, lanes, last)
+            if kind == "atomic" and line is not None:
+                self._note_atomics(space, line, lanes.n)
             return
         rk, uk = REQUEST_KEYS[space, kind]
         r0, u0 = self.counts[rk], self.counts[uk]
@@ -178,6 +180,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             if space == "global" and self.races:
                 self._acquired(block, g)
             self.counts["atomics"] += 1
+            self._note_atomics(space, line, 1)
             return
         slot = self.slot(space, handle)
         self._log_g.append(g)

@@ -210,6 +210,11 @@ class LaunchSummary:
         for i, entry in enumerate(_list(doc.get("lines", []), f"{where}.lines")):
             entry = _dict(entry, f"{where}.lines[{i}]")
             at = f"{where}.lines[{i}]"
+            if entry.get("kind") == "atomic":  # atomic operations of a line (no requests, no sectors)
+                lines.append({"line": _int(entry.get("line", 0), f"{at}.line"),
+                              "space": _text(entry.get("space", ""), f"{at}.space", MAX_NAME),
+                              "kind": "atomic", "atomics": _int(entry.get("atomics", 0), f"{at}.atomics")})
+                continue
             unit = "sectors" if entry.get("space") == "global" else "wavefronts"
             requests = _number(entry.get("requests", 0), f"{at}.requests")
             units = _number(entry.get(unit, 0), f"{at}.{unit}")

@@ -83,3 +83,19 @@ def test_each_line_keeps_one_warps_costliest_request(executor, checkers):
     assert len(words) == 32 and {w % 32 for w in words} == {column["addresses"][0] // 4 % 32}
     row = shared[(first + 4, "store")]["sample"]
     assert len({address // 4 % 32 for address in row["addresses"]}) == 32  # 32 banks, one pass
+
+
+@cuda.jit
+def count_all(out):
+    cuda.atomic.add(out, 0, 1)
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_atomic_operations_are_counted_per_line(executor):
+    out = np.zeros(1, np.int64)
+    with sim.installed(executor=executor), sim.trace() as launches:
+        count_all[2, 64](out)
+    line = count_all.py_func.__code__.co_firstlineno + 2
+    assert out[0] == 128
+    assert [e for e in launches[0].lines if e["kind"] == "atomic"] == [
+        {"line": line, "space": "global", "kind": "atomic", "atomics": 128}]

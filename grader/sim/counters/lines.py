@@ -23,6 +23,11 @@ class LineCounts:
         self.by_line: dict[tuple[str, str, int], list[int]] = {}
         # (space, kind, line) -> (units per request of the access sampled, its worst request)
         self.samples: dict[tuple[str, str, int], tuple[float, dict]] = {}
+        self.atomics_by_line: dict[tuple[str, int], int] = {}  # (space, line) -> atomic operations
+
+    def _note_atomics(self, space: str, line: int, n: int) -> None:
+        key = (space, line)
+        self.atomics_by_line[key] = self.atomics_by_line.get(key, 0) + n
 
     def _note_line(self, space: str, kind: str, line: int, requests: int, units: int,
                    sample=None) -> None:
@@ -47,7 +52,8 @@ class LineCounts:
 
     def _line_report(self) -> list[dict]:
         """The lines in line order: {line, space, kind, requests, sectors | wavefronts,
-        sample (when taken): {lanes, addresses, itemsize}}."""
+        sample (when taken): {lanes, addresses, itemsize}}, then the lines of atomic operations:
+        {line, space, kind: "atomic", atomics}."""
         report = []
         for key, (r, u) in sorted(self.by_line.items(), key=lambda i: i[0][2]):
             space, kind, line = key
@@ -56,6 +62,8 @@ class LineCounts:
             if key in self.samples:
                 entry["sample"] = self.samples[key][1]
             report.append(entry)
+        report += [{"line": line, "space": space, "kind": "atomic", "atomics": n}
+                   for (space, line), n in sorted(self.atomics_by_line.items(), key=lambda i: i[0][1])]
         return report
 
 
