@@ -129,9 +129,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
                              int(lanes.thread[lane]), line, filename)
         if self.races:
-            self._race_vec(space, handle, kind, flat, lanes, line, filename,
-                           last[1] if last is not None else None,
-                           values if kind == "store" else None)
+            race = self._race_units if space == "shared" and handle.memory is not None \
+                else self._race_vec
+            race(space, handle, kind, flat, lanes, line, filename,
+                 last[1] if last is not None else None, values if kind == "store" else None)
         if kind != "load":
             handle.initialised[flat] = True
             if space == "global":
@@ -169,7 +170,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 self.written.add(handle.name)
         g = block * self.tpb + thread
         if self.races and not silent:
-            self._race1(space, handle, kind, flat, block, g, line, filename)
+            if space == "shared" and handle.memory is not None:
+                self._race_units1(space, handle, kind, flat, block, g, line, filename)
+            else:
+                self._race1(space, handle, kind, flat, block, g, line, filename)
         if kind == "atomic":
             if space == "global" and self.races:
                 self._acquired(block, g)
@@ -244,6 +248,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         store = kind != "load"
         written, name, is_global = self.written, handle.name, space == "global"
         uninit = self._uninit
+        if self.races and space == "shared" and handle.memory is not None:
+            return self._units_checker(space, handle, kind)
         if self.races:
             return self._race_checker(space, handle, store, uninit_check)
 
@@ -255,6 +261,26 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 init[flat] = True
                 if is_global:
                     written.add(name)
+        return check
+
+    def _units_checker(self, space, handle, kind):
+        """`scalar_checker` of a view of dynamic shared memory with the race checker on: what
+        `access1` checks, reading the memory's units at each call (a smaller view may refine
+        them)."""
+        tpb, uninit, races = self.tpb, self.uninit, self._race_units1
+        flags, store = handle.initialised, kind != "load"
+
+        def check(flat, g, frame, value=None):
+            block = g // tpb
+            if not store or kind == "atomic":
+                if uninit and not flags[flat]:
+                    self._uninit(space, handle, flat, block, g % tpb, frame.f_lineno,
+                                 frame.f_code.co_filename)
+            if store:
+                if value is not None and flags[flat] and same_bits1(handle.flat, flat, value):
+                    return  # silent: no access for the race rule
+                flags[flat] = True
+            races(space, handle, kind, flat, block, g, frame.f_lineno, frame.f_code.co_filename)
         return check
 
     # ------------------------------------------------------------------ results
