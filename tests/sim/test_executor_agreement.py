@@ -397,6 +397,72 @@ def test_barrier_divergence():
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
 
 
+def same_message(errors):
+    """Every executor's message, the same text (paths included)."""
+    messages = {name: str(e) for name, e in errors.items()}
+    assert len(set(messages.values())) == 1, messages
+
+
+@cuda.jit
+def barrier_then_exit_in_loop(out):
+    t = cuda.threadIdx.x
+    for k in range(t % 3 + 1):
+        cuda.syncthreads()
+    out[t] = t
+
+
+@cuda.jit
+def barrier_skipped_to_the_next(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    out[t] = t
+    cuda.syncthreads()  # the others wait here: two different barriers
+
+
+@cuda.jit
+def barrier_skipped_by_return(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    else:
+        return
+    out[t] = t
+
+
+def test_barrier_skipped_exited_or_elsewhere_same_verdict():
+    """Threads that exit without a barrier the others wait at (undefined, passes on current
+    GPUs) and threads at another barrier: one verdict, one message, from both executors."""
+    make = lambda: [cuda.device_array(32, np.int64)]  # noqa: E731
+    for kernel, line_text, phrase in (
+            (barrier_in_branch, "cuda.syncthreads()", "finished the kernel without reaching"),
+            (barrier_then_exit_in_loop, "cuda.syncthreads()", "finished the kernel"),
+            (barrier_skipped_to_the_next, "the others wait here", "different syncthreads()")):
+        errors = raised_by_both(kernel, 1, 32, make)
+        assert_same_finding(errors, sim.BarrierDivergenceError, line_text)
+        same_message(errors)
+        assert phrase in str(errors["simt"])
+    for executor in EXECUTORS:  # an explicit return is no finding, as before
+        with sim.installed(executor=executor):
+            out = cuda.device_array(32, np.int64)
+            barrier_skipped_by_return[1, 32](out)
+            assert (out.copy_to_host()[:16] == np.arange(16)).all()
+
+
+@cuda.jit
+def reads_previous(a, out):
+    i = cuda.threadIdx.x
+    out[i] = a[i - 1] + a[i]
+
+
+def test_negative_index_same_message():
+    errors = raised_by_both(reads_previous, 1, 32, lambda: [
+        dev(np.ones(32, np.float32)), cuda.device_array(32, np.float32)])
+    assert_same_finding(errors, sim.OutOfBoundsError, "a[i - 1] + a[i]")
+    same_message(errors)
+    assert "element 31 instead" in str(errors["simt"])
+
+
 def test_shuffle_reading_an_exited_lane():
     errors = raised_by_both(shuffle_from_exited_lane, 1, 32, lambda: [
         cuda.device_array(32, np.int64)])
