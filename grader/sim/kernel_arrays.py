@@ -91,6 +91,7 @@ class DynamicShared:
         self.flags = np.zeros(0, bool)
         self.buffer_id = next(SharedArray._ids)
         self._on_refine = on_refine
+        self._units: dict = {}  # (id(view), unit) -> (view, UnitHandle)
 
     def view(self, name: str, dtype, address: int = 0) -> SharedArray:
         """A `SharedArray` of `dtype` over the whole buffer (as many whole items as fit in a
@@ -117,8 +118,13 @@ class DynamicShared:
         return array
 
     def units(self, array) -> "UnitHandle":
-        """What the race checker indexes for a view: the memory's units (see UnitHandle)."""
-        return UnitHandle(self, array)
+        """What the race checker indexes for a view: the memory's units (see UnitHandle),
+        made once per view and unit."""
+        key = (id(array), self.unit)
+        found = self._units.get(key)
+        if found is None or found[0] is not array:
+            found = self._units[key] = (array, UnitHandle(self, array))
+        return found[1]
 
 
 class UnitHandle:
@@ -127,7 +133,7 @@ class UnitHandle:
     the view's name, and its element index in messages."""
 
     __slots__ = ("name", "buffer_id", "initialised", "offset", "estrides", "block_stride",
-                 "shape", "r")
+                 "shape", "r", "flat", "dtype")
 
     def __init__(self, memory: DynamicShared, array: SharedArray):
         self.name, self.buffer_id = array.name, memory.buffer_id
@@ -135,6 +141,8 @@ class UnitHandle:
         self.r = array.dtype.itemsize // memory.unit
         self.offset, self.estrides, self.shape = 0, (self.r,), array.shape
         self.block_stride = memory.block_bytes // memory.unit
+        # one unit an item: unit positions are the view's, its elements the units' values
+        self.flat, self.dtype = (array.flat, array.dtype) if self.r == 1 else (None, None)
 
 
 class LocalArray:

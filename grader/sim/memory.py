@@ -264,13 +264,15 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         return check
 
     def _units_checker(self, space, handle, kind):
-        """`scalar_checker` of a view of dynamic shared memory with the race checker on: what
-        `access1` checks, reading the memory's units at each call (a smaller view may refine
-        them)."""
-        tpb, uninit, races = self.tpb, self.uninit, self._race_units1
+        """`scalar_checker` of a view of dynamic shared memory with the race checker on: the
+        inline race checker on the memory's units while the view's items are one unit each,
+        else what `access1` checks, unit by unit; rebuilt when a smaller view refines the
+        units."""
+        memory, tpb, uninit, races = handle.memory, self.tpb, self.uninit, self._race_units1
         flags, store = handle.initialised, kind != "load"
+        uninit_check = kind == "load" and uninit
 
-        def check(flat, g, frame, value=None):
+        def spanning(flat, g, frame, value=None):
             block = g // tpb
             if not store or kind == "atomic":
                 if uninit and not flags[flat]:
@@ -281,6 +283,16 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                     return  # silent: no access for the race rule
                 flags[flat] = True
             races(space, handle, kind, flat, block, g, frame.f_lineno, frame.f_code.co_filename)
+
+        current = [None, None]  # [the memory's unit, the checker for it]
+
+        def check(flat, g, frame, value=None):
+            if current[0] != memory.unit:
+                units = memory.units(handle)
+                current[0] = memory.unit
+                current[1] = self._race_checker(space, units, store, uninit_check) \
+                    if units.r == 1 and kind != "atomic" else spanning
+            current[1](flat, g, frame, value)
         return check
 
     # ------------------------------------------------------------------ results

@@ -134,6 +134,23 @@ def test_races_across_views(setup):
 
 
 @cuda.jit
+def byte_of_neighbours_float(out):
+    f = cuda.shared.array(0, float32)
+    i = cuda.threadIdx.x
+    f[i] = 1.0
+    b = cuda.shared.array(0, uint8)  # refines the units after floats were recorded
+    b[4 * ((i + 1) % 32) + 3] = 7  # a byte of the next thread's float, no barrier
+    out[i] = i
+
+
+def test_race_across_views_after_refining(setup):
+    if not checked(setup):
+        pytest.skip("the race checker is off")
+    with pytest.raises(sim.RaceError, match="shared array '[fb]'"):
+        byte_of_neighbours_float[1, 32, 0, 128](np.zeros(32, np.int32))
+
+
+@cuda.jit
 def static_beside_dynamic(out):
     s = cuda.shared.array(32, int32)
     f = cuda.shared.array(0, float32)

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, float64, int32, int64
 
 import grader.sim as sim
 from grader.sim.thread import rewrite as thread_rewrite
@@ -395,6 +395,28 @@ def test_uninitialised_shared_read():
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
+
+
+@cuda.jit
+def dynamic_views(out):
+    f = cuda.shared.array(0, float32)
+    d = cuda.shared.array(0, float64)
+    n = cuda.shared.array(0, int32)
+    i = cuda.threadIdx.x
+    f[2 * i] = 0.0
+    f[2 * i + 1] = 1.875  # with the word before: the double 1.0
+    cuda.syncthreads()
+    out[cuda.grid(1)] = d[i] + n[(2 * i + 1) % 64]
+
+
+def test_dynamic_shared_views_agree():
+    """Views of one dynamic shared memory: same values and counters (8-byte items take two
+    wavefronts) from both executors."""
+    results = run_both(dynamic_views, 2, 32, lambda: [cuda.device_array(64, np.float64)],
+                       shared=256)
+    assert_agree(results)
+    expected = 1.0 + np.float32(1.875).view(np.int32)
+    assert (results["simt"][0][0] == expected).all()
 
 
 def same_message(errors):
