@@ -63,7 +63,10 @@ class UnitFlags:
     def _rows(self):
         mem = self._mem
         r = self._itemsize // mem.unit
-        return mem.flags if r == 1 else mem.flags.reshape(-1, r)
+        if r == 1:
+            return mem.flags
+        n = mem.flags.shape[0] // r * r  # (a trailing partial item is no element)
+        return mem.flags[:n].reshape(-1, r)
 
     def __getitem__(self, flat):
         rows = self._rows()

@@ -92,6 +92,11 @@ class RaceChecks:
                     values=None):
         """`_race_vec` for a view of dynamic shared memory: silent lanes left out on the
         element, then the rule on each unit the lanes' elements span."""
+        units = handle.memory.units(handle)
+        r = units.r
+        if r == 1:  # the view's positions are the units
+            self._race_vec(space, units, kind, flat, lanes, line, filename, pat, values)
+            return
         if values is not None and flat.shape[0]:
             dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else None
             quiet = quiet_lanes(handle, flat, values, dups)
@@ -101,11 +106,8 @@ class RaceChecks:
                     return
                 lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
                 flat = flat[keep]
-        units = handle.memory.units(handle)
-        r = units.r
         for j in range(r):
-            self._race_vec(space, units, kind, flat * r + j if r > 1 else flat, lanes, line,
-                           filename)
+            self._race_vec(space, units, kind, flat * r + j, lanes, line, filename)
 
     def _race_units1(self, space, handle, kind, flat, block, g, line, filename):
         """`_race1` for a view of dynamic shared memory (the caller left out silent stores)."""
