@@ -179,5 +179,7 @@ def test_static_unaffected_and_bounds_in_bytes(setup):
             static_beside_dynamic[1, 32, 0, 128](out)
     dout = np.zeros(1, np.float64)
     read_past_dynamic[1, 32, 0, 128](dout, 15)  # 128 bytes: 16 doubles
-    with pytest.raises(sim.OutOfBoundsError, match="shared array 'd' of shape 16 at index 16"):
+    with pytest.raises(sim.OutOfBoundsError, match="shared array 'd' of shape 16 at index 16"
+                       ) as err:
         read_past_dynamic[1, 32, 0, 128](dout, 16)
+    assert "dynamic shared memory, 128 bytes here" in str(err.value)

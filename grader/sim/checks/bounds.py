@@ -165,8 +165,17 @@ class BoundsChecks:
         self._fail(OutOfBoundsError,
                    f"out-of-bounds access to {space} array {handle.name!r} of shape "
                    f"{shape if len(shape) > 1 else shape[0]} at index {idx}"
-                   f"{negative_note(index, shape)}",
+                   f"{negative_note(index, shape)}{dynamic_note(handle)}",
                    block, thread, line, filename, handle.name, index)
+
+
+def dynamic_note(handle) -> str:
+    """Where a dynamic shared array's length comes from (empty for other arrays)."""
+    memory = getattr(handle, "memory", None)
+    if memory is None:
+        return ""
+    return (f" (a dynamic shared array holds as many items as the launch's dynamic shared "
+            f"memory, {memory.block_bytes} bytes here: `kernel[grid, block, stream, bytes]`)")
 
 
 def negative_note(index, shape) -> str:
