@@ -131,9 +131,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
                              int(lanes.thread[lane]), line, filename)
         if self.races:
-            self._race_vec(space, handle, kind, flat, lanes, line, filename,
-                           last[1] if last is not None else None,
-                           values if kind == "store" else None)
+            race = self._race_units if space == "shared" and handle.memory is not None \
+                else self._race_vec
+            race(space, handle, kind, flat, lanes, line, filename,
+                 last[1] if last is not None else None, values if kind == "store" else None)
         if kind != "load":
             handle.initialised[flat] = True
             if space == "global":
@@ -175,7 +176,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 self.written.add(handle.name)
         g = block * self.tpb + thread
         if self.races and not silent:
-            self._race1(space, handle, kind, flat, block, g, line, filename)
+            if space == "shared" and handle.memory is not None:
+                self._race_units1(space, handle, kind, flat, block, g, line, filename)
+            else:
+                self._race1(space, handle, kind, flat, block, g, line, filename)
         if kind == "atomic":
             if space == "global" and self.races:
                 self._acquired(block, g)
@@ -251,6 +255,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         store = kind != "load"
         written, name, is_global = self.written, handle.name, space == "global"
         uninit = self._uninit
+        if self.races and space == "shared" and handle.memory is not None:
+            return self._units_checker(space, handle, kind)
         if self.races:
             return self._race_checker(space, handle, store, uninit_check)
 
@@ -262,6 +268,38 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 init[flat] = True
                 if is_global:
                     written.add(name)
+        return check
+
+    def _units_checker(self, space, handle, kind):
+        """`scalar_checker` of a view of dynamic shared memory with the race checker on: the
+        inline race checker on the memory's units while the view's items are one unit each,
+        else what `access1` checks, unit by unit; rebuilt when a smaller view refines the
+        units."""
+        memory, tpb, uninit, races = handle.memory, self.tpb, self.uninit, self._race_units1
+        flags, store = handle.initialised, kind != "load"
+        uninit_check = kind == "load" and uninit
+
+        def spanning(flat, g, frame, value=None):
+            block = g // tpb
+            if not store or kind == "atomic":
+                if uninit and not flags[flat]:
+                    self._uninit(space, handle, flat, block, g % tpb, frame.f_lineno,
+                                 frame.f_code.co_filename)
+            if store:
+                if value is not None and flags[flat] and same_bits1(handle.flat, flat, value):
+                    return  # silent: no access for the race rule
+                flags[flat] = True
+            races(space, handle, kind, flat, block, g, frame.f_lineno, frame.f_code.co_filename)
+
+        current = [None, None]  # [the memory's unit, the checker for it]
+
+        def check(flat, g, frame, value=None):
+            if current[0] != memory.unit:
+                units = memory.units(handle)
+                current[0] = memory.unit
+                current[1] = self._race_checker(space, units, store, uninit_check) \
+                    if units.r == 1 and kind != "atomic" else spanning
+            current[1](flat, g, frame, value)
         return check
 
     # ------------------------------------------------------------------ results

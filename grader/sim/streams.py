@@ -272,7 +272,7 @@ class StreamOrder:
         return (f"stream race ({kind}): {self._describe(op)} {verb} {what} (elements {lo}..{hi - 1} of an allocation "
                 f"on device {_owner(op, write)}) while {self._describe(prior.op)}, which "
                 f"{'writes' if prior.write else 'reads'} {prior.what}, may still be running: nothing orders the "
-                f"two (they are on different streams). On a GPU they run at the same time. Order them: record an "
+                f"two (they are on different streams). On a GPU they can run at the same time. Order them: record an "
                 f"event on the first one's stream after it (`e.record(s1)`) and wait for it on the second's "
                 f"(`e.wait(s2)`), or synchronize in between")
 

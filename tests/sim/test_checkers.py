@@ -204,6 +204,62 @@ def test_early_return_before_barrier_is_fine(simulator):
     assert (out.copy_to_host() == 2).all()
 
 
+# ---------------------------------------------------------------- what a GPU would do
+@cuda.jit
+def barrier_in_guard(a, n):
+    i = cuda.grid(1)
+    if i < n:
+        cuda.syncthreads()
+        a[i] = 1
+
+
+@cuda.jit
+def barrier_skipped_then_another(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    cuda.syncthreads()
+    out[t] = t
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_barrier_skipped_by_exited_threads_is_undefined_not_a_deadlock(executor):
+    """Threads that skip a barrier and exit: undefined in CUDA, passes on current GPUs (exited
+    threads no longer count since Volta); threads at two barriers: a mismatch, said as such."""
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.BarrierDivergenceError) as err:
+            barrier_in_guard[1, 64](np.zeros(40, np.int32), 40)
+        msg = str(err.value)
+        assert err.value.line == line_of(barrier_in_guard, "cuda.syncthreads()")
+        assert "thread (40, 0, 0)" in msg and "undefined behaviour in CUDA" in msg, msg
+        assert "finished the kernel without reaching the syncthreads()" in msg
+        assert "40 other threads" in msg and "current GPUs let the waiting threads pass" in msg
+        assert "deadlock" not in msg and "only some threads" not in msg
+        with pytest.raises(sim.BarrierDivergenceError) as err:
+            barrier_skipped_then_another[1, 32](np.zeros(32, np.int64))
+        msg = str(err.value)
+        assert "wait at different syncthreads() calls" in msg and "deadlock" not in msg, msg
+        assert err.value.line == line_of(barrier_skipped_then_another, "if t < 16") + 2
+
+
+@cuda.jit
+def previous_element(a, out):
+    i = cuda.threadIdx.x
+    out[i] = a[i - 1]
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_negative_index_says_numba_wraps_it(executor):
+    a = np.arange(32, dtype=np.float32)
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.OutOfBoundsError) as err:
+            previous_element[1, 32](a, np.zeros(32, np.float32))
+    msg = str(err.value)
+    assert "thread (0, 0, 0)" in msg and "'a' of shape 32 at index -1" in msg, msg
+    assert "numba wraps a negative index around" in msg and "element 31" in msg
+    assert "CUDA C would access memory before the array" in msg and "if i > 0" in msg
+
+
 # ---------------------------------------------------------------- warp-op misuse
 @cuda.jit
 def shuffle_mask_excludes_caller(out):
@@ -282,8 +338,11 @@ def test_deadlocks_are_reported(simulator, monkeypatch):
     monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 64)
     flag = cuda.to_device(np.zeros(1, np.int32))
     out = cuda.to_device(np.zeros(1, np.int32))
-    with pytest.raises(sim.DeadlockError, match="no forward progress"):
+    with pytest.raises(sim.DeadlockError, match="no forward progress") as err:
         waits_for_later_block[2, 1](flag, out)
+    # a GPU may run both blocks at once: the message says so rather than "never happens"
+    assert "only while they fit on it together" in str(err.value)
+    assert "never happens" not in str(err.value)
     with pytest.raises(sim.DeadlockError, match=f":{line_of(spin_on_plain_load, 'flag[0]')},"):
         spin_on_plain_load[1, 1](flag)
     with pytest.raises(sim.WarpOpError, match="waits at syncthreads"):

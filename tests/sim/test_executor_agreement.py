@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, float64, int32, int64
 
 import grader.sim as sim
 from grader.sim.thread import rewrite as thread_rewrite
@@ -395,6 +395,94 @@ def test_uninitialised_shared_read():
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
+
+
+@cuda.jit
+def dynamic_views(out):
+    f = cuda.shared.array(0, float32)
+    d = cuda.shared.array(0, float64)
+    n = cuda.shared.array(0, int32)
+    i = cuda.threadIdx.x
+    f[2 * i] = 0.0
+    f[2 * i + 1] = 1.875  # with the word before: the double 1.0
+    cuda.syncthreads()
+    out[cuda.grid(1)] = d[i] + n[(2 * i + 1) % 64]
+
+
+def test_dynamic_shared_views_agree():
+    """Views of one dynamic shared memory: same values and counters (8-byte items take two
+    wavefronts) from both executors."""
+    results = run_both(dynamic_views, 2, 32, lambda: [cuda.device_array(64, np.float64)],
+                       shared=256)
+    assert_agree(results)
+    expected = 1.0 + np.float32(1.875).view(np.int32)
+    assert (results["simt"][0][0] == expected).all()
+
+
+def same_message(errors):
+    """Every executor's message, the same text (paths included)."""
+    messages = {name: str(e) for name, e in errors.items()}
+    assert len(set(messages.values())) == 1, messages
+
+
+@cuda.jit
+def barrier_then_exit_in_loop(out):
+    t = cuda.threadIdx.x
+    for k in range(t % 3 + 1):
+        cuda.syncthreads()
+    out[t] = t
+
+
+@cuda.jit
+def barrier_skipped_to_the_next(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    out[t] = t
+    cuda.syncthreads()  # the others wait here: two different barriers
+
+
+@cuda.jit
+def barrier_skipped_by_return(out):
+    t = cuda.threadIdx.x
+    if t < 16:
+        cuda.syncthreads()
+    else:
+        return
+    out[t] = t
+
+
+def test_barrier_skipped_exited_or_elsewhere_same_verdict():
+    """Threads that exit without a barrier the others wait at (undefined, passes on current
+    GPUs) and threads at another barrier: one verdict, one message, from both executors."""
+    make = lambda: [cuda.device_array(32, np.int64)]  # noqa: E731
+    for kernel, line_text, phrase in (
+            (barrier_in_branch, "cuda.syncthreads()", "finished the kernel without reaching"),
+            (barrier_then_exit_in_loop, "cuda.syncthreads()", "finished the kernel"),
+            (barrier_skipped_to_the_next, "the others wait here", "different syncthreads()")):
+        errors = raised_by_both(kernel, 1, 32, make)
+        assert_same_finding(errors, sim.BarrierDivergenceError, line_text)
+        same_message(errors)
+        assert phrase in str(errors["simt"])
+    for executor in EXECUTORS:  # an explicit return is no finding, as before
+        with sim.installed(executor=executor):
+            out = cuda.device_array(32, np.int64)
+            barrier_skipped_by_return[1, 32](out)
+            assert (out.copy_to_host()[:16] == np.arange(16)).all()
+
+
+@cuda.jit
+def reads_previous(a, out):
+    i = cuda.threadIdx.x
+    out[i] = a[i - 1] + a[i]
+
+
+def test_negative_index_same_message():
+    errors = raised_by_both(reads_previous, 1, 32, lambda: [
+        dev(np.ones(32, np.float32)), cuda.device_array(32, np.float32)])
+    assert_same_finding(errors, sim.OutOfBoundsError, "a[i - 1] + a[i]")
+    same_message(errors)
+    assert "element 31 instead" in str(errors["simt"])
 
 
 def test_shuffle_reading_an_exited_lane():

@@ -58,6 +58,7 @@ def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
     # both operations named with the student's line that issued them
     assert f"kernel 'add' (launched at {__file__}:{launched_at})" in message
     assert f"copy device 0 -> device 1 (at {__file__}:{copied_at})" in message
+    assert "they can run at the same time" in message  # not "they run": they may not
 
 
 def test_reusing_a_scratch_buffer_before_the_kernel_reading_it_is_ordered_is_a_race(gpus):

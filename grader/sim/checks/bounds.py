@@ -1,6 +1,9 @@
-"""Bounds: kernel indices to flat positions in `handle.flat`, each checked (a negative index is
-out of bounds, as on a GPU, never a wrap-around). An out-of-bounds lane is reported and, when
-`Checks` downgrades the finding to a warning, redirected to element 0 so memory stays safe.
+"""Bounds: kernel indices to flat positions in `handle.flat`, each checked. A negative index is
+reported too: numba's compiled code wraps it around once, as Python does (`a[-1]` is the last
+element: it adds the dimension's length to a negative signed index), CUDA C would address memory
+before the array; either way it is almost always a missing guard, and the message says both. An
+out-of-bounds lane is reported and, when `Checks` downgrades the finding to a warning,
+redirected to element 0 so memory stays safe.
 
 Three entry points: `index` (vector lanes), `index_lanes` (the SIMT executor: reuses the check
 of an index pattern seen before, access_patterns.py) and `index1` (one lane, Python ints).
@@ -161,8 +164,35 @@ class BoundsChecks:
         idx = index[0] if len(index) == 1 else index
         self._fail(OutOfBoundsError,
                    f"out-of-bounds access to {space} array {handle.name!r} of shape "
-                   f"{shape if len(shape) > 1 else shape[0]} at index {idx}",
+                   f"{shape if len(shape) > 1 else shape[0]} at index {idx}"
+                   f"{negative_note(index, shape)}{dynamic_note(handle)}",
                    block, thread, line, filename, handle.name, index)
+
+
+def dynamic_note(handle) -> str:
+    """Where a dynamic shared array's length comes from (empty for other arrays)."""
+    memory = getattr(handle, "memory", None)
+    if memory is None:
+        return ""
+    return (f" (a dynamic shared array holds as many items as the launch's dynamic shared "
+            f"memory, {memory.block_bytes} bytes here: `kernel[grid, block, stream, bytes]`)")
+
+
+def negative_note(index, shape) -> str:
+    """What a GPU does with the negative parts of an index (empty when there are none): numba
+    adds the dimension's length once (arrayobj.fix_integer_index), CUDA C does not."""
+    if not any(i < 0 for i in index):
+        return ""
+    wrapped = tuple(int(i) + int(d) if i < 0 else int(i) for i, d in zip(index, shape))
+    if any(not 0 <= w < int(d) for w, d in zip(wrapped, shape)):
+        numba = ("numba wraps a negative index around once (adding the length), which still "
+                 "lands outside the array")
+    else:
+        at = wrapped[0] if len(wrapped) == 1 else wrapped
+        numba = (f"numba wraps a negative index around as Python does, so this accesses "
+                 f"element {at} instead")
+    return (f": {numba}; CUDA C would access memory before the array; guard the index "
+            f"(e.g. `if i > 0:` before using `i - 1`)")
 
 
 def _vector_part(handle, idx, n: int):

@@ -28,3 +28,23 @@ class Findings:
             q, f = divmod(f, st) if st else (0, f)
             out.append(int(q))
         return out[0] if len(out) == 1 else tuple(out)
+
+
+# Barrier findings both executors report (grader/sim/thread/block.py, simt/collective.py), in
+# the terms of what a GPU does: since Volta, threads that have exited no longer count toward a
+# barrier, and every syncthreads() is the same hardware barrier (bar.sync 0).
+def exited_before_barrier(barrier: str, waiting: int) -> str:
+    """A thread finished the kernel without reaching the syncthreads() at `barrier` (file:line)
+    that `waiting` other threads of its block wait at."""
+    return (f"undefined behaviour in CUDA: this thread finished the kernel without reaching "
+            f"the syncthreads() at {barrier} that {waiting} other threads of its block wait at "
+            f"(it skipped the branch or left the loop the barrier is in); current GPUs let the "
+            f"waiting threads pass once the others have exited, older GPUs or other compilers "
+            f"may hang; put the barrier where every thread of the block reaches it")
+
+
+def different_barriers(first: str, second: str) -> str:
+    """Threads of one block wait at two different syncthreads() calls (file:line each)."""
+    return (f"threads of the block wait at different syncthreads() calls ({first} and "
+            f"{second}): undefined behaviour in CUDA; a GPU may hang, or count both calls as "
+            f"one barrier so the threads pass at different points of the kernel, unordered")

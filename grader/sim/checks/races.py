@@ -13,6 +13,11 @@ fenced write with no acquire is a race even though the simulator happens to run 
 first. Two lanes of one store instruction storing different values to one element race; silent
 stores are no accesses (silent_stores.py).
 
+Dynamic shared memory (kernel_arrays.DynamicShared) has one record per unit of its bytes,
+whichever view an access goes through: an access to an element spanning `r` units is an access
+to each of them (`_race_units`, `_race_units1`), so threads touching overlapping bytes through
+two views conflict; silent stores are judged on the element, as everywhere.
+
 Two paths apply the one rule: `_race_vec` for an instruction's lanes (numpy shadows, `Shadow`)
 and `_race1` / the `_race_checker` closures for one lane at a time (Python lists in a dict per
 allocation, several times cheaper from Python than numpy scalars).
@@ -59,8 +64,57 @@ class RaceChecks:
     def _shadow(self, handle) -> Shadow:
         sh = self._shadows.get(handle.buffer_id)
         if sh is None:
-            sh = self._shadows[handle.buffer_id] = Shadow(handle.flat.shape[0])
+            sh = self._shadows[handle.buffer_id] = Shadow(handle.initialised.shape[0])
         return sh
+
+    def refine(self, memory, factor: int) -> None:
+        """`memory`'s units were split into `factor` each (a view of a smaller dtype): each
+        record becomes `factor` copies, one per new unit."""
+        sh = self._shadows.get(memory.buffer_id)
+        if sh is not None:
+            new = Shadow(memory.flags.shape[0])  # (a trailing partial unit now counts)
+            for name in Shadow.__slots__:
+                value = getattr(sh, name)
+                if isinstance(value, np.ndarray):
+                    split = np.repeat(value, factor)
+                    getattr(new, name)[:split.shape[0]] = split
+                else:
+                    setattr(new, name, value)
+            self._shadows[memory.buffer_id] = new
+        records = self._shadows1.get(memory.buffer_id)
+        if records:
+            split = {f * factor + j: list(rec) for f, rec in records.items()
+                     for j in range(factor)}
+            records.clear()
+            records.update(split)
+
+    def _race_units(self, space, handle, kind, flat, lanes, line, filename, pat=None,
+                    values=None):
+        """`_race_vec` for a view of dynamic shared memory: silent lanes left out on the
+        element, then the rule on each unit the lanes' elements span."""
+        units = handle.memory.units(handle)
+        r = units.r
+        if r == 1:  # the view's positions are the units
+            self._race_vec(space, units, kind, flat, lanes, line, filename, pat, values)
+            return
+        if values is not None and flat.shape[0]:
+            dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else None
+            quiet = quiet_lanes(handle, flat, values, dups)
+            if quiet is not None:
+                keep = np.flatnonzero(~quiet)
+                if keep.shape[0] == 0:
+                    return
+                lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
+                flat = flat[keep]
+        for j in range(r):
+            self._race_vec(space, units, kind, flat * r + j, lanes, line, filename)
+
+    def _race_units1(self, space, handle, kind, flat, block, g, line, filename):
+        """`_race1` for a view of dynamic shared memory (the caller left out silent stores)."""
+        units = handle.memory.units(handle)
+        r = units.r
+        for j in range(r):
+            self._race1(space, units, kind, flat * r + j, block, g, line, filename)
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
                   filename):

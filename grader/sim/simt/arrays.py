@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LaunchConfigError, where
-from ..kernel_arrays import SharedArray
+from ..kernel_arrays import DynamicShared, SharedArray
 from . import typing as simt_typing
 from .unsupported import SimtUnsupported
 
@@ -190,21 +190,17 @@ class ArrayOps:
                 "in total", kernel=self.inst.kernel, filename=self.filename, line=self.line)
 
     def _dynamic_shared(self, dtype, n, name):
-        """All dynamic shared arrays of a launch alias one byte store (as `extern __shared__`)."""
+        """Every dynamic shared array views the batch's one dynamic shared memory from its
+        first byte, as `extern __shared__` arrays do (kernel_arrays.DynamicShared)."""
         if self._dynamic is None:
-            size = self.config.shared_bytes * self.n_blocks
-            self._dynamic = np.full(size, 0xFF, np.uint8)
-        per_block = self.config.shared_bytes - self.config.shared_bytes % dtype.itemsize
-        store = self._dynamic.reshape(self.n_blocks, -1)[:, :per_block]
-        flat = np.ascontiguousarray(store).view(dtype).reshape(-1) if per_block else \
-            np.zeros(0, dtype)
-        if per_block and not np.shares_memory(flat, self._dynamic):
+            self._dynamic = DynamicShared(self.config.shared_bytes, self.first_block,
+                                          self.n_blocks, on_refine=self.inst.refine)
+        try:
+            return self._dynamic.view(name or self._array_name("dynamic shared"), dtype,
+                                      address=self._static_bytes)
+        except ValueError:
             raise SimtUnsupported("dynamic shared memory not a multiple of the element size",
-                                  self.line)
-        handle = SharedArray(name or self._array_name("dynamic shared"), (n,), dtype,
-                             self.first_block, self.n_blocks, address=self._static_bytes,
-                             flat=flat)
-        return handle
+                                  self.line) from None
 
     def local_array(self, shape, dtype, site=None, name=None):
         key = ("local", self.filename, site)

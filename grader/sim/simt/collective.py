@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks.findings import different_barriers, exited_before_barrier
 from ..errors import BarrierDivergenceError, WarpOpError, where
 
 WARP = 32
@@ -21,8 +22,14 @@ class CollectiveOps:
     # --- barriers ------------------------------------------------------------------------------
 
     def _barrier(self, kind):
-        """Check that every block with an active lane has all its live lanes here."""
+        """Complete a barrier for every block with an active lane. Live lanes of such a block
+        that are not here are judged once it is known where they go (as the per-thread
+        executor sees them): to another syncthreads() (`_arrive`) or off the end of the kernel
+        (`finish_barriers`); to the same one in a later iteration, or through an explicit
+        `return`, is no finding."""
         top, live = self.levels[-1], self.live
+        if self._skipped:
+            self._arrive(top)
         if top is None:
             blocks = self.block_ids
         else:
@@ -31,22 +38,57 @@ class CollectiveOps:
             alive = np.ones_like(active) if live is None else live.reshape(active.shape)
             missing = here & (active != alive).any(axis=1)
             if missing.any():
-                b = int(np.argmax(missing))
-                t = int(np.argmax(alive[b] & ~active[b]))
-                self._report(BarrierDivergenceError,
-                             f"{kind} reached by only some threads of the block (thread "
-                             f"{self.config.thread_xyz(t)} is elsewhere, e.g. in another branch "
-                             "or loop iteration): the block deadlocks", b, t)
+                away = (alive & ~active & missing[:, None]).reshape(-1)
+                self._skipped.append((away, top, self.line, self.filename))
             blocks = self.block_ids[here]
         self.inst.barrier(blocks, self.line)
         return blocks
 
-    def _report(self, cls, what, block_in_batch, thread):
+    def _arrive(self, top):
+        """Lanes that skipped an earlier barrier reach this one: at another line they wait at
+        two different barriers (the finding names the later line, as the per-thread executor
+        does); at the same line, they caught up."""
+        here = np.ones(self.n, bool) if top is None else top
+        for k, (away, there, line, filename) in enumerate(self._skipped):
+            came = away & here
+            if not came.any():
+                continue
+            if (line, filename) == (self.line, self.filename):
+                self._skipped[k] = (away & ~came, there, line, filename)
+                continue
+            (f1, l1), (f2, l2) = sorted([(filename, line), (self.filename, self.line)])
+            b = int(np.argmax(came)) // self.tpb
+            waiting = came if (f2, l2) == (self.filename, self.line) else there
+            t = int(np.argmax(waiting.reshape(self.n_blocks, self.tpb)[b]))
+            self._skipped = []
+            self._report(BarrierDivergenceError, different_barriers(f"{f1}:{l1}", f"{f2}:{l2}"),
+                         b, t, line=l2, filename=f2)
+            return
+        self._skipped = [r for r in self._skipped if r[0].any()]
+
+    def finish_barriers(self):
+        """At the end of the kernel: lanes that skipped a barrier and ran off the end without
+        returning (`return` first is no finding, as in the per-thread executor)."""
+        for away, there, line, filename in self._skipped:
+            fell = away if self.live is None else away & self.live
+            if fell.any():
+                lane = int(np.argmax(fell))
+                b = lane // self.tpb
+                waiting = int(there.reshape(self.n_blocks, self.tpb)[b].sum())
+                self._skipped = []
+                self._report(BarrierDivergenceError,
+                             exited_before_barrier(f"{filename}:{line}", waiting), b,
+                             int(self.thread[lane]), line=line, filename=filename)
+                return
+        self._skipped = []
+
+    def _report(self, cls, what, block_in_batch, thread, line=None, filename=None):
         block = self.first_block + block_in_batch
         b, t = self.config.block_xyz(block), self.config.thread_xyz(thread)
-        err = cls(f"{where(self.inst.kernel, self.filename, self.line, b, t)}: {what}",
-                  kernel=self.inst.kernel, filename=self.filename, line=self.line, block=b,
-                  thread=t)
+        line = self.line if line is None else line
+        filename = filename or self.filename
+        err = cls(f"{where(self.inst.kernel, filename, line, b, t)}: {what}",
+                  kernel=self.inst.kernel, filename=filename, line=line, block=b, thread=t)
         self.inst.checks.report(err, self.inst.warnings)
 
     def syncthreads(self):

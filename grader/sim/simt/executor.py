@@ -138,6 +138,7 @@ def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
                       limits)
             ctx.saved = saved
             fn(ctx, *sim_args)
+            ctx.finish_barriers()
 
 
 class _Geometry:
@@ -200,6 +201,7 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._act_lanes = None  # the instrument's Lanes of _act, and of every lane
         self._all_lanes = None
         self._calls: list = []
+        self._skipped: list = []  # lanes that skipped a barrier: (lanes, lanes there, line, file)
         self.saved = None
         self.init_masks()
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import LaunchConfigError, NotSimulatedError, SimError, where
 from ..host import _as_dtype
+from ..kernel_arrays import DynamicShared
 from ..memory import LocalArray, SharedArray
 from .values import converter
 
@@ -37,6 +38,7 @@ class _View:
         self.dtype, self.buffer_id, self.address = base.dtype, base.buffer_id, base.address
         self.first_block = getattr(base, "first_block", 0)
         self.block_stride = getattr(base, "block_stride", 0)
+        self.memory = getattr(base, "memory", None)  # a view of dynamic shared memory
         self.offset, self.shape, self.estrides = offset, tuple(shape), tuple(estrides)
 
 
@@ -212,7 +214,7 @@ class Spaces:
 
     def new_block(self) -> None:
         self.shared: dict = {}  # (id(code), f_lasti) of the declaration -> its ThreadArray
-        self.dynamic: dict = {}  # dtype -> handle on the dynamic shared memory; "bytes"
+        self.dynamic: dict = {}  # dtype -> view of the dynamic shared memory; "memory"
         self.shared_offset = 0  # bytes of static shared memory declared so far
 
     def shared_array(self, shape, dtype, frame):
@@ -235,18 +237,18 @@ class Spaces:
         return arr
 
     def _dynamic_shared(self, dtype, name):
-        """Every dynamic shared array starts at the same address, as `extern __shared__`
-        arrays do; arrays of one dtype are one handle (so races between them are seen)."""
+        """Every dynamic shared array views the block's one dynamic shared memory from its
+        first byte, as `extern __shared__` arrays do (kernel_arrays.DynamicShared); arrays of
+        one dtype are one view."""
         handle = self.dynamic.get(dtype)
         if handle is not None:
             return handle
-        config = self._ex.config
-        n = config.shared_bytes // dtype.itemsize
-        if "bytes" not in self.dynamic:
-            self.dynamic["bytes"] = np.full(config.shared_bytes, 0xFF, np.uint8)
-        store = self.dynamic["bytes"][:n * dtype.itemsize].view(dtype)
-        handle = SharedArray(name, (n,), dtype, first_block=self._ex.bid, flat=store)
-        self.dynamic[dtype] = handle
+        memory = self.dynamic.get("memory")
+        if memory is None:
+            ex = self._ex
+            memory = self.dynamic["memory"] = DynamicShared(
+                ex.config.shared_bytes, first_block=ex.bid, on_refine=ex.inst.refine)
+        handle = self.dynamic[dtype] = memory.view(name, dtype)
         return handle
 
     def _check_shared(self, frame):

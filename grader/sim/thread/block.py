@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks.findings import different_barriers, exited_before_barrier
 from ..errors import BarrierDivergenceError, DeadlockError, WarpOpError, where
 from ..memory import WARP
 
@@ -62,14 +63,11 @@ class Block:
             lines = {(st.wait[2], st.wait[1]) for st in live}
             (f1, l1), (f2, l2) = sorted(lines)[:2]
             st = next(s for s in live if (s.wait[2], s.wait[1]) == (f2, l2))
-            self.barrier_error(st, f"threads of the block wait at different syncthreads() "
-                               f"calls ({f1}:{l1} and {f2}:{l2})")
+            self.barrier_error(st, different_barriers(f"{f1}:{l1}", f"{f2}:{l2}"))
         if self.fell_off:
             st = self.fell_off[0]
-            self.barrier_error(st, f"this thread finished the kernel without reaching the "
-                               f"syncthreads() at {live[0].wait[2]}:{live[0].wait[1]} that "
-                               f"{len(live)} other threads of its block wait at (a barrier "
-                               f"inside a condition that not all threads take)",
+            self.barrier_error(st, exited_before_barrier(f"{live[0].wait[2]}:{live[0].wait[1]}",
+                                                         len(live)),
                                at=(live[0].wait[2], live[0].wait[1]))
             self.fell_off = []
         kind = live[0].wait[0][0]

@@ -246,7 +246,10 @@ class ThreadExecutor:
         line = frame.f_lineno if frame is not None else self.launch.kernel.firstlineno
         raise DeadlockError(
             f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress: threads "
-            f"spin waiting for something that never happens (a lock never released, a flag "
-            f"never set; blocks run one after another, so a block cannot wait for a later "
-            f"one)", kernel=self.name, filename=fn, line=line, block=tuple(self.bidx),
+            f"spin waiting for something no running thread will do (a lock never released, a "
+            f"flag never set). If a later block would do it: the simulator runs blocks one "
+            f"after another; a GPU runs them at the same time only while they fit on it "
+            f"together, which CUDA does not promise, so the kernel can hang there too (split "
+            f"the work into two launches)", kernel=self.name, filename=fn, line=line,
+            block=tuple(self.bidx),
             thread=tuple(st.idx))
