@@ -35,9 +35,11 @@ EXPLAIN = {
                      "start an accumulator at zero, load the whole tile (the padding past the edge too) "
                      "and call <code>cuda.syncthreads()</code> before any thread reads it.",
     "barriers": "A barrier not every thread of the block reached: a <code>cuda.syncthreads()</code> "
-                "inside an <code>if</code> that some threads skip, or after an early "
-                "<code>return</code>, hangs or is undefined on a GPU. Keep the barrier where every "
-                "thread reaches it and guard only the memory accesses.",
+                "inside an <code>if</code> that some threads skip is undefined behaviour in CUDA (current "
+                "GPUs let the others pass once the skipping threads have finished; older GPUs or other "
+                "compilers may hang), and threads waiting at two different barriers may hang or pass at "
+                "different points. Keep the barrier where every thread reaches it and guard only the "
+                "memory accesses.",
     "warps": "A warp operation with the wrong lanes: a shuffle or vote (<code>cuda.shfl_down_sync</code>, "
              "<code>cuda.all_sync</code>, ...) whose mask names lanes that did not call it, or lanes "
              "calling it that its mask leaves out. Use <code>0xffffffff</code> only where all 32 lanes "
@@ -45,7 +47,7 @@ EXPLAIN = {
     "deadlock": "The threads waited for each other forever: a barrier or a spin loop that some thread "
                 "never gets past. Every thread of a block must reach the same barriers.",
     "streams": "Two streams used the same device memory, at least one writing, with nothing ordering "
-               "them: on a GPU they run at the same time. Record an event on the first stream and make "
+               "them: on a GPU they can run at the same time. Record an event on the first stream and make "
                "the second wait for it (<code>event.record(s1)</code>, <code>event.wait(s2)</code>), or "
                "synchronise the stream before the other one uses the data.",
     "devices": "Memory of one GPU used from another: an array lives on the device that was current when "
