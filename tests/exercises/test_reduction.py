@@ -38,7 +38,21 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
     allowed = reduction_rtol(x.size) * float(np.abs(x).astype(np.float64).sum()) + 1e-6
     if not np.isfinite(float(value)) or abs(float(value) - expected) > allowed:
         raise WrongAnswer(f"{what}: expected {expected:.7g}, got {float(value):.7g} "
-                          f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g})")
+                          f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g}){_multiple(float(value), expected)}")
+
+
+def _multiple(value: float, expected: float) -> str:
+    """What a sum that is a whole multiple (or fraction) of the right one says about the bug."""
+    if not expected or not np.isfinite(value):
+        return ""
+    ratio = value / expected
+    for k in range(2, 65):
+        if abs(ratio - k) < 0.01 * k:
+            return (f"; that is {k}x the right sum: values are added more than once (a shuffle offset or "
+                    f"stride of a whole warp or block adds a lane's own value, or a step that is not halved)")
+        if abs(ratio - 1 / k) < 0.01 / k:
+            return f"; that is 1/{k} of the right sum: some partial sums are never added (a missed block, lane or step)"
+    return ""
 
 
 def _check(student, backend, rng, function, n, dtype=np.float32):
