@@ -11,7 +11,7 @@ from grader.report.gradescope import gradescope
 from grader.report.html import html_page
 from grader.report.markdown import markdown
 from grader.report.prairielearn import prairielearn
-from grader.report.results import Results, TestResult
+from grader.report.results import Results, Status, TestResult
 
 
 def sample() -> Results:
@@ -190,3 +190,17 @@ def test_an_out_of_bounds_finding_names_the_missing_guard():
     page = html_page(Results("c", "sim", tests=[TestResult("v::odd", "v", 1, 1, 0, Status.FAILED, oob.message,
                                                            finding=oob)]))
     assert "<code>if i &lt; n:</code>" in page and "<figure class='source'>" not in page  # no source: none shown
+
+
+def test_bench_rows_show_gflops_where_the_test_gave_its_operations():
+    from grader.judge.perf import timing_sentence
+    from grader.report import bench
+
+    timing = {"source": "modelled", "gpu": "H100", "seconds": 1e-4, "bound": "shared memory",
+              "bandwidth_fraction": 0.4, "global_bytes": 1e6, "reference_seconds": 1e-4, "ratio": 1.0,
+              "max_time_ratio": 1.2, "credit": 1.0, "flops": 2.0 * 512 ** 3}
+    results = Results("s", "sim", tests=[TestResult("matmul::tiled_perf", "matmul", 2, 3, 3, Status.PASSED,
+                                                    timing=timing)])
+    assert "2,684" in bench.table(results, width=200)  # 268 MFLOP in 100 us
+    assert "2,684 GFLOP/s" in timing_sentence(timing)
+    assert "GFLOP/s" not in timing_sentence({k: v for k, v in timing.items() if k != "flops"})

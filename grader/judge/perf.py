@@ -109,8 +109,10 @@ def take_request() -> dict | None:
     return request
 
 
-def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict]) -> tuple[float, str]:
-    """(time ratio student / reference, the sentence saying so) on the stage's model GPU."""
+def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
+                   flops: float = 0.0) -> tuple[float, str]:
+    """(time ratio student / reference, the sentence saying so) on the stage's model GPU; `flops`:
+    the floating-point operations of the call, for GFLOP/s."""
     global _last_timing
     gpu = perf_model.gpu(stage.gpu.model_gpu)
     mine = perf_model.call_time(student_launches, gpu, steady=True)
@@ -121,18 +123,26 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
                     "global_bytes": mine.global_bytes, "reference_seconds": ref.seconds,
                     "ratio": round(ratio, 4), "max_time_ratio": stage.gpu.max_time_ratio,
                     "credit": stage.gpu.credit(ratio)}
+    if flops:
+        _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
 
 
+def gflops(t: dict) -> float:
+    """A timing's GFLOP/s (0 when its call's operations were not given)."""
+    return t.get("flops", 0.0) / t["seconds"] / 1e9 if t.get("seconds") else 0.0
+
+
 def timing_sentence(t: dict) -> str:
-    return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, "
+    rate = f"{gflops(t):,.0f} GFLOP/s, " if t.get("flops") else ""
+    return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, {rate}"
             f"{t['bound']}-bound, {t['bandwidth_fraction']:.0%} of its memory bandwidth; the reference: "
             f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
             f"{t['max_time_ratio']:g}x)")
 
 
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
-                       what: str = "", modelled: bool = True) -> dict[str, float]:
+                       what: str = "", modelled: bool = True, flops: float = 0.0) -> dict[str, float]:
     """Apply the stage's criteria, then (`modelled`) its speed threshold on the modelled time:
     raise PerformanceShortfall listing every criterion that fails, or PartialCredit when slower
     than full credit allows. On a GPU machine the criteria apply to the simulator's launches of
@@ -140,7 +150,7 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
     got, ref = totals(student_launches), totals(reference_launches)
-    ratio, speed = modelled_speed(stage, student_launches, reference_launches) if modelled else (1.0, "")
+    ratio, speed = modelled_speed(stage, student_launches, reference_launches, flops) if modelled else (1.0, "")
     problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:
@@ -256,7 +266,7 @@ def _plausible(mine, seconds: float, bytes_moved: float, ceiling: float, stock: 
 
 
 def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
-                     bytes_moved: float = 0.0, returns=None, what: str = "") -> None:
+                     bytes_moved: float = 0.0, returns=None, what: str = "", flops: float = 0.0) -> None:
     """On a GPU: time the student's `function` and the reference's on the same input sets (each
     in its own runner, the reference's trusted, same GPU, same run), re-check every output the
     timed calls gave (`check(inputs, output)`), and apply the stage's speed threshold to the
@@ -284,8 +294,11 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
                     "max_time_ratio": stage.gpu.max_time_ratio, "credit": stage.gpu.credit(ratio),
                     "repeats": len(mine.times_ms), "spread": round(mine.spread, 4), "stopped": mine.stopped,
                     "copy_bandwidth_gbs": round(ceiling / 1e9, 1)}
+    if flops:
+        _last_timing["flops"] = float(flops)
     sentence = (f"measured on {mine.device}: {seconds * 1e6:.3g} us per call (median of {len(mine.times_ms)}, "
                 f"spread {mine.spread:.1%}), {achieved / 1e9:.0f} GB/s"
+                + (f", {gflops(_last_timing):,.0f} GFLOP/s" if flops else "")
                 + (f", {achieved / ceiling:.0%} of the copy bandwidth" if ceiling else "")
                 + f"; the reference: {ref_seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
                 f"{stage.gpu.max_time_ratio:g}x)")

@@ -28,13 +28,13 @@ def table(results: Results, width: int = 120) -> str:
                        f"on {gpu}, at full load)")
     for column, justify in (("test", "left"), ("time (us)", "right"), ("reference (us)", "right"),
                             ("x reference", "right"), ("bound", "left"), ("of bandwidth", "right"),
-                            ("GB/s", "right"), ("points", "right")):
+                            ("GB/s", "right"), ("GFLOP/s", "right"), ("points", "right")):
         grid.add_column(column, justify=justify, overflow="fold")
     for r in found:
         gbs = r["global_bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
         grid.add_row(r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
                      f"{r['ratio']:.2f}", r["bound"], f"{r['bandwidth_fraction']:.0%}", f"{gbs:,.0f}",
-                     f"{r['score']:g}/{r['max_score']:g}")
+                     f"{r['flops'] / r['seconds'] / 1e9:,.0f}" if r.get("flops") and r["seconds"] else "", f"{r['score']:g}/{r['max_score']:g}")
     console.print(grid)
     untimed = [t for t in results.tests if not t.timing and t.status != Status.PASSED]
     for t in untimed:

@@ -46,14 +46,16 @@ def _perf(student, reference, stage_spec, backend, rng, function):
     """The stage's counter criteria on the simulator's launches (beside the GPU on a GPU machine),
     then its speed threshold: the modelled time on the simulator, the measured time on a GPU."""
     result, args = _check(student, backend, rng, function, PERF_SHAPE)
+    (M, K), N = args[0].shape, args[1].shape[1]
     expect_performance(stage_spec, result.launches, reference.call(function, *args).launches,
-                       modelled=backend == "sim")
+                       modelled=backend == "sim", flops=2.0 * M * K * N)
     if backend != "sim":  # timed on the GPU against the reference, outputs re-checked
         M, K, N = (16, 16, 16) if student.stock_simulator else GPU_PERF_SHAPE  # the stock simulator is slow
         sets = [_inputs(rng, M, K, N) for _ in range(2)]
         expect_gpu_speed(student, reference, stage_spec, function, sets,
                          lambda args, out: _expect_product(out, *args, what=f"{function}(A, B), timed"),
-                         bytes_moved=4.0 * (M * K + K * N + M * N), returns=Returns((M, N), np.dtype(np.float32)))
+                         bytes_moved=4.0 * (M * K + K * N + M * N), returns=Returns((M, N), np.dtype(np.float32)),
+                         flops=2.0 * M * K * N)
 
 
 # -- stage 1: naive ---------------------------------------------------------------------------
