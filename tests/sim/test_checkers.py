@@ -512,3 +512,35 @@ def test_barrier_and_warp_checks_can_be_turned_off():
         assert (out.copy_to_host() == np.arange(64)).all()
         out = cuda.device_array(32, np.int64)
         half_warp_reads_outside[1, 32](out)
+
+
+@cuda.jit
+def reverse_in_place(a):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = a[t]
+    cuda.syncthreads()
+    v = s[63 - t]
+    s[t] = v  # BUG: another thread may not have read s[t] yet
+    a[t] = v
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_a_race_names_the_line_of_both_accesses_and_where_the_barrier_goes(executor):
+    read, write = line_of(reverse_in_place, "v = s[63 - t]"), line_of(reverse_in_place, "s[t] = v")
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.RaceError) as found:
+            reverse_in_place[1, 64](np.arange(64, dtype=np.float32))
+    message = str(found.value)
+    other = read if found.value.line == write else write  # which access comes first is the executor's
+    assert found.value.line in (read, write) and f"at line {other} by thread" in message, message
+    assert f"with no syncthreads() between lines {read} and {write}" in message, message
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_a_race_within_one_line_says_that_line_does_both(executor):
+    line = line_of(reduce_missing_barrier, "s[t] += s[t + stride]")
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.RaceError) as found:
+            reduce_missing_barrier[1, 64](np.ones(64, np.float32), np.zeros(1, np.float32))
+    assert f"(line {line} does both: one pass's" in str(found.value), str(found.value)

@@ -198,7 +198,8 @@ def silent_then_store(a, v):
 
 def test_later_store_is_checked_against_the_original_writer(executor):
     a = cuda.to_device(np.zeros(1, np.int32))
-    with pytest.raises(sim.RaceError, match=r"conflicts with a store by thread \(0, 0, 0\)") \
+    writer = line_of(silent_then_store, "a[0] = 1  # the writer")
+    with pytest.raises(sim.RaceError, match=rf"conflicts with a store at line {writer} by thread \(0, 0, 0\)") \
             as err:
         silent_then_store[1, 32](a, 2)
     assert err.value.line == line_of(silent_then_store, "a[0] = v")  # not thread 1's store

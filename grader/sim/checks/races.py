@@ -36,8 +36,8 @@ from .uninitialised import flags_view
 class Shadow:
     """Race shadow of one allocation for one launch (the vector path)."""
 
-    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "r_thr", "r_ep", "r_wep",
-                 "written", "read", "atomic")
+    __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "w_line", "r_thr", "r_ep", "r_wep",
+                 "r_line", "written", "read", "atomic")
 
     def __init__(self, n: int):
         # has anything been written / read / written by an atomic (while not, the matching
@@ -48,9 +48,11 @@ class Shadow:
         self.w_wep = np.zeros(n, np.int64)
         self.w_atomic = np.zeros(n, bool)
         self.w_fence = np.zeros(n, np.int64)
+        self.w_line = np.zeros(n, np.int32)  # the source line of the last write (for the message)
         self.r_thr = np.full(n, -1, np.int64)  # -1 none, >= 0 thread, <= -2: several of block -r-2
         self.r_ep = np.zeros(n, np.int64)
         self.r_wep = np.zeros(n, np.int64)
+        self.r_line = np.zeros(n, np.int32)  # the source line of the last read
 
 
 class RaceChecks:
@@ -117,20 +119,28 @@ class RaceChecks:
             self._race1(space, units, kind, flat * r + j, block, g, line, filename)
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
-                  filename):
+                  filename, other_line=0):
         """Report a conflict with `other`: a global thread id, or <= -2 for several readers
-        of block -other - 2."""
+        of block -other - 2; `other_line`: the line of its access (0: not known)."""
         if other <= -2:
             who = f"other threads of block {self.config.block_xyz(-other - 2)}"
         else:
             ob, ot = divmod(int(other), self.tpb)
             who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
-        hint = ("with no syncthreads() in between" if space == "shared" or
-                (other > -2 and int(other) // self.tpb == block) or other <= -2
-                else "from another block (use an atomic, or a separate launch)")
+        same_block = other <= -2 or int(other) // self.tpb == block
+        if not (space == "shared" or same_block):
+            hint = "from another block (use an atomic, or a separate launch)"
+        elif other_line and line and other_line != line:
+            hint = f"with no syncthreads() between lines {min(other_line, line)} and {max(other_line, line)}"
+        elif other_line and line:
+            hint = (f"with no syncthreads() in between (line {line} does both: one pass's {other_kind} "
+                    f"and the next pass's {kind} need a barrier between them)")
+        else:
+            hint = "with no syncthreads() in between"
+        at = f" at line {other_line}" if other_line and other_line != line else ""
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
-                   f"{self._index_of(handle, flat)}: {kind} conflicts with a {other_kind} by "
+                   f"{self._index_of(handle, flat)}: {kind} conflicts with a {other_kind}{at} by "
                    f"{who} {hint}", block, thread, line, filename, handle.name,
                    self._index_of(handle, flat))
 
@@ -144,8 +154,9 @@ class RaceChecks:
         ep = self._ep1[block]
         wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
         if rec is None:
-            # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch]
-            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+            # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch,
+            #  the writer's line, the reader's line]
+            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0]
         thread = g % self.tpb
         wt = rec[0]
         if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
@@ -153,7 +164,7 @@ class RaceChecks:
             if not (kind == "load" and wt // self.tpb != block
                     and self._fence1.get(wt, 0) > rec[4] and self._has_acquired(block, g)):
                 self._race_msg(space, handle, kind, flat, wt, "atomic" if rec[3] else "store",
-                               block, thread, line, filename)
+                               block, thread, line, filename, rec[8])
         rt = rec[5]
         if kind == "load":
             if rt == -1 or rt == g:
@@ -164,7 +175,7 @@ class RaceChecks:
                 rec[5] = g
             else:
                 rec[5] = -block - 2
-            rec[6], rec[7] = ep, wep
+            rec[6], rec[7], rec[9] = ep, wep, line or 0
             return
         if rt != -1 and rt != g:
             if rt <= -2:
@@ -173,9 +184,10 @@ class RaceChecks:
                 conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
             if conflict:
                 self._race_msg(space, handle, kind, flat, rt, "load", block, thread, line,
-                               filename)
+                               filename, rec[9])
         rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
                                                           self._fence1.get(g, 0), -1)
+        rec[8] = line or 0
 
     def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None,
                   values=None):
@@ -220,7 +232,7 @@ class RaceChecks:
                     i = int(sub[np.argmax(bad)])
                     self._race_msg(space, handle, kind, int(flat[i]), int(wt[i]),
                                    "atomic" if sh.w_atomic[flat[i]] else "store", int(block[i]),
-                                   int(thread[i]), line, filename)
+                                   int(thread[i]), line, filename, int(sh.w_line[flat[i]]))
         if kind != "load":
             # against earlier readers
             if sh.read:
@@ -241,7 +253,8 @@ class RaceChecks:
                     if bad.any():
                         i = int(sub[np.argmax(bad)])
                         self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
-                                       int(block[i]), int(thread[i]), line, filename)
+                                       int(block[i]), int(thread[i]), line, filename,
+                                       int(sh.r_line[flat[i]]))
             if kind == "store" and flat.shape[0] > 1:
                 # two lanes of one instruction storing to one element
                 pair = (dups or duplicate_lanes(flat, lanes, pat))[0]
@@ -251,6 +264,7 @@ class RaceChecks:
                                    int(block[i]), int(thread[i]), line, filename)
             sh.w_thr[flat] = g
             sh.w_ep[flat], sh.w_wep[flat] = ep, wep
+            sh.w_line[flat] = line or 0
             if kind == "atomic" or sh.atomic:
                 sh.w_atomic[flat] = kind == "atomic"
                 sh.atomic = True
@@ -284,6 +298,7 @@ class RaceChecks:
                     new = np.where(dups[1], lanes.neg_block, new)
             sh.r_thr[flat] = new
             sh.r_ep[flat], sh.r_wep[flat] = ep, wep
+            sh.r_line[flat] = line or 0
             sh.read = True
 
     def _race_checker(self, space, handle, store, uninit_check):
@@ -316,7 +331,7 @@ class RaceChecks:
             block = g // tpb
             r = shadows.get(flat)
             if r is None:
-                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0]
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0]
             ep = ep1[block]
             wt = r[0]
             rt = r[5]
@@ -326,6 +341,7 @@ class RaceChecks:
                 wep = wep1[block * wpb + (g % tpb) // WARP]
                 if store:
                     r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
+                    r[8] = frame.f_lineno
                 else:
                     if rt == -1 or rt == g:
                         r[5] = g
@@ -335,7 +351,7 @@ class RaceChecks:
                         r[5] = g
                     else:
                         r[5] = -block - 2
-                    r[6], r[7] = ep, wep
+                    r[6], r[7], r[9] = ep, wep, frame.f_lineno
             else:
                 race1(space, handle, kind, flat, block, g, frame.f_lineno,
                       frame.f_code.co_filename)
