@@ -265,8 +265,29 @@ def _plausible(mine, seconds: float, bytes_moved: float, ceiling: float, stock: 
                           f"timing, or work skipped in the timed calls")
 
 
+def library_baseline(reference, library: tuple | None, seconds: float) -> dict | None:
+    """The library's time on the same problem (`library`: ("matmul", (M, K, N)) or ("sum", (n,))),
+    timed in the trusted reference runner, and the student's time against it; what stood in the
+    way when it cannot be timed here. Reported beside the grade, never graded on."""
+    from ..backends.library_baselines import LIBRARIES
+    from ..errors import Unavailable
+
+    if not library or not hasattr(reference, "library_seconds"):
+        return None
+    what, shape = library
+    entry = {"name": LIBRARIES[what][0], "shape": [int(d) for d in shape]}
+    try:
+        entry["seconds"] = reference.library_seconds(what, shape)
+    except Unavailable as exc:
+        entry["unavailable"] = str(exc)
+        return entry
+    entry["ratio"] = round(seconds / entry["seconds"], 4) if entry["seconds"] > 0 else 0.0
+    return entry
+
+
 def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
-                     bytes_moved: float = 0.0, returns=None, what: str = "", flops: float = 0.0) -> None:
+                     bytes_moved: float = 0.0, returns=None, what: str = "", flops: float = 0.0,
+                     library: tuple | None = None) -> None:
     """On a GPU: time the student's `function` and the reference's on the same input sets (each
     in its own runner, the reference's trusted, same GPU, same run), re-check every output the
     timed calls gave (`check(inputs, output)`), and apply the stage's speed threshold to the
@@ -296,12 +317,17 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
                     "copy_bandwidth_gbs": round(ceiling / 1e9, 1)}
     if flops:
         _last_timing["flops"] = float(flops)
+    lib = library_baseline(reference, library, seconds)
+    if lib:
+        _last_timing["library"] = lib
     sentence = (f"measured on {mine.device}: {seconds * 1e6:.3g} us per call (median of {len(mine.times_ms)}, "
                 f"spread {mine.spread:.1%}), {achieved / 1e9:.0f} GB/s"
                 + (f", {gflops(_last_timing):,.0f} GFLOP/s" if flops else "")
                 + (f", {achieved / ceiling:.0%} of the copy bandwidth" if ceiling else "")
                 + f"; the reference: {ref_seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
-                f"{stage.gpu.max_time_ratio:g}x)")
+                f"{stage.gpu.max_time_ratio:g}x)"
+                + (f"; {lib['name']}: {lib['seconds'] * 1e6:.3g} us ({lib['ratio']:.2f}x its time)"
+                   if lib and "seconds" in lib else ""))
     if student.stock_simulator:
         pytest.skip(f"numba's stock simulator stands in for the GPU, so times prove nothing ({sentence})")
     credit = stage.gpu.credit(ratio)

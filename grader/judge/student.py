@@ -382,6 +382,24 @@ class Student:
             raise RunnerError(f"the runner's timed calls add up to {sum(seconds):.3f} s, more than the "
                               f"{wall:.3f} s the judge waited: a forged timing")
 
+    def library_seconds(self, what: str, shape) -> float:
+        """A library's median seconds on the same problem on this GPU (`what`: "matmul", shape
+        (M, K, N): cuBLAS SGEMM; "sum", shape (n,): CuPy's reduction), timed in the trusted
+        reference runner only. `Unavailable` (with the reason) without CuPy or a GPU, or on the
+        simulator; RunnerError if the library itself fails."""
+        if not self.connection.trusted:
+            raise ValueError("library baselines are timed only in the trusted reference runner")
+        base, doc = self.connection.request({"op": "library_time", "what": what, "shape": [int(d) for d in shape]},
+                                            parse=lambda doc: (wire.Reply.parse(doc), doc))
+        if not base.ok:
+            if base.error.kind == "unavailable":
+                raise Unavailable(f"the {what} library baseline cannot be timed here: {base.error.message}")
+            raise RunnerError(f"the {what} library baseline failed: {base.error.type}: {base.error.message}")
+        ms = doc.get("ms")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0:
+            raise RunnerError(f"the {what} library baseline answered {ms!r}")
+        return ms / 1e3
+
     def copy_bandwidth(self, nbytes: int) -> float:
         """Bytes per second of a device-to-device copy of `nbytes` on this runner's GPU (read + write)."""
         base, doc = self.connection.request({"op": "copy_bandwidth", "nbytes": int(nbytes)},
@@ -501,6 +519,9 @@ class BesideTheSimulator:
 
     def copy_bandwidth(self, nbytes: int) -> float:
         return self.gpu.copy_bandwidth(nbytes)
+
+    def library_seconds(self, what: str, shape) -> float:
+        return self.gpu.library_seconds(what, shape)
 
     def gpu_count(self) -> int:
         return self.gpu.gpu_count()

@@ -30,11 +30,19 @@ def table(results: Results, width: int = 120) -> str:
                             ("x reference", "right"), ("bound", "left"), ("of bandwidth", "right"),
                             ("GB/s", "right"), ("GFLOP/s", "right"), ("points", "right")):
         grid.add_column(column, justify=justify, overflow="fold")
+    libraries = any(r.get("library") for r in found)  # measured on a GPU: cuBLAS, CuPy's sum
+    if libraries:
+        grid.add_column("x library", justify="right")
     for r in found:
         gbs = r["global_bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
-        grid.add_row(r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
-                     f"{r['ratio']:.2f}", r["bound"], f"{r['bandwidth_fraction']:.0%}", f"{gbs:,.0f}",
-                     f"{r['flops'] / r['seconds'] / 1e9:,.0f}" if r.get("flops") and r["seconds"] else "", f"{r['score']:g}/{r['max_score']:g}")
+        cells = [r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
+                 f"{r['ratio']:.2f}", r["bound"], f"{r['bandwidth_fraction']:.0%}", f"{gbs:,.0f}",
+                 f"{r['flops'] / r['seconds'] / 1e9:,.0f}" if r.get("flops") and r["seconds"] else "",
+                 f"{r['score']:g}/{r['max_score']:g}"]
+        if libraries:
+            lib = r.get("library") or {}
+            cells.append(f"{lib['ratio']:.2f} ({lib['name']})" if "ratio" in lib else "n/a" if lib else "")
+        grid.add_row(*cells)
     console.print(grid)
     untimed = [t for t in results.tests if not t.timing and t.status != Status.PASSED]
     for t in untimed:

@@ -270,6 +270,26 @@ class Runner:
             return {"ok": False, "error": self._error(exc, importing=False)}
         return {"ok": True, "seconds": seconds, "devices": devices}
 
+    def library_time(self, request: dict) -> dict:
+        """A library's median ms on the same problem (cuBLAS SGEMM, CuPy's sum; through CuPy): for
+        the reference runner (trusted) only; "unavailable" without CuPy or a GPU, or on the simulator."""
+        from ..backends.collective_timing import TimingUnavailable
+        from ..backends.library_baselines import check_request, library_ms
+
+        try:
+            what, shape = str(request.get("what")), check_request(str(request.get("what")), request.get("shape"))
+        except ValueError as exc:
+            return error_reply("protocol", "ProtocolError", f"library_time: {exc}")
+        if self.backend.kind != Kind.GPU:
+            return error_reply("unavailable", "Unavailable", f"library baselines are timed on the gpu backend only, "
+                                                             f"not on the {self.backend.kind} backend")
+        try:
+            return {"ok": True, "ms": library_ms(what, shape)}
+        except TimingUnavailable as exc:
+            return error_reply("unavailable", "Unavailable", exc.reason)
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "error": self._error(exc, importing=False)}
+
     def rank_devices(self) -> dict:
         """How many GPUs (or virtual devices) an all-reduce's ranks can be spread over."""
         try:
@@ -325,6 +345,8 @@ class Runner:
                 reply = self.nccl_allreduce(request)
             elif op == "rank_devices":
                 reply = self.rank_devices()
+            elif op == "library_time":
+                reply = self.library_time(request)
             else:
                 reply = error_reply("protocol", "ProtocolError", f"unknown op {op!r}")
             sys.stdout.flush()

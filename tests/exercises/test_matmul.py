@@ -55,7 +55,7 @@ def _perf(student, reference, stage_spec, backend, rng, function):
         expect_gpu_speed(student, reference, stage_spec, function, sets,
                          lambda args, out: _expect_product(out, *args, what=f"{function}(A, B), timed"),
                          bytes_moved=4.0 * (M * K + K * N + M * N), returns=Returns((M, N), np.dtype(np.float32)),
-                         flops=2.0 * M * K * N)
+                         flops=2.0 * M * K * N, library=("matmul", (M, K, N)))
 
 
 # -- stage 1: naive ---------------------------------------------------------------------------

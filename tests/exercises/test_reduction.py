@@ -78,7 +78,7 @@ def _perf(student, reference, stage_spec, backend, rng, function, n=PERF_N):
         sets = [((rng.standard_normal(size) + 1.0).astype(np.float32),) for _ in range(2)]
         expect_gpu_speed(student, reference, stage_spec, function, sets,
                          lambda args, out: _expect_sum(out, args[0], f"{function}(x), timed, n={size}"),
-                         bytes_moved=4.0 * size)
+                         bytes_moved=4.0 * size, library=("sum", (size,)))
 
 
 # -- stage 1: shared-memory tree --------------------------------------------------------------
