@@ -80,3 +80,21 @@ def test_a_missed_traffic_criterion_lists_the_lines_that_load():
         {"line": 9, "space": "global", "kind": "load", "requests": 300, "sectors": 1200}]}]
     assert hotspots(launches, ["global_loads"]) == [("global loads", 9, "load", (
         "global loads by line (share of warp requests): line 9 of kernel 'add' (75%), line 5 of kernel 'scale' (25%)"))]
+
+
+def test_on_a_gpu_the_models_prediction_is_kept_beside_the_measurement():
+    from grader import perf_model
+    from grader.judge import perf
+
+    assert perf_model.preset_for("NVIDIA H200 NVL").key == "H200" and perf_model.preset_for("Tesla T4").key == "T4"
+    assert perf_model.preset_for("NVIDIA GeForce RTX 4090") is None
+    criterion = Criterion(counter="sectors_per_request", max_ratio=5.0, label="coalescing")
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
+    perf.take_timing()
+    expect_performance(stage, [STRIDED], [COALESCED], modelled=False)  # the simulator's launches, beside
+    model = perf.model_beside(stage, "NVIDIA H200")
+    assert model["gpu"] == "H200" and model["ratio"] > 1 and model["seconds"] > model["reference_seconds"]
+    assert perf.model_beside(stage, "NVIDIA H200") is None, "used once"
+    expect_performance(stage, [STRIDED], [COALESCED], modelled=False)
+    perf.take_timing()  # a new test starts: nothing of the last one's
+    assert perf.model_beside(stage, "NVIDIA H200") is None

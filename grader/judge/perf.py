@@ -88,9 +88,14 @@ def keep_timing(timing: dict) -> None:
 
 
 def take_timing() -> dict | None:
-    global _last_timing
-    timing, _last_timing = _last_timing, None
+    global _last_timing, _beside
+    timing, _last_timing, _beside = _last_timing, None, None
     return timing
+
+
+# On a GPU machine: the simulator's launches of the test's call (student's, reference's), kept by
+# `expect_performance` so that `expect_gpu_speed` reports the model's prediction beside the measurement.
+_beside: tuple[list[dict], list[dict]] | None = None
 
 
 # One warp's request of the line a missed memory criterion is about (lanes, byte addresses, item
@@ -149,8 +154,11 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     the same call (BesideTheSimulator) and the speed is measured instead (`expect_gpu_speed`)."""
     if not student_launches:
         raise PerformanceShortfall("no kernel was launched: the result must be computed on the GPU")
+    global _beside
     got, ref = totals(student_launches), totals(reference_launches)
     ratio, speed = modelled_speed(stage, student_launches, reference_launches, flops) if modelled else (1.0, "")
+    if not modelled:
+        _beside = (student_launches, reference_launches)
     problems, failed = [], []
     for criterion in stage.criteria:
         if criterion.counter not in ref:
@@ -285,6 +293,21 @@ def library_baseline(reference, library: tuple | None, seconds: float) -> dict |
     return entry
 
 
+def model_beside(stage: Stage, device_name: str) -> dict | None:
+    """The performance model's prediction for the measured test, from the simulator's launches of
+    the same call (kept by `expect_performance`): the student's time over the reference's on the
+    preset of this GPU (the stage's model GPU when none matches), to calibrate the model."""
+    global _beside
+    if _beside is None:
+        return None
+    mine, theirs = _beside
+    _beside = None
+    g = perf_model.preset_for(device_name) or perf_model.gpu(stage.gpu.model_gpu)
+    a, b = perf_model.call_time(mine, g, steady=True), perf_model.call_time(theirs, g, steady=True)
+    return {"gpu": g.key, "seconds": a.seconds, "reference_seconds": b.seconds,
+            "ratio": round(a.seconds / b.seconds, 4) if b.seconds > 0 else 1.0}
+
+
 def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
                      bytes_moved: float = 0.0, returns=None, what: str = "", flops: float = 0.0,
                      library: tuple | None = None) -> None:
@@ -320,6 +343,9 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
     lib = library_baseline(reference, library, seconds)
     if lib:
         _last_timing["library"] = lib
+    model = model_beside(stage, mine.device)
+    if model:
+        _last_timing["model"] = model
     sentence = (f"measured on {mine.device}: {seconds * 1e6:.3g} us per call (median of {len(mine.times_ms)}, "
                 f"spread {mine.spread:.1%}), {achieved / 1e9:.0f} GB/s"
                 + (f", {gflops(_last_timing):,.0f} GFLOP/s" if flops else "")
@@ -327,7 +353,8 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
                 + f"; the reference: {ref_seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
                 f"{stage.gpu.max_time_ratio:g}x)"
                 + (f"; {lib['name']}: {lib['seconds'] * 1e6:.3g} us ({lib['ratio']:.2f}x its time)"
-                   if lib and "seconds" in lib else ""))
+                   if lib and "seconds" in lib else "")
+                + (f"; the performance model predicted {model['ratio']:.2f}x on {model['gpu']}" if model else ""))
     if student.stock_simulator:
         pytest.skip(f"numba's stock simulator stands in for the GPU, so times prove nothing ({sentence})")
     credit = stage.gpu.credit(ratio)

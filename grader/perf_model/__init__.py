@@ -67,6 +67,12 @@ def gpu(key: str = DEFAULT_GPU) -> Gpu:
     return table[key]
 
 
+def preset_for(device_name: str) -> Gpu | None:
+    """The preset of a real GPU by its name ("NVIDIA H200" -> H200), None when none matches."""
+    matches = [key for key in presets() if key.lower() in device_name.lower()]
+    return presets()[max(matches, key=len)] if matches else None
+
+
 @dataclass(frozen=True)
 class Modelled:
     """A modelled time and what bounds it."""

@@ -33,6 +33,9 @@ def table(results: Results, width: int = 120) -> str:
     libraries = any(r.get("library") for r in found)  # measured on a GPU: cuBLAS, CuPy's sum
     if libraries:
         grid.add_column("x library", justify="right")
+    models = any(r.get("model") for r in found)  # measured on a GPU: the model's prediction beside
+    if models:
+        grid.add_column("model: x reference", justify="right")
     for r in found:
         gbs = r["global_bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
         cells = [r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
@@ -42,6 +45,8 @@ def table(results: Results, width: int = 120) -> str:
         if libraries:
             lib = r.get("library") or {}
             cells.append(f"{lib['ratio']:.2f} ({lib['name']})" if "ratio" in lib else "n/a" if lib else "")
+        if models:
+            cells.append(f"{r['model']['ratio']:.2f} ({r['model']['gpu']})" if r.get("model") else "")
         grid.add_row(*cells)
     console.print(grid)
     untimed = [t for t in results.tests if not t.timing and t.status != Status.PASSED]
