@@ -3,7 +3,8 @@
 import pytest
 
 from grader.course.manifest import Criterion, GpuThreshold, Stage
-from grader.judge.perf import PerformanceShortfall, expect_performance, hotspots, totals
+from grader.judge.hotspots import hotspots
+from grader.judge.perf import PerformanceShortfall, expect_performance, totals
 
 
 def launch(sectors, requests, lines):

@@ -15,6 +15,7 @@ from typing import Iterable
 from .. import perf_model
 from ..course.manifest import Criterion, Stage
 from .correctness import WrongAnswer
+from .hotspots import EXPLAINED_BY, hotspots
 
 # Counters that are ratios: recomputed from the sums of their parts over all launches.
 RATIOS = {
@@ -98,22 +99,6 @@ def take_timing() -> dict | None:
 _beside: tuple[list[dict], list[dict]] | None = None
 
 
-# One warp's request of the line a missed memory criterion is about (lanes, byte addresses, item
-# size: grader.sim.counters.lines), for the feedback's lanes-to-sectors or lanes-to-banks picture.
-_last_request: dict | None = None
-
-
-def keep_request(request: dict) -> None:
-    global _last_request
-    _last_request = request
-
-
-def take_request() -> dict | None:
-    global _last_request
-    request, _last_request = _last_request, None
-    return request
-
-
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
                    flops: float = 0.0) -> tuple[float, str]:
     """(time ratio student / reference, the sentence saying so) on the stage's model GPU; `flops`:
@@ -170,7 +155,7 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     if problems:
         head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
         spots = hotspots(student_launches, failed)
-        lead = _EXPLAINED_BY.get(failed[0])
+        lead = EXPLAINED_BY.get(failed[0])
         worst = next(((line, kind) for space, line, kind, _ in spots if space == lead), None)
         if worst:  # the line the first criterion is missed at, in the first line
             head += f", worst at line {worst[0]} ({worst[1]})"
@@ -185,74 +170,6 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {launches}{speed}; "
                             f"{credit:.0%} of the points", credit)
     return got
-
-
-# Which per-line figure explains a missed criterion: coalescing -> global sectors per request,
-# bank conflicts -> shared wavefronts per request.
-_EXPLAINED_BY = {
-    "sectors_per_request": "global", "global_load_sectors": "global", "global_store_sectors": "global",
-    "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared", "atomics": "atomic",
-    "global_loads": "global loads", "global_stores": "global stores",
-}
-_IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
-_IDEAL_COST = {"global": 4.0, "shared": 1.0}
-
-
-def hotspots(launches: list[dict], counters: Iterable[str]) -> list[tuple[str, int, str, str]]:
-    """The source lines with the costliest requests, per memory space a missed criterion is about:
-    (space, line, kind, 'uncoalesced access at line 47 of kernel k (load): 32.0 sectors per request
-    (4 for ...)'), the worst line first, then the worst of the other kind (a conflicted load beside
-    a conflicted store) when it costs more than ideal; the first space's worst request is kept
-    for the feedback's picture."""
-    notes = []
-    for space in dict.fromkeys(_EXPLAINED_BY[c] for c in counters if _EXPLAINED_BY.get(c) in _IDEAL):
-        unit = "sectors" if space == "global" else "wavefronts"
-        worst: dict[str, tuple] = {}  # kind -> (cost, line, kind, kernel, sample)
-        for launch in launches:
-            for entry in launch.get("lines") or []:
-                kind = entry.get("kind", "")
-                if entry.get("space") == space and entry.get("requests"):
-                    cost = entry.get(unit, 0) / entry["requests"]
-                    if kind not in worst or cost > worst[kind][0]:
-                        worst[kind] = (cost, entry["line"], kind, launch.get("kernel", "?"), entry.get("sample"))
-        worst.pop("atomic", None)
-        ranked = sorted(worst.values(), key=lambda w: -w[0])
-        ranked = ranked[:1] + [w for w in ranked[1:] if w[0] > _IDEAL_COST[space]]
-        what = "uncoalesced access" if space == "global" else "bank-conflicted access"
-        for k, (cost, line, kind, kernel, sample) in enumerate(ranked):
-            if k == 0 and sample and _last_request is None:  # the criterion the message leads with
-                keep_request({**sample, "space": space, "kind": kind, "line": line, "kernel": kernel,
-                              "per_request": round(cost, 2)})
-            notes.append((space, line, kind, f"{what} at line {line} of kernel {kernel!r} ({kind}): "
-                          f"{cost:.1f} {unit} per request ({_IDEAL[space]})"))
-    for counter, kind in (("global_loads", "load"), ("global_stores", "store")):
-        if counter not in counters:
-            continue
-        per_line: dict[tuple[int, str], float] = {}
-        for launch in launches:
-            for entry in launch.get("lines") or []:
-                if entry.get("space") == "global" and entry.get("kind") == kind:
-                    key = (entry["line"], launch.get("kernel", "?"))
-                    per_line[key] = per_line.get(key, 0) + entry.get("requests", 0)
-        top = sorted(per_line.items(), key=lambda item: -item[1])[:3]
-        if top:
-            total = sum(per_line.values()) or 1
-            listed = ", ".join(f"line {line} of kernel {kernel!r} ({n / total:.0%})" for (line, kernel), n in top)
-            notes.append((f"global {kind}s", top[0][0][0], kind, f"global {kind}s by line (share of warp requests): "
-                          f"{listed}"))
-    if "atomics" in counters:
-        per_line: dict[tuple[int, str], int] = {}
-        for launch in launches:
-            for entry in launch.get("lines") or []:
-                if entry.get("kind") == "atomic":
-                    key = (entry["line"], launch.get("kernel", "?"))
-                    per_line[key] = per_line.get(key, 0) + int(entry.get("atomics", 0))
-        if per_line:
-            (line, kernel), n = max(per_line.items(), key=lambda item: item[1])
-            notes.append(("atomic", line, "atomic", f"most atomic operations at line {line} of kernel {kernel!r}: "
-                          f"{n} of {sum(per_line.values())} (combine within a warp or a block first, then one atomic "
-                          f"per warp or block)"))
-    return notes
 
 
 # A kernel cannot move its minimal traffic faster than the GPU's copy engine moves the same bytes

@@ -27,7 +27,8 @@ from ..sandbox import Limits, SandboxSpec, make_sandbox
 from . import recorded_reference
 from .correctness import WrongAnswer
 from .collective import take_traffic
-from .perf import PartialCredit, take_request, take_timing
+from .hotspots import take_request
+from .perf import PartialCredit, take_timing
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from .settings import JudgeSettings
