@@ -10,9 +10,8 @@ from grader.sim.simt import SimtUnsupported, prepare
 
 
 @cuda.jit
-def prints(out):
-    print("hello")
-    out[0] = 1
+def slice_store(out):
+    out[1:] = 1.0
 
 
 @cuda.jit
@@ -25,8 +24,8 @@ def loops_over_array(a, out):
 
 @cuda.jit
 def slices(a, out):
-    row = a[0, :]
-    out[0] = row[0]
+    row = a[0, cuda.threadIdx.x:]  # a slice whose length differs between lanes
+    out[cuda.threadIdx.x] = row[0]
 
 
 @cuda.jit
@@ -52,9 +51,8 @@ def _arg(shape=(4,), dtype=np.float64):
 
 
 @pytest.mark.parametrize("kernel,nargs,feature", [
-    (prints, 1, "print"),
+    (slice_store, 1, "assignment to a slice of an array"),
     (loops_over_array, 2, "for-loop over a non-range iterator"),
-    (slices, 2, "array slice"),
     (spin_lock, 2, "spin-wait"),
     (raises, 1, "raise"),
 ])
@@ -68,6 +66,18 @@ def test_unsupported_features_are_named_with_their_line(kernel, nargs, feature):
         prepare(kernel, args)
     first = kernel.py_func.__code__.co_firstlineno
     assert first < info.value.line <= first + 6
+
+
+def test_a_slice_whose_bounds_differ_between_lanes_falls_back_naming_it_and_its_line():
+    with sim.installed(executor="auto"), sim.trace() as records:
+        a = cuda.to_device(np.arange(16, dtype=np.float64).reshape(4, 4))
+        out = cuda.device_array(4, np.float64)
+        slices[1, 4](a, out)
+    np.testing.assert_array_equal(out.copy_to_host(), [0, 1, 2, 3])
+    (record,) = records
+    line = slices.py_func.__code__.co_firstlineno + 2
+    assert record.executor == "thread"
+    assert record.fallback_reason == f"an array slice whose bounds differ between lanes at line {line}"
 
 
 def test_auto_mode_falls_back_and_records_the_reason():

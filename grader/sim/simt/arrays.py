@@ -11,6 +11,8 @@ uninitialised reads and counts. Storage per space:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ..errors import LaunchConfigError, where
@@ -36,6 +38,35 @@ class SimtArray:
         self.dtype = np.dtype(dtype)
         self.numba_type = simt_typing.array_type(self.dtype, self.ndim, contiguous,
                                                  readonly=space == "const")
+
+
+class SimtView:
+    """A sub-array of a `SimtArray` (`a[i]`, `a[i, :]`, `a[1:]`, views of views): its elements
+    are the base's, so every access goes through the base's instrumented load or store.
+
+    Base index of view element `j`: `consts[k]` on every base dimension k, plus `j[v] * step`
+    on the dimension `dims[v] = (k, step)` view dimension v maps to. `consts` entries are
+    scalars or lane vectors (`row = a[i]` with `i` per lane); shapes are uniform."""
+
+    __slots__ = ("base", "consts", "dims", "space", "shape", "ndim", "size", "dtype",
+                 "numba_type", "name")
+
+    def __init__(self, base: SimtArray, consts: tuple, dims: tuple, shape: tuple):
+        self.base, self.consts, self.dims = base, consts, dims
+        self.space, self.dtype, self.name = base.space, base.dtype, base.handle.name
+        self.shape = tuple(np.int64(s) for s in shape)
+        self.ndim = len(self.shape)
+        self.size = np.int64(int(np.prod(shape, dtype=np.int64)))
+        self.numba_type = simt_typing.array_type(self.dtype, self.ndim, False,
+                                                 readonly=base.space == "const")
+
+    @classmethod
+    def whole(cls, array: SimtArray) -> "SimtView":
+        return cls(array, (np.int64(0),) * array.ndim,
+                   tuple((k, 1) for k in range(array.ndim)), array.shape)
+
+    def like(self, consts) -> "SimtView":
+        return SimtView(self.base, consts, self.dims, self.shape)
 
 
 class _LocalHandle:
@@ -109,7 +140,87 @@ class ArrayOps:
             flat = (self.lane if lanes.act is None else lanes.act) * array.handle.size + flat
         return flat
 
+    # --- views -------------------------------------------------------------------------------
+
+    def view(self, array, key):
+        """`array[key]` where the key has slices or fewer indices than dimensions: a view."""
+        if not isinstance(array, SimtView):
+            array = SimtView.whole(array)
+        if len(key) > array.ndim:
+            raise SimtUnsupported(f"{len(key)} indices into a {array.ndim}-dimensional array",
+                                  self.line)
+        consts, dims, shape = list(array.consts), [], []
+        for v, ((k, step), dim) in enumerate(zip(array.dims, array.shape)):
+            part = key[v] if v < len(key) else slice(None)
+            if isinstance(part, slice):
+                bounds = (part.start, part.stop, part.step)
+                if any(isinstance(b, np.ndarray) and b.ndim for b in bounds):
+                    raise SimtUnsupported("an array slice whose bounds differ between lanes",
+                                          self.line)
+                start, stop, by = slice(*(None if b is None else int(b) for b in bounds)) \
+                    .indices(int(dim))
+                consts[k] = consts[k] + np.int64(start * step)
+                dims.append((k, step * by))
+                shape.append(len(range(start, stop, by)))
+            else:
+                part = self._in_view(array, v, part, key)
+                consts[k] = consts[k] + part * np.int64(step)
+        return SimtView(array.base, tuple(consts), tuple(dims), tuple(shape))
+
+    def _in_view(self, view, v, i, key):
+        """Index `i` of view dimension `v` as int64, checked against the view's shape (an
+        out-of-bounds lane is reported, as numba's simulator does, naming the view's shape;
+        downgraded, it reads element 0)."""
+        dim = int(view.shape[v])
+        act, _, _ = self._lanes()
+        if act is not None and act.shape[0] == 0:  # no lane runs this: nothing to check
+            return i.astype(np.int64) if isinstance(i, np.ndarray) else np.int64(i)
+        if not (isinstance(i, np.ndarray) and i.ndim):
+            i = int(i)
+            if not 0 <= i < dim:
+                self._view_oob(view, key, None)
+                return np.int64(0)
+            return np.int64(i)
+        i = i.astype(np.int64, copy=False)
+        sub = i if act is None else i[act]
+        bad = (sub < 0) | (sub >= dim)
+        if bad.any():
+            lane = int(np.argmax(bad))
+            self._view_oob(view, key, lane)
+            i = np.where((i < 0) | (i >= dim), 0, i)
+        return i
+
+    def _view_oob(self, view, key, lane):
+        """Report `key` out of bounds of `view` for the active lane at position `lane` among
+        the active lanes (None: a uniform index, the first active lane)."""
+        act, block, thread = self._lanes()
+        pos = 0 if lane is None else lane
+        full = pos if act is None else int(act[pos])  # its position in the batch's vectors
+        index = tuple(p if isinstance(p, slice) else
+                      int(p[full]) if isinstance(p, np.ndarray) and p.ndim else int(p)
+                      for p in key)
+        shown = SimpleNamespace(name=view.name, shape=tuple(int(d) for d in view.shape))
+        self.inst._oob(shown, view.space, index, int(block[pos]), int(thread[pos]), self.line,
+                       self.filename)
+
+    def _base_index(self, view: SimtView, idx):
+        if len(idx) != view.ndim:
+            raise SimtUnsupported("indexing a view with the wrong number of indices", self.line)
+        consts = list(view.consts)
+        for v, (k, step) in enumerate(view.dims):
+            consts[k] = consts[k] + self._in_view(view, v, idx[v], idx) * np.int64(step)
+        return tuple(consts)
+
+    def subscript(self, array, key):
+        """`array[key]` decided at run time: an element when every part is an integer and
+        there is one per dimension, else a view."""
+        if len(key) == array.ndim and not any(isinstance(p, slice) for p in key):
+            return self.load(array, key)
+        return self.view(array, key)
+
     def load(self, array: SimtArray, idx):
+        if type(array) is SimtView:
+            return self.load(array.base, self._base_index(array, idx))
         act, block, thread = self._lanes()
         if act is not None and act.shape[0] == 0:
             return np.zeros(self.n, array.dtype)
@@ -130,6 +241,10 @@ class ArrayOps:
         return out
 
     def store(self, array: SimtArray, idx, value):
+        if type(array) is SimtView:
+            if len(idx) != array.ndim or any(isinstance(p, slice) for p in idx):
+                raise SimtUnsupported("assignment to a slice of an array", self.line)
+            return self.store(array.base, self._base_index(array, idx), value)
         if array.space == "const":
             raise SimtUnsupported("store to a constant array", self.line)
         act, block, thread = self._lanes()

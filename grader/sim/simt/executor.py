@@ -233,6 +233,10 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
             self._dims[key] = value
         return value
 
+    def dim3(self, name: str):
+        """`cuda.blockIdx` (etc.) as a value: its (x, y, z)."""
+        return tuple(self.dim(name, axis) for axis in "xyz")
+
     def grid(self, ndim):
         # numba: blockIdx * blockDim + threadIdx, int32 operands computed in int64
         out = tuple(self.binop("Add", self.binop("Mult", self.dim("blockIdx", a),

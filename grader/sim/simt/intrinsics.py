@@ -8,6 +8,7 @@ so `from numba import cuda`, `import numba.cuda as cu` and `from math import sqr
 from __future__ import annotations
 
 import builtins
+import cmath
 import importlib
 import math
 from dataclasses import dataclass
@@ -54,7 +55,10 @@ MATH = {
 }
 NUMPY_UFUNCS = ("sqrt", "exp", "log", "sin", "cos", "tan", "tanh", "floor", "ceil", "fabs",
                 "absolute", "abs", "minimum", "maximum", "power", "arctan2", "isnan", "isinf")
-BUILTINS = ("min", "max", "abs", "len", "range", "round")
+BUILTINS = ("min", "max", "abs", "len", "range", "round", "complex")
+CMATH = {"exp": np.exp, "log": np.log, "log10": np.log10, "sqrt": np.sqrt, "sin": np.sin,
+         "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+         "phase": np.angle, "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}
 
 _table: dict | None = None
 
@@ -83,6 +87,8 @@ def _build() -> dict:
     for name, fn in MATH.items():
         if hasattr(math, name):
             add(getattr(math, name), Intrinsic("math", name, (getattr(math, name), fn)))
+    for name, fn in CMATH.items():  # typed by numba's signatures (complex in, complex out)
+        add(getattr(cmath, name), Intrinsic("math", name, (getattr(cmath, name), fn)))
     for name in NUMPY_UFUNCS:
         fn = getattr(np, name)
         add(fn, Intrinsic("math", name, (fn, fn)))

@@ -208,7 +208,9 @@ class Transformer:
                          self.expr(node.value))
             return self.store_to(target, value, node)
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
+            array, index, kind = self.subscript(target)
+            if kind == "view":
+                self.fail("assignment to a slice of an array", node)
             tmp = f"__t{next(self._counter)}"
             load = _ctx("load", array, _name(tmp))
             store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)))
@@ -231,7 +233,9 @@ class Transformer:
             return [ast.Assign([_name(target.id, True)],
                                _ctx("assign", _name(target.id), value, dt))]
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
+            array, index, kind = self.subscript(target)
+            if kind == "view":
+                self.fail("assignment to a slice of an array", node)
             return [ast.Expr(_ctx("store", array, index, value))]
         if isinstance(target, (ast.Tuple, ast.List)):
             tmp = f"__t{next(self._counter)}"
@@ -348,6 +352,8 @@ class Transformer:
                 return _ctx(hit.name)
             if hit.kind == "cast":
                 return self.const(hit.payload)
+            if hit.kind == "dim":  # `b = cuda.blockIdx`: its (x, y, z), read as `b.x`
+                return _ctx("dim3", ast.Constant(hit.name))
             self.fail(f"{hit.name} used as a value", node)
         obj = hit.obj
         if isinstance(obj, (bool, int, float, np.number, np.bool_)):
@@ -373,12 +379,16 @@ class Transformer:
         hit = self.resolve(node)
         if hit is not None:
             return self.global_value(hit, node)
-        if isinstance(node.value, ast.Name) and node.attr in ("shape", "size", "ndim"):
+        if isinstance(node.value, ast.Name) and (node.attr in ("shape", "size", "ndim") or
+                                                 node.attr == "dtype" and self.is_array(node.value.id)):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
-            fields = getattr(self.types.by_name.get(node.value.id), "fields", None)
+            ty = self.types.by_name.get(node.value.id)
+            fields = ("x", "y", "z") if type(ty).__name__ == "Dim3" else getattr(ty, "fields", None)
             if isinstance(fields, tuple) and node.attr in fields:
                 return _ctx("item", self.expr(node.value), self.const(fields.index(node.attr)))
+        if node.attr in ("real", "imag"):  # of a number (complex or not)
+            return _ctx("part", self.expr(node.value), ast.Constant(node.attr))
         self.fail(f"attribute .{node.attr} of a local value", node)
 
     def expr_Tuple(self, node):
@@ -422,34 +432,42 @@ class Transformer:
         return _ctx("select", self.expr(node.test), _lambda(self.expr(node.body)),
                     _lambda(self.expr(node.orelse)))
 
-    def subscript(self, node) -> tuple[ast.expr, ast.expr]:
-        """(array expression, index tuple expression) of `a[i, j]` or `a[i][j]`."""
-        indices = []
-        base = node
-        while isinstance(base, ast.Subscript):
-            parts = index_parts(base)
-            if any(isinstance(p, ast.Slice) for p in parts):
-                self.fail("array slice", node)
-            indices[:0] = parts
+    def subscript(self, node) -> tuple[ast.expr, ast.expr, str]:
+        """(array expression, index tuple expression, kind) of `a[i, j]`, `a[i][j]`, `a[i, :]`,
+        `a[1:][j]`: kind "element" (an integer per dimension), "view" (a slice, or fewer
+        indices than dimensions) or "either" (indexing a view expression: known at run time).
+        Integer subscripts chain into one index (`a[i][j]` is `a[i, j]`)."""
+        indices, base = list(index_parts(node)), node.value
+        while isinstance(base, ast.Subscript) and not any(
+                isinstance(p, ast.Slice) for p in index_parts(base)):
+            indices[:0] = index_parts(base)
             base = base.value
+        sliced = any(isinstance(p, ast.Slice) for p in indices)
+        index = ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+        if isinstance(base, ast.Subscript):  # a view, indexed further
+            return self.expr(base), index, "either"
         if isinstance(base, ast.Name) and (base.id in self.params or base.id in self.locals):
             if not self.is_array(base.id):
                 self.fail(f"indexing {base.id!r}, which is not an array", node)
             ndim = getattr(self.types.by_name.get(base.id), "ndim", None)
-            if ndim is not None and len(indices) < ndim and not any(
-                    isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices):
-                self.fail("partial indexing (a view of an array)", node)
             array = _name(base.id)
         else:
             hit = self.resolve(base)
             if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
                 self.fail("indexing this expression", node)
             array = self.global_value(hit, base)
-        return array, ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+            ndim = hit.obj.ndim
+        partial = ndim is not None and len(indices) < ndim and not any(
+            isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices)
+        return array, index, "view" if sliced or partial else "element"
 
     def index_part(self, node) -> ast.expr:
         """One part of an index; a tuple-valued local (`g = cuda.grid(2); a[g]`) is unpacked
-        into one index per dimension."""
+        into one index per dimension; a slice is a `slice` object."""
+        if isinstance(node, ast.Slice):
+            bounds = [ast.Constant(None) if b is None else self.expr(b)
+                      for b in (node.lower, node.upper, node.step)]
+            return ast.Call(_name("slice"), bounds, [])
         if isinstance(node, ast.Name) and self.is_tuple(node.id):
             return ast.Starred(self.expr(node), ast.Load())
         return self.expr(node)
@@ -468,15 +486,19 @@ class Transformer:
             if isinstance(node.slice, ast.Slice):
                 self.fail("tuple slice", node)
             return _ctx("item", self.expr(value), self.expr(node.slice))
-        array, index = self.subscript(node)
-        return _ctx("load", array, index)
+        array, index, kind = self.subscript(node)
+        return _ctx({"element": "load", "view": "view", "either": "subscript"}[kind], array,
+                    index)
 
     def expr_Call(self, node):
         hit = self.resolve(node.func)
         if hit is None:
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "conjugate" and \
+                    not node.args and not node.keywords:
+                return _ctx("conjugate", self.expr(node.func.value))
             self.fail("call of a local value or method", node)
         if isinstance(hit, _Object) and hit.obj is print:
-            self.fail("print", node)
+            return self.print_call(node)
         if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
             self.fail("*args or **kwargs in a call", node)
         args = [self.expr(a) for a in node.args]
@@ -510,6 +532,14 @@ class Transformer:
                 self.fail("range() outside a for-loop header", node)
             return _ctx("builtin_" + hit.name, *args)
         self.fail(f"call to {ast.unparse(node.func)}", node)
+
+    def print_call(self, node) -> ast.expr:
+        """`print(...)`: one line per active lane, in lane order (strings as they are)."""
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            self.fail("print with keyword or starred arguments", node)
+        args = [ast.Constant(a.value) if isinstance(a, ast.Constant) and
+                isinstance(a.value, str) else self.expr(a) for a in node.args]
+        return _ctx("print_", *args)
 
     def atomic(self, hit, node, need_old: bool) -> ast.expr:
         if node.keywords:
