@@ -137,7 +137,8 @@ class ArrayOps:
         space = array.space
         flat = self.inst.index_lanes(space, array.handle, idx, lanes, self.line, self.filename)
         if space == "local":  # the instrument gave the position within one lane's copy
-            flat = (self.lane if lanes.act is None else lanes.act) * array.handle.size + flat
+            flat = (self.lane if lanes.act is None else self.lane[lanes.act]) * \
+                array.handle.size + flat  # (lane ids: also under compaction)
         return flat
 
     # --- views -------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ class ArrayOps:
             return found
         shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
         handle = _LocalHandle(name or self._array_name("local"), shape, dtype)
-        flat = np.zeros(handle.size * self.n, dtype)
+        flat = np.zeros(handle.size * self.n_blocks * self.tpb, dtype)  # every lane's copy
         array = SimtArray("local", handle, flat, shape, dtype)
         self._arrays[key] = array
         return array

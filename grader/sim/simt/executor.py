@@ -16,6 +16,7 @@ from . import typing as simt_typing
 from .arrays import ArrayOps, global_array
 from .atomics import AtomicOps
 from .collective import CollectiveOps
+from .compaction import Compaction
 from .mask import Frame, MaskStack
 from .ops import Ops
 from .transform import Transformer
@@ -172,7 +173,7 @@ def _geometry(tpb: int, wpb: int, n_blocks: int) -> _Geometry:
     return geo
 
 
-class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
+class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
     """One batch of blocks: what generated code calls as `__c`."""
 
     def __init__(self, config, instrument, first_block: int, n_blocks: int, filename: str,
@@ -202,6 +203,7 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._calls: list = []
         self.saved = None
         self.init_masks()
+        self.init_compaction()
 
     # --- special registers ----------------------------------------------------------------------
 
@@ -264,9 +266,12 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._calls.append(dispatcher)
         line, filename = self.line, self.filename
         self.filename = fn.__code__.co_filename
+        compacted = len(self._compactions)
         try:
             fn(self, *args)
         finally:
+            if len(self._compactions) > compacted:  # returned from inside a compacted loop
+                self.unwind_compactions(compacted)
             self.line, self.filename = line, filename
             self._calls.pop()
             self.frames.pop()

@@ -35,6 +35,10 @@ CTX_FUNCTIONS = (
 )
 ATOMICS = ("add", "sub", "max", "min", "nanmax", "nanmin", "inc", "dec", "exch", "cas",
            "compare_and_swap", "and_", "or_", "xor")
+# what reads or orders lanes by their position in the batch: never under lane compaction
+LANE_POSITIONED = frozenset(CTX_FUNCTIONS) - {
+    "grid", "gridsize", "threadfence", "threadfence_block", "threadfence_system", "popc", "clz",
+    "ffs", "brev", "fma", "cbrt", "selp"}
 BARRIERS = ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or")
 
 

@@ -264,9 +264,36 @@ class Transformer:
         # lanes that took `continue` rejoin before the test, which runs under the loop's mask
         body = [_set_line(node.lineno), ast.Expr(_ctx("loop_head")),
                 ast.If(ast.UnaryOp(ast.Not(), test), [ast.Break()], [])]
+        carried = sorted(self.locals | set(self.params)) if self.may_compact(node.body) else []
+        if carried:  # few lanes left: run the loop on them only (compaction.py)
+            names = ast.Tuple([_name(n) for n in carried], ast.Load())
+            body.append(ast.If(_ctx("compact_due"), [ast.Assign(
+                [ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+                _ctx("compact", names))], []))
         body += self.block(node.body)
-        return [ast.Expr(_ctx("loop_push")), ast.While(ast.Constant(True), body, []),
-                ast.Expr(_ctx("loop_pop"))]
+        out = [ast.Expr(_ctx("loop_push")), ast.While(ast.Constant(True), body, [])]
+        if carried:
+            out.append(ast.Assign([ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+                                  _ctx("expand", ast.Tuple([_name(n) for n in carried],
+                                                           ast.Load()))))
+        return out + [ast.Expr(_ctx("loop_pop"))]
+
+    def may_compact(self, stmts) -> bool:
+        """No statement depends on lane positions in the batch (warp collectives, barriers),
+        here or in a device function called (compaction.py)."""
+        try:
+            for n in ast.walk(ast.Module(stmts, [])):
+                if isinstance(n, ast.Call):
+                    hit = self.resolve(n.func)
+                    if isinstance(hit, Intrinsic) and hit.kind == "ctx" and \
+                            hit.name in intrinsics.LANE_POSITIONED:
+                        return False
+                    if isinstance(hit, _Object) and is_cuda_dispatcher(hit.obj) and \
+                            not _device_may_compact(hit.obj.py_func):
+                        return False
+        except SimtUnsupported:
+            return False
+        return True
 
     def stmt_For(self, node):
         if node.orelse:
@@ -551,6 +578,29 @@ class Transformer:
         key = f"__o{next(self._counter)}"
         self.generated_globals[key] = obj
         return _name(key)
+
+
+_compactable: dict = {}
+
+
+def _device_may_compact(py_func) -> bool:
+    """A device function (and those it calls) uses no lane-positioned operation; False when
+    that cannot be told."""
+    found = _compactable.get(py_func)
+    if found is None:
+        _compactable[py_func] = False  # recursion: not compactable
+        try:
+            t = Transformer(py_func, FunctionTypes(), "device")
+            tree, _ = parse_function(py_func)
+            t.locals = stored_names(tree.body[0]) - {a.arg for a in tree.body[0].args.args}
+            t.params = [a.arg for a in tree.body[0].args.args]
+            found = t.may_compact(tree.body[0].body)
+        except Exception:  # no source, an unusual definition
+            found = False
+        if len(_compactable) > 512:
+            _compactable.clear()
+        _compactable[py_func] = found
+    return found
 
 
 class _Object:
