@@ -92,7 +92,8 @@ class Transformer:
             raise SimtUnsupported(f"no source for {self.py_func.__name__!r}") from err
         fdef = tree.body[0]
         if not isinstance(fdef, ast.FunctionDef):
-            raise SimtUnsupported("kernel source is not a plain function definition", first)
+            raise SimtUnsupported("kernel source is not a plain function definition", first,
+                                  self.filename)
         args = fdef.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
             raise SimtUnsupported("*args, **kwargs or keyword-only parameters", fdef.lineno)
