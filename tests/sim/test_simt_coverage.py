@@ -202,3 +202,22 @@ def test_dtype_ndim_size_and_shape_of_an_argument():
 ])
 def test_auto_runs_them_lockstep(kernel, make, capsys):
     runs_lockstep_under_auto(kernel, 1, 8 if kernel is not dims_as_values else (4, 2), make)
+
+
+# ---------------------------------------------------------------- per-lane warp masks
+@cuda.jit
+def shuffle_under_activemask(start, out):
+    i = cuda.grid(1)
+    n = start[i]
+    total = 0
+    while n != 1:  # lanes leave at different iterations, in every warp
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        total += cuda.shfl_down_sync(cuda.activemask(), n, 0)
+    out[i] = total
+
+
+def test_activemask_in_divergent_code_is_each_warps_own_mask():
+    # each lane's mask names the lanes of its own warp (lockstep once OR-ed them over the
+    # whole batch: a false "diverged" finding as soon as two warps ran)
+    lockstep(run_both(shuffle_under_activemask, 1, 64, lambda: [
+        dev(np.arange(1, 65, dtype=np.int64)), cuda.device_array(64, np.int64)]))
