@@ -30,6 +30,7 @@ def divergent_steps(start, steps, peak, hist, rows, limit):
     for k in range(4):
         seen[k] = 0
     row = rows[i % rows.shape[0]]  # a view whose offset differs between lanes
+    tail = start[i:]  # and one whose length does
     n = start[i]
     count = 0
     high = n
@@ -45,7 +46,9 @@ def divergent_steps(start, steps, peak, hist, rows, limit):
             continue
         if n % 5 == 0:
             cuda.atomic.add(hist, n % 8, 1)
-    steps[i] = count + row[count % 3]
+        if count == 20:
+            tail = start[i // 2:]
+    steps[i] = count + row[count % 3] + len(tail) * 1000 + tail[0] * 100000
     peak[i] = high * 10 + seen[1]
 
 

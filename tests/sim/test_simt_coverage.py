@@ -221,3 +221,57 @@ def test_activemask_in_divergent_code_is_each_warps_own_mask():
     # whole batch: a false "diverged" finding as soon as two warps ran)
     lockstep(run_both(shuffle_under_activemask, 1, 64, lambda: [
         dev(np.arange(1, 65, dtype=np.int64)), cuda.device_array(64, np.int64)]))
+
+
+# ---------------------------------------------------------------- slices per lane, lambdas
+@cuda.jit
+def tails_per_lane(res, old, vals, lengths):
+    gid = cuda.grid(1)
+    if gid < res.size:
+        tail = res[gid:]  # a view whose start and length differ between lanes
+        lengths[gid] = len(tail) + tail[::2].size * 100
+        mine = old[gid:]
+        mine[0] = cuda.atomic.compare_and_swap(tail, 0, vals[gid])  # (element gid of each)
+
+
+def test_a_slice_whose_bounds_differ_between_lanes():
+    res = np.array([0, 1, 0, 3, 0, 5, 0, 7, 0], np.int64)
+    out = lockstep(run_both(tails_per_lane, 1, 32, lambda: [
+        dev(res), cuda.device_array(9, np.int64), dev(np.arange(10, 19, dtype=np.int64)),
+        cuda.device_array(9, np.int64)]))
+    lengths = np.arange(9, 0, -1)
+    np.testing.assert_array_equal(out[3], lengths + (lengths + 1) // 2 * 100)
+
+
+@cuda.jit
+def tail_past_its_end(a, out):
+    i = cuda.grid(1)
+    tail = a[i:]
+    out[i] = tail[3]  # past the end for the last lanes
+
+
+def test_an_index_past_the_end_of_a_per_lane_slice_is_the_same_finding():
+    from grader.sim.errors import OutOfBoundsError
+
+    errors = raised_by_both(tail_past_its_end, 1, 8, lambda: [dev(np.zeros(8)), cuda.device_array(8)])
+    assert_same_finding(errors, OutOfBoundsError, "out[i] = tail[3]")
+    assert {str(e) for e in errors.values()} == {str(errors["simt"])}
+
+
+cube = cuda.jit(device=True)(lambda x: x * x * x)
+
+
+@cuda.jit
+def calls_a_lambda(a, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = cube(a[i]) + 1
+
+
+def test_a_lambda_device_function_and_cuda_reduce():
+    a = np.arange(20, dtype=np.float32)
+    lockstep(run_both(calls_a_lambda, 1, 32, lambda: [dev(a), cuda.device_array(20, np.float32)]))
+    with sim.installed(executor="auto"), sim.trace() as records:
+        total = cuda.reduce(lambda x, y: x + y)(np.arange(1000, dtype=np.float64))
+    assert total == 499500
+    assert records and all(r.executor == "simt" and r.fallback_reason is None for r in records)

@@ -129,9 +129,10 @@ class Compaction:
             return value[idx] if value.ndim == 1 and value.shape[0] == n else value
         if isinstance(value, tuple):
             return tuple(self._gather(v, idx, n) for v in value)
-        consts = getattr(value, "consts", None)  # a view: its per-lane offsets
+        consts = getattr(value, "consts", None)  # a view: its per-lane offsets and lengths
         if consts is not None:
-            return value.like(tuple(self._gather(c, idx, n) for c in consts))
+            return value.like(tuple(self._gather(c, idx, n) for c in consts),
+                              tuple(self._gather(d, idx, n) for d in value.shape))
         return value
 
     def _spread(self, old, new, idx, n, mask=False):
@@ -150,8 +151,11 @@ class Compaction:
             return tuple(self._spread(o, v, idx, n) for o, v in zip(olds, new))
         consts = getattr(new, "consts", None)
         if consts is not None:
-            olds = getattr(old, "consts", None) or (None,) * len(consts)
-            return new.like(tuple(self._spread(o, c, idx, n) for o, c in zip(olds, consts)))
+            same = getattr(old, "consts", None) is not None and old.dims == new.dims
+            olds = old.consts if same else (None,) * len(consts)
+            shapes = old.shape if same else (None,) * len(new.shape)
+            return new.like(tuple(self._spread(o, c, idx, n) for o, c in zip(olds, consts)),
+                            tuple(self._spread(o, d, idx, n) for o, d in zip(shapes, new.shape)))
         is_vector = isinstance(new, np.ndarray) and new.ndim == 1 and new.shape[0] == idx.shape[0]
         if not (is_vector or isinstance(new, np.generic)):
             return new  # an array, None, a Python value: the same for every lane

@@ -203,10 +203,12 @@ class MaskStack:
             return tuple(self.merge(o, v, mask) for o, v in zip(old, new))
         if hasattr(new, "numba_type"):  # an array: the same one in every lane, or unsupported
             if getattr(new, "consts", None) is not None and getattr(old, "consts", None) \
-                    is not None and new.base is old.base and new.dims == old.dims and \
-                    new.shape == old.shape:  # views of one array and shape (`row = a[i]`)
-                return new.like(tuple(np.where(mask, c, o)
-                                      for c, o in zip(new.consts, old.consts)))
+                    is not None and new.base is old.base and new.dims == old.dims:
+                # views of one array (`row = a[i]`): offsets and lengths per lane
+                return new.like(*(tuple(v if v is o else np.where(mask, v, o)
+                                        for v, o in zip(vn, vo))
+                                  for vn, vo in ((new.consts, old.consts),
+                                                 (new.shape, old.shape))))
             if new is not old:
                 raise SimtUnsupported("choosing an array per lane (array assigned in a divergent "
                                       "branch)", self.line)

@@ -90,10 +90,11 @@ class Transformer:
             tree, first = parse_function(self.py_func)
         except (OSError, TypeError) as err:
             raise SimtUnsupported(f"no source for {self.py_func.__name__!r}") from err
-        fdef = tree.body[0]
-        if not isinstance(fdef, ast.FunctionDef):
-            raise SimtUnsupported("kernel source is not a plain function definition", first,
-                                  self.filename)
+        fdef = tree.body[0] if isinstance(tree.body[0], ast.FunctionDef) else \
+            _lambda_definition(tree, self.py_func)
+        if fdef is None:
+            raise SimtUnsupported("kernel source is not a plain function definition or a "
+                                  "lambda", first, self.filename)
         args = fdef.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
             raise SimtUnsupported("*args, **kwargs or keyword-only parameters", fdef.lineno)
@@ -410,6 +411,8 @@ class Transformer:
         if isinstance(node.value, ast.Name) and (node.attr in ("shape", "size", "ndim") or
                                                  node.attr == "dtype" and self.is_array(node.value.id)):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
+        if isinstance(node.value, ast.Subscript) and node.attr in ("shape", "size", "ndim", "dtype"):
+            return _ctx("array_attr", self.expr(node.value), ast.Constant(node.attr))  # a[1:].size
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
             ty = self.types.by_name.get(node.value.id)
             fields = ("x", "y", "z") if type(ty).__name__ == "Dim3" else getattr(ty, "fields", None)
@@ -579,6 +582,24 @@ class Transformer:
         key = f"__o{next(self._counter)}"
         self.generated_globals[key] = obj
         return _name(key)
+
+
+def _lambda_definition(tree, py_func):
+    """`def <name>(args): return <body>` for a function that is a lambda (`cuda.reduce(lambda
+    a, b: a + b)`, `cuda.jit(device=True)(lambda x: ...)`): the one lambda of its source lines
+    with its parameters; None when there is no such lambda or more than one."""
+    if py_func.__name__ != "<lambda>":
+        return None
+    code = py_func.__code__
+    params = list(code.co_varnames[:code.co_argcount])
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and
+             [a.arg for a in n.args.args] == params and n.lineno == code.co_firstlineno]
+    if len(found) != 1:
+        return None
+    node = found[0]
+    ret = ast.copy_location(ast.Return(node.body), node.body)
+    fdef = ast.FunctionDef("__lambda", node.args, [ret], [], None, type_params=[])
+    return ast.copy_location(fdef, node)
 
 
 _compactable: dict = {}
