@@ -150,3 +150,44 @@ def test_a_loop_with_warp_collectives_is_never_compacted():
             shuffles_in_a_divergent_loop[GRID, BLOCK](dev(start), out)
     assert calls == []
     assert out.copy_to_host()[0] == 0 and out.copy_to_host()[32 * 26] > 0
+
+
+@cuda.jit
+def sparse_rows(starts, cols, vals, x, y):
+    row = cuda.grid(1)
+    if row < y.size:
+        acc = 0.0
+        for k in range(starts[row], starts[row + 1]):  # a trip count per lane
+            acc += vals[k] * x[cols[k]]
+        y[row] = acc
+
+
+def test_a_for_loop_with_per_lane_bounds_compacts_and_agrees():
+    rng = np.random.default_rng(1)
+    lengths = np.where(rng.random(1000) < 0.1, rng.integers(20, 60, 1000), rng.integers(0, 3, 1000))
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    cols = rng.integers(0, 50, starts[-1]).astype(np.int64)
+    vals = rng.random(starts[-1])
+
+    def args():
+        return [dev(starts), dev(cols), dev(vals), dev(rng.random(50) * 0 + np.arange(50)),
+                cuda.device_array(1000)]
+    runs = {}
+    for name, executor, compact in (("simt", "simt", True), ("plain", "simt", False),
+                                    ("thread", "thread", True)):
+        calls = []
+        original = compaction.Compaction.compact
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compaction.Compaction, "compact",
+                       lambda self, values: calls.append(self.n) or original(self, values))
+            mp.setattr(compaction, "MIN_LANES", 64 if compact else 1 << 40)
+            with sim.installed(executor=executor), sim.trace() as records:
+                a = args()
+                sparse_rows[GRID, BLOCK](*a)
+                runs[name] = (a[-1].copy_to_host(), records[0], calls)
+    assert runs["simt"][2] and not runs["plain"][2]
+    for other in ("plain", "thread"):
+        np.testing.assert_array_equal(runs["simt"][0], runs[other][0])
+        for key in COUNTERS:
+            assert runs["simt"][1].counters[key] == runs[other][1].counters[key], (other, key)
+    assert runs["simt"][1].counters == runs["plain"][1].counters

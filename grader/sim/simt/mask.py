@@ -151,6 +151,7 @@ class MaskStack:
         start, stop, step = (0, args[0], 1) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else 1)
         i = np.broadcast_to(np.asarray(start, np.int64), (self.n,))
+        seen = len(self._compactions)
         while True:
             self.loop_head()
             going_up = i < stop
@@ -159,6 +160,10 @@ class MaskStack:
             if not self.loop_test(going_up):
                 return
             yield i
+            for entry in self._compactions[seen:]:  # the body compacted this loop's lanes
+                i, stop, step = (v[entry.idx] if isinstance(v, np.ndarray) and v.ndim else v
+                                 for v in (i, stop, step))
+            seen = len(self._compactions)
             i = i + step
 
     # --- exits -------------------------------------------------------------------------------

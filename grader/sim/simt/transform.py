@@ -267,18 +267,9 @@ class Transformer:
         body = [_set_line(node.lineno), ast.Expr(_ctx("loop_head")),
                 ast.If(ast.UnaryOp(ast.Not(), test), [ast.Break()], [])]
         carried = sorted(self.locals | set(self.params)) if self.may_compact(node.body) else []
-        if carried:  # few lanes left: run the loop on them only (compaction.py)
-            names = ast.Tuple([_name(n) for n in carried], ast.Load())
-            body.append(ast.If(_ctx("compact_due"), [ast.Assign(
-                [ast.Tuple([_name(n, True) for n in carried], ast.Store())],
-                _ctx("compact", names))], []))
-        body += self.block(node.body)
-        out = [ast.Expr(_ctx("loop_push")), ast.While(ast.Constant(True), body, [])]
-        if carried:
-            out.append(ast.Assign([ast.Tuple([_name(n, True) for n in carried], ast.Store())],
-                                  _ctx("expand", ast.Tuple([_name(n) for n in carried],
-                                                           ast.Load()))))
-        return out + [ast.Expr(_ctx("loop_pop"))]
+        body += self.compaction(carried) + self.block(node.body)
+        return [ast.Expr(_ctx("loop_push")), ast.While(ast.Constant(True), body, []),
+                *self.expansion(carried), ast.Expr(_ctx("loop_pop"))]
 
     def may_compact(self, stmts) -> bool:
         """No statement depends on lane positions in the batch (warp collectives, barriers),
@@ -310,9 +301,32 @@ class Transformer:
             self.fail("for-loop target that is not a plain name", node)
         self.reject_spin_wait(node)
         var = f"__v{next(self._counter)}"
-        body = self.store_to(node.target, _name(var), node) + self.block(node.body)
+        carried = sorted(self.locals | set(self.params)) + [var] \
+            if self.may_compact(node.body) else []
+        body = self.compaction(carried) + self.store_to(node.target, _name(var), node) + \
+            self.block(node.body)
         loop = ast.For(_name(var, True), _ctx("range", *[self.expr(a) for a in it.args]), body, [])
-        return [ast.Expr(_ctx("loop_push")), loop, ast.Expr(_ctx("loop_pop"))]
+        return [ast.Expr(_ctx("loop_push")), loop, *self.expansion(carried),
+                ast.Expr(_ctx("loop_pop"))]
+
+    @staticmethod
+    def compaction(carried) -> list[ast.stmt]:
+        """At the top of a loop body: few lanes left, run the loop on them only (compaction.py);
+        `carried`: the names gathered with them."""
+        if not carried:
+            return []
+        names = ast.Tuple([_name(n) for n in carried], ast.Load())
+        return [ast.If(_ctx("compact_due"), [ast.Assign(
+            [ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+            _ctx("compact", names))], [])]
+
+    @staticmethod
+    def expansion(carried) -> list[ast.stmt]:
+        """After the loop: its compactions undone, the names scattered back."""
+        if not carried:
+            return []
+        return [ast.Assign([ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+                           _ctx("expand", ast.Tuple([_name(n) for n in carried], ast.Load())))]
 
     def reject_spin_wait(self, node):
         # a lock (`while cas(...) != 0`) needs one lane to progress while others wait: lockstep
