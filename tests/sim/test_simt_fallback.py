@@ -77,7 +77,8 @@ def test_a_slice_whose_step_differs_between_lanes_falls_back_naming_it_and_its_l
     (record,) = records
     line = slices.py_func.__code__.co_firstlineno + 2
     assert record.executor == "thread"
-    assert record.fallback_reason == f"an array slice whose step differs between lanes at line {line}"
+    assert record.fallback_reason == (f"an array slice whose step differs between lanes at "
+                                      f"{slices.py_func.__code__.co_filename}:{line}")
 
 
 def test_auto_mode_falls_back_and_records_the_reason():
@@ -138,3 +139,62 @@ def test_runtime_refusal_restores_memory_before_the_fallback():
         np.testing.assert_array_equal(out.copy_to_host(), [0, 1] * 4)
     finally:
         sim.uninstall()
+
+
+# every fallback names its construct and where: the file and line
+_EXEC_SOURCE = """
+def built_by_exec(out):
+    out[0] = 1.0
+"""
+
+
+def _exec_kernel():
+    namespace = {}
+    exec(compile(_EXEC_SOURCE, "<generated>", "exec"), namespace)
+    return cuda.jit(namespace["built_by_exec"])
+
+
+@cuda.jit(device=True)
+def apply(op, ary, v):
+    op(ary, 0, v)
+
+
+@cuda.jit
+def passes_an_atomic(out):
+    apply(cuda.atomic.add, out, 1.0)
+
+
+@cuda.jit
+def takes_a_tuple_of_arrays(pair, out):
+    out[0] = pair[0][0]
+
+
+@cuda.jit
+def calls_a_method(out, c):
+    out[0] = c.bit_count()
+
+
+@pytest.mark.parametrize("case", ["method", "no source", "atomic as a value",
+                                  "tuple of arrays"])
+def test_every_fallback_names_the_construct_file_and_line(case):
+    here = __file__
+    with sim.installed(executor="auto"), sim.trace() as records:
+        out = cuda.to_device(np.zeros(4))
+        if case == "method":
+            calls_a_method[1, 1](out, 7)
+            expect = ("call of a local value or method", here,
+                      calls_a_method.py_func.__code__.co_firstlineno + 2)
+        elif case == "no source":
+            _exec_kernel()[1, 1](out)
+            expect = ("no source for 'built_by_exec'", "<generated>", 2)
+        elif case == "atomic as a value":
+            passes_an_atomic[1, 1](out)
+            expect = ("add used as a value", here, passes_an_atomic.py_func.__code__.co_firstlineno + 2)
+        else:
+            takes_a_tuple_of_arrays[1, 1]((np.ones(2), np.ones(2)), out)
+            expect = ("a tuple argument holding arrays (parameter 'pair')", here,
+                      takes_a_tuple_of_arrays.py_func.__code__.co_firstlineno + 1)
+    (record,) = records
+    assert record.executor == "thread"
+    feature, filename, line = expect
+    assert record.fallback_reason == f"{feature} at {filename}:{line}"

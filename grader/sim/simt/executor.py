@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ..ast_tools import parse_function
 from ..geometry import WARP
 from . import typing as simt_typing
 from .arrays import ArrayOps, global_array
@@ -63,11 +64,36 @@ def _argument(value):
     return value
 
 
+def _located(exc: SimtUnsupported, filename: str) -> SimtUnsupported:
+    """`exc` naming `filename` too, when it names a line only (raised while running)."""
+    if type(exc) is SimtUnsupported and exc.filename is None and exc.line is not None:
+        return SimtUnsupported(exc.feature, exc.line, filename)
+    return exc
+
+
+def _def_line(py_func) -> int:
+    """The line of `def` (co_firstlineno is the first decorator's)."""
+    try:
+        tree, _ = parse_function(py_func)
+        return tree.body[0].lineno
+    except Exception:  # no source, or not a plain definition
+        return py_func.__code__.co_firstlineno
+
+
 def prepare(kernel, args) -> tuple:
     """Transform (or fetch) the kernel for these arguments; raises SimtUnsupported. Lets the
     launcher decide on a fallback before any memory is touched."""
     py_func = _py_func(kernel)
-    sim_args = tuple(_argument(a) for a in args)
+    sim_args = []
+    for k, a in enumerate(args):
+        try:
+            sim_args.append(_argument(a))
+        except SimtUnsupported as exc:  # name the parameter and the kernel's definition
+            code = py_func.__code__
+            name = code.co_varnames[k] if k < code.co_argcount else str(k)
+            raise SimtUnsupported(f"{exc.feature} (parameter {name!r})", _def_line(py_func),
+                                  code.co_filename) from None
+    sim_args = tuple(sim_args)
     argtypes = tuple(simt_typing.type_of(a) for a in sim_args)
     fn, _ = compile_function(py_func, argtypes, "kernel")
     return fn, sim_args
@@ -138,7 +164,10 @@ def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
             ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename,
                       limits)
             ctx.saved = saved
-            fn(ctx, *sim_args)
+            try:
+                fn(ctx, *sim_args)
+            except SimtUnsupported as exc:
+                raise _located(exc, filename) from exc.__cause__
 
 
 class _Geometry:
@@ -269,6 +298,8 @@ class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
         compacted = len(self._compactions)
         try:
             fn(self, *args)
+        except SimtUnsupported as exc:  # raised in the device function's file
+            raise _located(exc, self.filename) from exc.__cause__
         finally:
             if len(self._compactions) > compacted:  # returned from inside a compacted loop
                 self.unwind_compactions(compacted)

@@ -88,8 +88,10 @@ class Transformer:
     def build(self):
         try:
             tree, first = parse_function(self.py_func)
-        except (OSError, TypeError) as err:
-            raise SimtUnsupported(f"no source for {self.py_func.__name__!r}") from err
+        except (OSError, TypeError) as err:  # built by exec, or in an interactive session
+            code = self.py_func.__code__
+            raise SimtUnsupported(f"no source for {self.py_func.__name__!r}",
+                                  code.co_firstlineno, code.co_filename) from err
         fdef = tree.body[0] if isinstance(tree.body[0], ast.FunctionDef) else \
             _lambda_definition(tree, self.py_func)
         if fdef is None:
