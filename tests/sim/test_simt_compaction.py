@@ -42,6 +42,9 @@ def divergent_steps(start, steps, peak, hist, rows, limit):
         seen[count % 4] += 1
         if n > high:
             high = n
+        if count > 120:  # a kernel return from inside the compacted loop
+            peak[i] = -count
+            return
         if count % 7 == 3:
             continue
         if n % 5 == 0:
@@ -55,7 +58,7 @@ def divergent_steps(start, steps, peak, hist, rows, limit):
 def make(n=1000, limit=10**6):
     def args():
         start = np.arange(1, n + 1, dtype=np.int64) * 7 % 997 + 1
-        return [dev(start), cuda.device_array(n, np.int64), cuda.device_array(n, np.int64),
+        return [dev(start), dev(np.zeros(n, np.int64)), dev(np.zeros(n, np.int64)),
                 dev(np.zeros(8, np.int64)), dev(np.arange(9, dtype=np.int64).reshape(3, 3)),
                 np.int64(limit)]
     return args
@@ -191,3 +194,44 @@ def test_a_for_loop_with_per_lane_bounds_compacts_and_agrees():
         for key in COUNTERS:
             assert runs["simt"][1].counters[key] == runs[other][1].counters[key], (other, key)
     assert runs["simt"][1].counters == runs["plain"][1].counters
+
+
+@cuda.jit(device=True)
+def steps_to_one(n, cap):
+    k = 0
+    while True:  # compacts inside the device function; lanes return from inside the loop
+        if n == 1:
+            return k
+        if k == cap:
+            return -k
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        k += 1
+
+
+@cuda.jit
+def calls_a_compacting_function(start, out, cap):
+    i = cuda.grid(1)
+    if i < start.size:
+        out[i] = steps_to_one(start[i], cap) * 10 + i % 7
+
+
+def test_returns_from_inside_a_compacted_loop_of_a_device_function():
+    runs = {}
+    for name, executor, compact in (("simt", "simt", True), ("plain", "simt", False),
+                                    ("thread", "thread", True)):
+        calls = []
+        original = compaction.Compaction.compact
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compaction.Compaction, "compact",
+                       lambda self, values: calls.append(self.n) or original(self, values))
+            mp.setattr(compaction, "MIN_LANES", 64 if compact else 1 << 40)
+            with sim.installed(executor=executor), sim.trace() as records:
+                out = cuda.device_array(1000, np.int64)
+                calls_a_compacting_function[GRID, BLOCK](
+                    dev(np.arange(1, 1001, dtype=np.int64)), out, np.int64(100))
+                runs[name] = (out.copy_to_host(), records[0], calls)
+    assert len(runs["simt"][2]) >= 2 and not runs["plain"][2]
+    for other in ("plain", "thread"):
+        np.testing.assert_array_equal(runs["simt"][0], runs[other][0])
+        for key in COUNTERS:
+            assert runs["simt"][1].counters[key] == runs[other][1].counters[key], (other, key)
