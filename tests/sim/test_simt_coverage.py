@@ -275,3 +275,16 @@ def test_a_lambda_device_function_and_cuda_reduce():
         total = cuda.reduce(lambda x, y: x + y)(np.arange(1000, dtype=np.float64))
     assert total == 499500
     assert records and all(r.executor == "simt" and r.fallback_reason is None for r in records)
+
+
+@cuda.jit
+def bit_counts(a, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = a[i].bit_count()  # numba-cuda: cuda.popc
+
+
+def test_int_bit_count_is_popc():
+    a = np.array([0, 1, 7, 255, 1 << 40, 12345], np.int64)
+    out = lockstep(run_both(bit_counts, 1, 32, lambda: [dev(a), cuda.device_array(6, np.int64)]))
+    np.testing.assert_array_equal(out[1], [0, 1, 3, 8, 1, 6])

@@ -540,9 +540,9 @@ class Transformer:
     def expr_Call(self, node):
         hit = self.resolve(node.func)
         if hit is None:
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "conjugate" and \
-                    not node.args and not node.keywords:
-                return _ctx("conjugate", self.expr(node.func.value))
+            if isinstance(node.func, ast.Attribute) and not node.args and not node.keywords \
+                    and node.func.attr in _METHODS:  # z.conjugate(), i.bit_count()
+                return _ctx(_METHODS[node.func.attr], self.expr(node.func.value))
             self.fail("call of a local value or method", node)
         if isinstance(hit, _Object) and hit.obj is print:
             return self.print_call(node)
@@ -618,6 +618,8 @@ def _lambda_definition(tree, py_func):
     return ast.copy_location(fdef, node)
 
 
+# methods of numbers numba-cuda compiles, and the Ctx call doing each (bit_count: cuda.popc)
+_METHODS = {"conjugate": "conjugate", "bit_count": "popc"}
 _compactable: dict = {}
 
 
