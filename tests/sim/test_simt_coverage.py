@@ -7,7 +7,7 @@ import cmath
 
 import numpy as np
 import pytest
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 
 import grader.sim as sim
 from test_executor_agreement import (assert_agree, assert_same_finding, dev, raised_by_both,
@@ -288,3 +288,40 @@ def test_int_bit_count_is_popc():
     a = np.array([0, 1, 7, 255, 1 << 40, 12345], np.int64)
     out = lockstep(run_both(bit_counts, 1, 32, lambda: [dev(a), cuda.device_array(6, np.int64)]))
     np.testing.assert_array_equal(out[1], [0, 1, 3, 8, 1, 6])
+
+
+# ---------------------------------------------------------------- functions and types as values
+@cuda.jit(device=True)
+def as_index(x):
+    return int(x)
+
+
+@cuda.jit(device=True)
+def scatter_with(op, ary, bins, dtype, n, cast, value):
+    t = cuda.threadIdx.x
+    tile = cuda.shared.array(n, dtype)  # n and dtype: a literal and a type passed in
+    tile[t] = dtype(0)
+    cuda.syncthreads()
+    op(tile, cast(bins[t] % n), value)  # op: the atomic passed in
+    cuda.syncthreads()
+    ary[t] = tile[t]
+
+
+@cuda.jit
+def passes_functions(ary, bins):
+    scatter_with(cuda.atomic.add, ary, bins, uint32, 32, as_index, 3)
+
+
+@cuda.jit
+def passes_another_atomic(ary, bins):
+    scatter_with(cuda.atomic.max, ary, bins, uint32, 32, as_index, 5)
+
+
+@pytest.mark.parametrize("kernel", [passes_functions, passes_another_atomic])
+def test_atomics_device_functions_and_types_passed_as_values(kernel):
+    bins = np.arange(32, dtype=np.int64) * 7 % 5
+    out = lockstep(run_both(kernel, 1, 32, lambda: [cuda.device_array(32, np.uint32), dev(bins)]))
+    expect = np.zeros(32, np.uint32)
+    for b in bins:
+        expect[b] = expect[b] + 3 if kernel is passes_functions else 5
+    np.testing.assert_array_equal(out[0], expect)

@@ -154,16 +154,6 @@ def _exec_kernel():
     return cuda.jit(namespace["built_by_exec"])
 
 
-@cuda.jit(device=True)
-def apply(op, ary, v):
-    op(ary, 0, v)
-
-
-@cuda.jit
-def passes_an_atomic(out):
-    apply(cuda.atomic.add, out, 1.0)
-
-
 @cuda.jit
 def takes_a_tuple_of_arrays(pair, out):
     out[0] = pair[0][0]
@@ -174,8 +164,7 @@ def calls_a_method(out, c):
     out[0] = c.item()
 
 
-@pytest.mark.parametrize("case", ["method", "no source", "atomic as a value",
-                                  "tuple of arrays"])
+@pytest.mark.parametrize("case", ["method", "no source", "tuple of arrays"])
 def test_every_fallback_names_the_construct_file_and_line(case):
     here = __file__
     with sim.installed(executor="auto"), sim.trace() as records:
@@ -187,9 +176,6 @@ def test_every_fallback_names_the_construct_file_and_line(case):
         elif case == "no source":
             _exec_kernel()[1, 1](out)
             expect = ("no source for 'built_by_exec'", "<generated>", 2)
-        elif case == "atomic as a value":
-            passes_an_atomic[1, 1](out)
-            expect = ("add used as a value", here, passes_an_atomic.py_func.__code__.co_firstlineno + 2)
         else:
             takes_a_tuple_of_arrays[1, 1]((np.ones(2), np.ones(2)), out)
             expect = ("a tuple argument holding arrays (parameter 'pair')", here,

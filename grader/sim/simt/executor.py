@@ -282,11 +282,25 @@ class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
 
     # --- device functions -----------------------------------------------------------------------
 
-    def call(self, dispatcher, *args):
+    def call_value(self, fn, need_old, *args):
+        """A call of a local holding a function or a type (a device function's parameter)."""
+        intrinsic = getattr(fn, "intrinsic", None)
+        if intrinsic is not None and intrinsic.kind == "atomic":
+            return self.atomic(intrinsic.name, need_old, *args)
+        if isinstance(fn, np.dtype) and len(args) == 1:  # `dtype(x)`: a cast
+            return self.cast(args[0], fn)
+        if hasattr(fn, "py_func"):
+            return self.call(fn, *args)
+        raise SimtUnsupported("call of a function passed as a value", self.line)
+
+    def call(self, dispatcher, *args, argtypes=None):
+        """A device function; `argtypes`: numba's types of the arguments where some are
+        functions or types (from the caller's typing), else typed from the values."""
         if dispatcher in self._calls:
             raise SimtUnsupported(f"recursion in device function {dispatcher.py_func.__name__!r}",
                                   self.line)
-        argtypes = tuple(simt_typing.type_of(a) for a in args)
+        if argtypes is None:
+            argtypes = tuple(simt_typing.type_of(a) for a in args)
         fn, result_dtype = compile_function(dispatcher.py_func, argtypes, "device")
         frame = Frame(base=len(self.levels), result_dtype=result_dtype)
         self.levels.append(self.levels[-1])

@@ -33,7 +33,7 @@ from ..ast_tools import name_node as _name
 from ..kernel_graph import is_cuda_dispatcher
 from . import intrinsics
 from .intrinsics import Intrinsic
-from .typing import BINOPS, FunctionTypes, as_dtype
+from .typing import BINOPS, FunctionTypes, as_dtype, is_function_value
 from .unsupported import SimtUnsupported
 
 C = "__c"  # the context parameter of generated functions
@@ -185,6 +185,7 @@ class Transformer:
             hit = self.resolve(node.value.func)
             if isinstance(hit, Intrinsic) and hit.kind == "atomic":
                 return [ast.Expr(self.atomic(hit, node.value, need_old=False))]
+            return [ast.Expr(self.expr_Call(node.value, need_old=False))]
         return [ast.Expr(self.expr(node.value))]
 
     def _assign(self, node):
@@ -280,6 +281,8 @@ class Transformer:
             for n in ast.walk(ast.Module(stmts, [])):
                 if isinstance(n, ast.Call):
                     hit = self.resolve(n.func)
+                    if hit is None and isinstance(n.func, ast.Name):
+                        return False  # a function passed as a value: it could be anything
                     if isinstance(hit, Intrinsic) and hit.kind == "ctx" and \
                             hit.name in intrinsics.LANE_POSITIONED:
                         return False
@@ -399,8 +402,12 @@ class Transformer:
                 return self.const(hit.payload)
             if hit.kind == "dim":  # `b = cuda.blockIdx`: its (x, y, z), read as `b.x`
                 return _ctx("dim3", ast.Constant(hit.name))
+            if hit.kind == "atomic":  # passed to a device function (`apply(cuda.atomic.add)`)
+                return self.const_object(FunctionValue(hit))
             self.fail(f"{hit.name} used as a value", node)
         obj = hit.obj
+        if is_cuda_dispatcher(obj):  # a device function passed as a value
+            return self.const_object(obj)
         if isinstance(obj, (bool, int, float, np.number, np.bool_)):
             return self.const(obj)
         if isinstance(obj, np.ndarray):  # numba freezes global arrays into constant memory
@@ -537,12 +544,17 @@ class Transformer:
         return _ctx({"element": "load", "view": "view", "either": "subscript"}[kind], array,
                     index)
 
-    def expr_Call(self, node):
+    def expr_Call(self, node, need_old: bool = True):
         hit = self.resolve(node.func)
         if hit is None:
             if isinstance(node.func, ast.Attribute) and not node.args and not node.keywords \
                     and node.func.attr in _METHODS:  # z.conjugate(), i.bit_count()
                 return _ctx(_METHODS[node.func.attr], self.expr(node.func.value))
+            if isinstance(node.func, ast.Name) and not node.keywords and \
+                    is_function_value(self.types.by_name.get(node.func.id)):
+                # a parameter holding a function or a type (`op(ary, i, v)`)
+                return _ctx("call_value", _name(node.func.id), ast.Constant(need_old),
+                            *[self.expr(a) for a in node.args])
             self.fail("call of a local value or method", node)
         if isinstance(hit, _Object) and hit.obj is print:
             return self.print_call(node)
@@ -555,7 +567,13 @@ class Transformer:
             if is_cuda_dispatcher(obj):
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
-                return _ctx("call", self.const_object(obj), *args)
+                passed = [sig for sig in self.types.calls.get(node.lineno, ())
+                          if len(sig) == len(args)]
+                if passed:  # functions or types among the arguments: numba's types of them
+                    if len(passed) > 1:
+                        self.fail("two calls passing functions as values on one line", node)
+                    keywords = [ast.keyword("argtypes", self.const_object(passed[0]))]
+                return _ctx("call", self.const_object(obj), *args, keywords=keywords)
             self.fail(f"call to {ast.unparse(node.func)}", node)
         if hit.kind == "ctx":
             if hit.name in ("shared_array", "local_array"):
@@ -641,6 +659,15 @@ def _device_may_compact(py_func) -> bool:
             _compactable.clear()
         _compactable[py_func] = found
     return found
+
+
+class FunctionValue:
+    """An intrinsic passed as a value (`cuda.atomic.add` as a device function's argument)."""
+
+    __slots__ = ("intrinsic",)
+
+    def __init__(self, intrinsic: Intrinsic):
+        self.intrinsic = intrinsic
 
 
 class _Object:
