@@ -10,9 +10,8 @@ from grader.sim.simt import SimtUnsupported, prepare
 
 
 @cuda.jit
-def prints(out):
-    print("hello")
-    out[0] = 1
+def slice_store(out):
+    out[1:] = 1.0
 
 
 @cuda.jit
@@ -25,8 +24,8 @@ def loops_over_array(a, out):
 
 @cuda.jit
 def slices(a, out):
-    row = a[0, :]
-    out[0] = row[0]
+    row = a[0, cuda.threadIdx.x::cuda.threadIdx.x + 1]  # a step that differs between lanes
+    out[cuda.threadIdx.x] = row[0]
 
 
 @cuda.jit
@@ -52,9 +51,8 @@ def _arg(shape=(4,), dtype=np.float64):
 
 
 @pytest.mark.parametrize("kernel,nargs,feature", [
-    (prints, 1, "print"),
+    (slice_store, 1, "assignment to a slice of an array"),
     (loops_over_array, 2, "for-loop over a non-range iterator"),
-    (slices, 2, "array slice"),
     (spin_lock, 2, "spin-wait"),
     (raises, 1, "raise"),
 ])
@@ -68,6 +66,19 @@ def test_unsupported_features_are_named_with_their_line(kernel, nargs, feature):
         prepare(kernel, args)
     first = kernel.py_func.__code__.co_firstlineno
     assert first < info.value.line <= first + 6
+
+
+def test_a_slice_whose_step_differs_between_lanes_falls_back_naming_it_and_its_line():
+    with sim.installed(executor="auto"), sim.trace() as records:
+        a = cuda.to_device(np.arange(16, dtype=np.float64).reshape(4, 4))
+        out = cuda.device_array(4, np.float64)
+        slices[1, 4](a, out)
+    np.testing.assert_array_equal(out.copy_to_host(), [0, 1, 2, 3])
+    (record,) = records
+    line = slices.py_func.__code__.co_firstlineno + 2
+    assert record.executor == "thread"
+    assert record.fallback_reason == (f"an array slice whose step differs between lanes at "
+                                      f"{slices.py_func.__code__.co_filename}:{line}")
 
 
 def test_auto_mode_falls_back_and_records_the_reason():
@@ -128,3 +139,48 @@ def test_runtime_refusal_restores_memory_before_the_fallback():
         np.testing.assert_array_equal(out.copy_to_host(), [0, 1] * 4)
     finally:
         sim.uninstall()
+
+
+# every fallback names its construct and where: the file and line
+_EXEC_SOURCE = """
+def built_by_exec(out):
+    out[0] = 1.0
+"""
+
+
+def _exec_kernel():
+    namespace = {}
+    exec(compile(_EXEC_SOURCE, "<generated>", "exec"), namespace)
+    return cuda.jit(namespace["built_by_exec"])
+
+
+@cuda.jit
+def takes_a_tuple_of_arrays(pair, out):
+    out[0] = pair[0][0]
+
+
+@cuda.jit
+def calls_a_method(out, c):
+    out[0] = c.item()
+
+
+@pytest.mark.parametrize("case", ["method", "no source", "tuple of arrays"])
+def test_every_fallback_names_the_construct_file_and_line(case):
+    here = __file__
+    with sim.installed(executor="auto"), sim.trace() as records:
+        out = cuda.to_device(np.zeros(4))
+        if case == "method":
+            calls_a_method[1, 1](out, 2.5)
+            expect = ("call of a local value or method", here,
+                      calls_a_method.py_func.__code__.co_firstlineno + 2)
+        elif case == "no source":
+            _exec_kernel()[1, 1](out)
+            expect = ("no source for 'built_by_exec'", "<generated>", 2)
+        else:
+            takes_a_tuple_of_arrays[1, 1]((np.ones(2), np.ones(2)), out)
+            expect = ("a tuple argument holding arrays (parameter 'pair')", here,
+                      takes_a_tuple_of_arrays.py_func.__code__.co_firstlineno + 1)
+    (record,) = records
+    assert record.executor == "thread"
+    feature, filename, line = expect
+    assert record.fallback_reason == f"{feature} at {filename}:{line}"

@@ -111,14 +111,13 @@ def rows_through_a_view(a, out):
 def test_a_view_bound_to_a_name():
     a = np.random.rand(40, 7).astype(np.float32)
     _, out = assert_same_as_recorded(rows_through_a_view, 2, 32, lambda: [
-        dev(a), cuda.device_array(40, np.float32)], simt=False)
+        dev(a), cuda.device_array(40, np.float32)])
     np.testing.assert_allclose(out, a.sum(1), rtol=1e-5)
-    # the SIMT executor has no views: "auto" runs the kernel on the per-thread executor
+    # the SIMT executor runs views too: "auto" needs no fallback
     with sim.installed(), sim.trace() as records:
         out = cuda.device_array(40, np.float32)
         rows_through_a_view[2, 32](dev(a), out)
-    assert records[0].executor == "thread"
-    assert "partial indexing" in records[0].fallback_reason
+    assert records[0].executor == "simt" and records[0].fallback_reason is None
     np.testing.assert_allclose(out.copy_to_host(), a.sum(1), rtol=1e-5)
 
 

@@ -11,6 +11,8 @@ uninitialised reads and counts. Storage per space:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ..errors import LaunchConfigError, where
@@ -36,6 +38,70 @@ class SimtArray:
         self.dtype = np.dtype(dtype)
         self.numba_type = simt_typing.array_type(self.dtype, self.ndim, contiguous,
                                                  readonly=space == "const")
+
+
+def _is_vector(x) -> bool:
+    return isinstance(x, np.ndarray) and x.ndim == 1
+
+
+class SimtView:
+    """A sub-array of a `SimtArray` (`a[i]`, `a[i, :]`, `a[1:]`, `a[gid:]`, views of views):
+    its elements are the base's, so every access goes through the base's instrumented load or
+    store.
+
+    Base index of view element `j`: `consts[k]` on every base dimension k, plus `j[v] * step`
+    on the dimension `dims[v] = (k, step)` view dimension v maps to. `consts` and `shape`
+    entries are scalars or lane vectors (`row = a[i]`, `tail = a[gid:]` with `i`, `gid` per
+    lane); steps are uniform."""
+
+    __slots__ = ("base", "consts", "dims", "space", "shape", "ndim", "size", "dtype",
+                 "numba_type", "name")
+
+    def __init__(self, base: SimtArray, consts: tuple, dims: tuple, shape: tuple):
+        self.base, self.consts, self.dims = base, consts, dims
+        self.space, self.dtype, self.name = base.space, base.dtype, base.handle.name
+        self.shape = tuple(s.astype(np.int64, copy=False) if _is_vector(s) else np.int64(s)
+                           for s in shape)
+        self.ndim = len(self.shape)
+        size = np.int64(1)
+        for s in self.shape:
+            size = size * s
+        self.size = size
+        self.numba_type = simt_typing.array_type(self.dtype, self.ndim, False,
+                                                 readonly=base.space == "const")
+
+    @classmethod
+    def whole(cls, array: SimtArray) -> "SimtView":
+        return cls(array, (np.int64(0),) * array.ndim,
+                   tuple((k, 1) for k in range(array.ndim)), array.shape)
+
+    def like(self, consts, shape=None) -> "SimtView":
+        return SimtView(self.base, consts, self.dims, self.shape if shape is None else shape)
+
+
+def _slice_indices(start, stop, step, dim):
+    """`slice(start, stop, step).indices(dim)` and the length, where start, stop and dim may
+    be lane vectors (step uniform, not 0)."""
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    if step > 0:
+        lo, hi, default_start, default_stop = 0, dim, 0, dim
+    else:
+        lo, hi, default_start, default_stop = -1, dim - 1, dim - 1, -1
+
+    def norm(b, default):
+        if b is None:
+            return default
+        b = np.asarray(b).astype(np.int64)
+        b = np.where(b < 0, b + dim, b)
+        out = np.minimum(np.maximum(b, lo), hi)
+        return out if out.ndim else out[()]
+    first, last = norm(start, default_start), norm(stop, default_stop)
+    if step > 0:
+        length = np.maximum(0, (last - first + step - 1) // step)
+    else:
+        length = np.maximum(0, (first - last - step - 1) // -step)
+    return first, length
 
 
 class _LocalHandle:
@@ -106,10 +172,108 @@ class ArrayOps:
         space = array.space
         flat = self.inst.index_lanes(space, array.handle, idx, lanes, self.line, self.filename)
         if space == "local":  # the instrument gave the position within one lane's copy
-            flat = (self.lane if lanes.act is None else lanes.act) * array.handle.size + flat
+            flat = (self.lane if lanes.act is None else self.lane[lanes.act]) * \
+                array.handle.size + flat  # (lane ids: also under compaction)
         return flat
 
+    # --- views -------------------------------------------------------------------------------
+
+    def view(self, array, key):
+        """`array[key]` where the key has slices or fewer indices than dimensions: a view."""
+        if not isinstance(array, SimtView):
+            array = SimtView.whole(array)
+        if len(key) > array.ndim:
+            raise SimtUnsupported(f"{len(key)} indices into a {array.ndim}-dimensional array",
+                                  self.line)
+        consts, dims, shape = list(array.consts), [], []
+        for v, ((k, step), dim) in enumerate(zip(array.dims, array.shape)):
+            part = key[v] if v < len(key) else slice(None)
+            if isinstance(part, slice):
+                if _is_vector(part.step):
+                    raise SimtUnsupported("an array slice whose step differs between lanes",
+                                          self.line)
+                by = 1 if part.step is None else int(part.step)
+                if any(_is_vector(b) for b in (part.start, part.stop, dim)):
+                    start, length = _slice_indices(part.start, part.stop, by, dim)
+                else:  # uniform: Python's own slice arithmetic
+                    start, stop, by = slice(*(None if b is None else int(b) for b in (
+                        part.start, part.stop, part.step))).indices(int(dim))
+                    length = len(range(start, stop, by))
+                consts[k] = consts[k] + start * np.int64(step)
+                dims.append((k, step * by))
+                shape.append(length)
+            else:
+                part = self._in_view(array, v, part, key)
+                consts[k] = consts[k] + part * np.int64(step)
+        return SimtView(array.base, tuple(consts), tuple(dims), tuple(shape))
+
+    def _in_view(self, view, v, i, key):
+        """Index `i` of view dimension `v` as int64, checked against the view's shape (an
+        out-of-bounds lane is reported, as numba's simulator does, naming the view's shape;
+        downgraded, it reads element 0)."""
+        dim = view.shape[v]
+        act, _, _ = self._lanes()
+        if _is_vector(dim):  # a length per lane (`a[gid:]`): each active lane's own
+            dim = dim if act is None else dim[act]
+        else:
+            dim = int(dim)
+        if act is not None and act.shape[0] == 0:  # no lane runs this: nothing to check
+            return i.astype(np.int64) if isinstance(i, np.ndarray) else np.int64(i)
+        if not (isinstance(i, np.ndarray) and i.ndim) and not _is_vector(dim):
+            i = int(i)
+            if not 0 <= i < dim:
+                self._view_oob(view, key, None)
+                return np.int64(0)
+            return np.int64(i)
+        if not (isinstance(i, np.ndarray) and i.ndim):
+            i = np.full(self.n, int(i), np.int64)
+        i = i.astype(np.int64, copy=False)
+        sub = i if act is None else i[act]
+        bad = (sub < 0) | (sub >= dim)
+        if bad.any():
+            lane = int(np.argmax(bad))
+            self._view_oob(view, key, lane)
+            i = np.where((i < 0) | (i >= view.shape[v]), 0, i)
+        return i
+
+    def _view_oob(self, view, key, lane):
+        """Report `key` out of bounds of `view` for the active lane at position `lane` among
+        the active lanes (None: a uniform index, the first active lane)."""
+        act, block, thread = self._lanes()
+        pos = 0 if lane is None else lane
+        full = pos if act is None else int(act[pos])  # its position in the batch's vectors
+        index = tuple(p if isinstance(p, slice) else
+                      int(p[full]) if isinstance(p, np.ndarray) and p.ndim else int(p)
+                      for p in key)
+        shown = SimpleNamespace(name=view.name, shape=tuple(
+            int(d[full]) if _is_vector(d) else int(d) for d in view.shape))
+        self.inst._oob(shown, view.space, index, int(block[pos]), int(thread[pos]), self.line,
+                       self.filename)
+
+    def _base_index(self, view: SimtView, idx):
+        if len(idx) != view.ndim:
+            raise SimtUnsupported("indexing a view with the wrong number of indices", self.line)
+        consts = list(view.consts)
+        for v, (k, step) in enumerate(view.dims):
+            consts[k] = consts[k] + self._in_view(view, v, idx[v], idx) * np.int64(step)
+        return tuple(consts)
+
+    def array_attr(self, value, name):
+        """`.shape` (etc.) of an expression: an array's, else not modelled."""
+        if not hasattr(value, "numba_type"):
+            raise SimtUnsupported(f"attribute .{name} of an element", self.line)
+        return getattr(value, name)
+
+    def subscript(self, array, key):
+        """`array[key]` decided at run time: an element when every part is an integer and
+        there is one per dimension, else a view."""
+        if len(key) == array.ndim and not any(isinstance(p, slice) for p in key):
+            return self.load(array, key)
+        return self.view(array, key)
+
     def load(self, array: SimtArray, idx):
+        if type(array) is SimtView:
+            return self.load(array.base, self._base_index(array, idx))
         act, block, thread = self._lanes()
         if act is not None and act.shape[0] == 0:
             return np.zeros(self.n, array.dtype)
@@ -130,6 +294,10 @@ class ArrayOps:
         return out
 
     def store(self, array: SimtArray, idx, value):
+        if type(array) is SimtView:
+            if len(idx) != array.ndim or any(isinstance(p, slice) for p in idx):
+                raise SimtUnsupported("assignment to a slice of an array", self.line)
+            return self.store(array.base, self._base_index(array, idx), value)
         if array.space == "const":
             raise SimtUnsupported("store to a constant array", self.line)
         act, block, thread = self._lanes()
@@ -209,7 +377,7 @@ class ArrayOps:
             return found
         shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
         handle = _LocalHandle(name or self._array_name("local"), shape, dtype)
-        flat = np.zeros(handle.size * self.n, dtype)
+        flat = np.zeros(handle.size * self.n_blocks * self.tpb, dtype)  # every lane's copy
         array = SimtArray("local", handle, flat, shape, dtype)
         self._arrays[key] = array
         return array

@@ -78,6 +78,9 @@ class AtomicOps:
         if len(args) != (3 if op == "cas" else 2):
             raise SimtUnsupported(f"atomic.{op} with {len(args) + 1} arguments", self.line)
         index, *operands = args
+        if getattr(array, "consts", None) is not None:  # a view: the element of its base
+            array, index = array.base, self._base_index(
+                array, index if isinstance(index, tuple) else (index,))
         if not hasattr(array, "numba_type") or array.space not in ("global", "shared"):
             raise SimtUnsupported(f"atomic.{op} on a non-global, non-shared array", self.line)
         idx = index if isinstance(index, tuple) else (index,)

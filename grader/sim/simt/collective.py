@@ -131,7 +131,7 @@ class CollectiveOps:
         wpb = self.config.warps_per_block
         for w in warps.tolist():
             self.inst.syncwarp(w // wpb, w % wpb)
-        self.inst.warp_op("syncwarp", int(block.shape[0]), self.line)
+        self.inst.warp_op("syncwarp", int(block.shape[0]), self.line, warps=len(warps))
 
     # --- warp geometry -------------------------------------------------------------------------
 
@@ -161,8 +161,7 @@ class CollectiveOps:
         per_warp = np.bitwise_or.reduceat(bits.astype(np.uint32), self.warp_starts)
         return per_warp[self.warp_of]
 
-    def activemask(self):
-        self.inst.warp_op("activemask", int(self._active().sum()), self.line)
+    def activemask(self):  # reads the mask, exchanges nothing: no warp op (as per-thread)
         return self._warp_bits(True)
 
     def ballot_sync(self, mask, pred):
@@ -206,13 +205,22 @@ class CollectiveOps:
         same = matches == here
         return np.where(same, here, np.uint32(0)).astype(np.int32), same
 
+    def _count_op(self, name):
+        """One op per warp with a lane executing it (partial warps of divergent code each
+        count, as on the per-thread executor)."""
+        active = self._active()
+        warps = int(np.logical_or.reduceat(active, self.warp_starts).sum()) if self.n else 0
+        self.inst.warp_op(name, int(active.sum()), self.line, warps=warps)
+
     def _warp_op(self, name, mask):
-        if isinstance(mask, np.ndarray):
-            mask = np.bitwise_or.reduce(mask[self._active()]) if mask.ndim else mask
-        self.inst.warp_op(name, int(self._active().sum()), self.line)
+        self._count_op(name)
         # the live lanes named in `mask` must all be here (the caller among them); a live lane
-        # that is elsewhere (another branch, another loop iteration) would deadlock the warp
-        mask = np.uint32(int(mask) & 0xFFFFFFFF)
+        # that is elsewhere (another branch, another loop iteration) would deadlock the warp.
+        # A mask per lane (`activemask()` in divergent code) is each lane's own: its warp's
+        if isinstance(mask, np.ndarray) and mask.ndim:
+            mask = (mask.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
+        else:
+            mask = np.uint32(int(mask) & 0xFFFFFFFF)
         active = self._active()
         here = self._warp_bits(True)
         live = here if self.live is None and self.levels[-1] is None else self._live_bits()
@@ -220,13 +228,14 @@ class CollectiveOps:
         bad = active & (((mask & live & ~here) != 0) | ((own & mask) == 0))
         if bad.any():
             lane = int(np.argmax(bad))
-            if int(own[lane]) & int(mask) == 0:
+            lane_mask = int(mask[lane]) if mask.ndim else int(mask)
+            if int(own[lane]) & lane_mask == 0:
                 what = f"its own lane {int(self.lane_in_warp[lane])} is not in the mask"
             else:
-                absent = int(mask) & int(live[lane]) & ~int(here[lane])
+                absent = lane_mask & int(live[lane]) & ~int(here[lane])
                 what = (f"lane {(absent & -absent).bit_length() - 1} named in the mask is live "
                         "but not executing this op (diverged)")
-            self._report(WarpOpError, f"{name} with mask {int(mask):#010x}: {what}",
+            self._report(WarpOpError, f"{name} with mask {lane_mask:#010x}: {what}",
                          lane // self.tpb, int(self.thread[lane]))
 
     # --- shuffles ------------------------------------------------------------------------------

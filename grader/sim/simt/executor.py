@@ -11,11 +11,13 @@ import os
 
 import numpy as np
 
+from ..ast_tools import parse_function
 from ..geometry import WARP
 from . import typing as simt_typing
 from .arrays import ArrayOps, global_array
 from .atomics import AtomicOps
 from .collective import CollectiveOps
+from .compaction import Compaction
 from .mask import Frame, MaskStack
 from .ops import Ops
 from .transform import Transformer
@@ -62,11 +64,36 @@ def _argument(value):
     return value
 
 
+def _located(exc: SimtUnsupported, filename: str) -> SimtUnsupported:
+    """`exc` naming `filename` too, when it names a line only (raised while running)."""
+    if type(exc) is SimtUnsupported and exc.filename is None and exc.line is not None:
+        return SimtUnsupported(exc.feature, exc.line, filename)
+    return exc
+
+
+def _def_line(py_func) -> int:
+    """The line of `def` (co_firstlineno is the first decorator's)."""
+    try:
+        tree, _ = parse_function(py_func)
+        return tree.body[0].lineno
+    except Exception:  # no source, or not a plain definition
+        return py_func.__code__.co_firstlineno
+
+
 def prepare(kernel, args) -> tuple:
     """Transform (or fetch) the kernel for these arguments; raises SimtUnsupported. Lets the
     launcher decide on a fallback before any memory is touched."""
     py_func = _py_func(kernel)
-    sim_args = tuple(_argument(a) for a in args)
+    sim_args = []
+    for k, a in enumerate(args):
+        try:
+            sim_args.append(_argument(a))
+        except SimtUnsupported as exc:  # name the parameter and the kernel's definition
+            code = py_func.__code__
+            name = code.co_varnames[k] if k < code.co_argcount else str(k)
+            raise SimtUnsupported(f"{exc.feature} (parameter {name!r})", _def_line(py_func),
+                                  code.co_filename) from None
+    sim_args = tuple(sim_args)
     argtypes = tuple(simt_typing.type_of(a) for a in sim_args)
     fn, _ = compile_function(py_func, argtypes, "kernel")
     return fn, sim_args
@@ -137,7 +164,10 @@ def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
             ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename,
                       limits)
             ctx.saved = saved
-            fn(ctx, *sim_args)
+            try:
+                fn(ctx, *sim_args)
+            except SimtUnsupported as exc:
+                raise _located(exc, filename) from exc.__cause__
             ctx.finish_barriers()
 
 
@@ -173,7 +203,7 @@ def _geometry(tpb: int, wpb: int, n_blocks: int) -> _Geometry:
     return geo
 
 
-class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
+class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
     """One batch of blocks: what generated code calls as `__c`."""
 
     def __init__(self, config, instrument, first_block: int, n_blocks: int, filename: str,
@@ -204,6 +234,7 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._skipped: list = []  # lanes that skipped a barrier: (lanes, lanes there, line, file)
         self.saved = None
         self.init_masks()
+        self.init_compaction()
 
     # --- special registers ----------------------------------------------------------------------
 
@@ -235,6 +266,10 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
             self._dims[key] = value
         return value
 
+    def dim3(self, name: str):
+        """`cuda.blockIdx` (etc.) as a value: its (x, y, z)."""
+        return tuple(self.dim(name, axis) for axis in "xyz")
+
     def grid(self, ndim):
         # numba: blockIdx * blockDim + threadIdx, int32 operands computed in int64
         out = tuple(self.binop("Add", self.binop("Mult", self.dim("blockIdx", a),
@@ -249,11 +284,25 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
 
     # --- device functions -----------------------------------------------------------------------
 
-    def call(self, dispatcher, *args):
+    def call_value(self, fn, need_old, *args):
+        """A call of a local holding a function or a type (a device function's parameter)."""
+        intrinsic = getattr(fn, "intrinsic", None)
+        if intrinsic is not None and intrinsic.kind == "atomic":
+            return self.atomic(intrinsic.name, need_old, *args)
+        if isinstance(fn, np.dtype) and len(args) == 1:  # `dtype(x)`: a cast
+            return self.cast(args[0], fn)
+        if hasattr(fn, "py_func"):
+            return self.call(fn, *args)
+        raise SimtUnsupported("call of a function passed as a value", self.line)
+
+    def call(self, dispatcher, *args, argtypes=None):
+        """A device function; `argtypes`: numba's types of the arguments where some are
+        functions or types (from the caller's typing), else typed from the values."""
         if dispatcher in self._calls:
             raise SimtUnsupported(f"recursion in device function {dispatcher.py_func.__name__!r}",
                                   self.line)
-        argtypes = tuple(simt_typing.type_of(a) for a in args)
+        if argtypes is None:
+            argtypes = tuple(simt_typing.type_of(a) for a in args)
         fn, result_dtype = compile_function(dispatcher.py_func, argtypes, "device")
         frame = Frame(base=len(self.levels), result_dtype=result_dtype)
         self.levels.append(self.levels[-1])
@@ -262,9 +311,14 @@ class Ctx(MaskStack, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._calls.append(dispatcher)
         line, filename = self.line, self.filename
         self.filename = fn.__code__.co_filename
+        compacted = len(self._compactions)
         try:
             fn(self, *args)
+        except SimtUnsupported as exc:  # raised in the device function's file
+            raise _located(exc, self.filename) from exc.__cause__
         finally:
+            if len(self._compactions) > compacted:  # returned from inside a compacted loop
+                self.unwind_compactions(compacted)
             self.line, self.filename = line, filename
             self._calls.pop()
             self.frames.pop()

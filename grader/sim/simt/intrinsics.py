@@ -8,6 +8,7 @@ so `from numba import cuda`, `import numba.cuda as cu` and `from math import sqr
 from __future__ import annotations
 
 import builtins
+import cmath
 import importlib
 import math
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ CTX_FUNCTIONS = (
 )
 ATOMICS = ("add", "sub", "max", "min", "nanmax", "nanmin", "inc", "dec", "exch", "cas",
            "compare_and_swap", "and_", "or_", "xor")
+# what reads or orders lanes by their position in the batch: never under lane compaction
+LANE_POSITIONED = frozenset(CTX_FUNCTIONS) - {
+    "grid", "gridsize", "threadfence", "threadfence_block", "threadfence_system", "popc", "clz",
+    "ffs", "brev", "fma", "cbrt", "selp"}
 BARRIERS = ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or")
 
 
@@ -54,7 +59,10 @@ MATH = {
 }
 NUMPY_UFUNCS = ("sqrt", "exp", "log", "sin", "cos", "tan", "tanh", "floor", "ceil", "fabs",
                 "absolute", "abs", "minimum", "maximum", "power", "arctan2", "isnan", "isinf")
-BUILTINS = ("min", "max", "abs", "len", "range", "round")
+BUILTINS = ("min", "max", "abs", "len", "range", "round", "complex")
+CMATH = {"exp": np.exp, "log": np.log, "log10": np.log10, "sqrt": np.sqrt, "sin": np.sin,
+         "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+         "phase": np.angle, "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}
 
 _table: dict | None = None
 
@@ -83,6 +91,8 @@ def _build() -> dict:
     for name, fn in MATH.items():
         if hasattr(math, name):
             add(getattr(math, name), Intrinsic("math", name, (getattr(math, name), fn)))
+    for name, fn in CMATH.items():  # typed by numba's signatures (complex in, complex out)
+        add(getattr(cmath, name), Intrinsic("math", name, (getattr(cmath, name), fn)))
     for name in NUMPY_UFUNCS:
         fn = getattr(np, name)
         add(fn, Intrinsic("math", name, (fn, fn)))

@@ -151,6 +151,7 @@ class MaskStack:
         start, stop, step = (0, args[0], 1) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else 1)
         i = np.broadcast_to(np.asarray(start, np.int64), (self.n,))
+        seen = len(self._compactions)
         while True:
             self.loop_head()
             going_up = i < stop
@@ -159,6 +160,10 @@ class MaskStack:
             if not self.loop_test(going_up):
                 return
             yield i
+            for entry in self._compactions[seen:]:  # the body compacted this loop's lanes
+                i, stop, step = (v[entry.idx] if isinstance(v, np.ndarray) and v.ndim else v
+                                 for v in (i, stop, step))
+            seen = len(self._compactions)
             i = i + step
 
     # --- exits -------------------------------------------------------------------------------
@@ -202,6 +207,13 @@ class MaskStack:
         if isinstance(new, tuple):
             return tuple(self.merge(o, v, mask) for o, v in zip(old, new))
         if hasattr(new, "numba_type"):  # an array: the same one in every lane, or unsupported
+            if getattr(new, "consts", None) is not None and getattr(old, "consts", None) \
+                    is not None and new.base is old.base and new.dims == old.dims:
+                # views of one array (`row = a[i]`): offsets and lengths per lane
+                return new.like(*(tuple(v if v is o else np.where(mask, v, o)
+                                        for v, o in zip(vn, vo))
+                                  for vn, vo in ((new.consts, old.consts),
+                                                 (new.shape, old.shape))))
             if new is not old:
                 raise SimtUnsupported("choosing an array per lane (array assigned in a divergent "
                                       "branch)", self.line)

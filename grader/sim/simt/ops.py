@@ -176,6 +176,35 @@ class Ops:
             raise SimtUnsupported("round() of an integer with ndigits", self.line)
         return round_ndigits(a, ndigits)
 
+    def builtin_complex(self, real=0.0, imag=0.0):
+        dtypes = (_dtype(real), _dtype(imag))
+        sig = simt_typing.signature(complex, dtypes)
+        if sig is None:
+            raise SimtUnsupported("complex() of these types", self.line)
+        (tr, ti), result = sig
+        out = np.asarray(cast(real, tr)).astype(result)
+        out.imag = np.asarray(cast(imag, ti))
+        return out if out.ndim else out[()]
+
+    def part(self, value, name):
+        """`z.real` / `z.imag` (of any number, as numba allows)."""
+        if hasattr(value, "numba_type"):
+            raise SimtUnsupported(f"attribute .{name} of an array", self.line)
+        out = np.real(value) if name == "real" else np.imag(value)
+        return out if isinstance(out, np.ndarray) and out.ndim else _dtype(out).type(out)
+
+    def conjugate(self, value):
+        return np.conjugate(value)
+
+    def print_(self, *args):
+        """`print(...)` in a kernel: one line per active lane, in lane order (blocks, then
+        threads), each value as that lane holds it."""
+        act, _, _ = self._lanes()
+        lanes = range(self.n) if act is None else act.tolist()
+        vector = [isinstance(a, np.ndarray) and a.ndim == 1 for a in args]
+        for lane in lanes:
+            print(*(a[lane] if v else a for a, v in zip(args, vector)))
+
     def builtin_len(self, a):
         shape = getattr(a, "shape", None)
         if shape is None:

@@ -33,7 +33,7 @@ from ..ast_tools import name_node as _name
 from ..kernel_graph import is_cuda_dispatcher
 from . import intrinsics
 from .intrinsics import Intrinsic
-from .typing import BINOPS, FunctionTypes, as_dtype
+from .typing import BINOPS, FunctionTypes, as_dtype, is_function_value
 from .unsupported import SimtUnsupported
 
 C = "__c"  # the context parameter of generated functions
@@ -88,11 +88,15 @@ class Transformer:
     def build(self):
         try:
             tree, first = parse_function(self.py_func)
-        except (OSError, TypeError) as err:
-            raise SimtUnsupported(f"no source for {self.py_func.__name__!r}") from err
-        fdef = tree.body[0]
-        if not isinstance(fdef, ast.FunctionDef):
-            raise SimtUnsupported("kernel source is not a plain function definition", first)
+        except (OSError, TypeError) as err:  # built by exec, or in an interactive session
+            code = self.py_func.__code__
+            raise SimtUnsupported(f"no source for {self.py_func.__name__!r}",
+                                  code.co_firstlineno, code.co_filename) from err
+        fdef = tree.body[0] if isinstance(tree.body[0], ast.FunctionDef) else \
+            _lambda_definition(tree, self.py_func)
+        if fdef is None:
+            raise SimtUnsupported("kernel source is not a plain function definition or a "
+                                  "lambda", first, self.filename)
         args = fdef.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
             raise SimtUnsupported("*args, **kwargs or keyword-only parameters", fdef.lineno)
@@ -181,6 +185,7 @@ class Transformer:
             hit = self.resolve(node.value.func)
             if isinstance(hit, Intrinsic) and hit.kind == "atomic":
                 return [ast.Expr(self.atomic(hit, node.value, need_old=False))]
+            return [ast.Expr(self.expr_Call(node.value, need_old=False))]
         return [ast.Expr(self.expr(node.value))]
 
     def _assign(self, node):
@@ -208,7 +213,9 @@ class Transformer:
                          self.expr(node.value))
             return self.store_to(target, value, node)
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
+            array, index, kind = self.subscript(target)
+            if kind == "view":
+                self.fail("assignment to a slice of an array", node)
             tmp = f"__t{next(self._counter)}"
             load = _ctx("load", array, _name(tmp))
             store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)))
@@ -231,7 +238,9 @@ class Transformer:
             return [ast.Assign([_name(target.id, True)],
                                _ctx("assign", _name(target.id), value, dt))]
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
+            array, index, kind = self.subscript(target)
+            if kind == "view":
+                self.fail("assignment to a slice of an array", node)
             return [ast.Expr(_ctx("store", array, index, value))]
         if isinstance(target, (ast.Tuple, ast.List)):
             tmp = f"__t{next(self._counter)}"
@@ -260,9 +269,29 @@ class Transformer:
         # lanes that took `continue` rejoin before the test, which runs under the loop's mask
         body = [_set_line(node.lineno), ast.Expr(_ctx("loop_head")),
                 ast.If(ast.UnaryOp(ast.Not(), test), [ast.Break()], [])]
-        body += self.block(node.body)
+        carried = sorted(self.locals | set(self.params)) if self.may_compact(node.body) else []
+        body += self.compaction(carried) + self.block(node.body)
         return [ast.Expr(_ctx("loop_push")), ast.While(ast.Constant(True), body, []),
-                ast.Expr(_ctx("loop_pop"))]
+                *self.expansion(carried), ast.Expr(_ctx("loop_pop"))]
+
+    def may_compact(self, stmts) -> bool:
+        """No statement depends on lane positions in the batch (warp collectives, barriers),
+        here or in a device function called (compaction.py)."""
+        try:
+            for n in ast.walk(ast.Module(stmts, [])):
+                if isinstance(n, ast.Call):
+                    hit = self.resolve(n.func)
+                    if hit is None and isinstance(n.func, ast.Name):
+                        return False  # a function passed as a value: it could be anything
+                    if isinstance(hit, Intrinsic) and hit.kind == "ctx" and \
+                            hit.name in intrinsics.LANE_POSITIONED:
+                        return False
+                    if isinstance(hit, _Object) and is_cuda_dispatcher(hit.obj) and \
+                            not _device_may_compact(hit.obj.py_func):
+                        return False
+        except SimtUnsupported:
+            return False
+        return True
 
     def stmt_For(self, node):
         if node.orelse:
@@ -277,9 +306,32 @@ class Transformer:
             self.fail("for-loop target that is not a plain name", node)
         self.reject_spin_wait(node)
         var = f"__v{next(self._counter)}"
-        body = self.store_to(node.target, _name(var), node) + self.block(node.body)
+        carried = sorted(self.locals | set(self.params)) + [var] \
+            if self.may_compact(node.body) else []
+        body = self.compaction(carried) + self.store_to(node.target, _name(var), node) + \
+            self.block(node.body)
         loop = ast.For(_name(var, True), _ctx("range", *[self.expr(a) for a in it.args]), body, [])
-        return [ast.Expr(_ctx("loop_push")), loop, ast.Expr(_ctx("loop_pop"))]
+        return [ast.Expr(_ctx("loop_push")), loop, *self.expansion(carried),
+                ast.Expr(_ctx("loop_pop"))]
+
+    @staticmethod
+    def compaction(carried) -> list[ast.stmt]:
+        """At the top of a loop body: few lanes left, run the loop on them only (compaction.py);
+        `carried`: the names gathered with them."""
+        if not carried:
+            return []
+        names = ast.Tuple([_name(n) for n in carried], ast.Load())
+        return [ast.If(_ctx("compact_due"), [ast.Assign(
+            [ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+            _ctx("compact", names))], [])]
+
+    @staticmethod
+    def expansion(carried) -> list[ast.stmt]:
+        """After the loop: its compactions undone, the names scattered back."""
+        if not carried:
+            return []
+        return [ast.Assign([ast.Tuple([_name(n, True) for n in carried], ast.Store())],
+                           _ctx("expand", ast.Tuple([_name(n) for n in carried], ast.Load())))]
 
     def reject_spin_wait(self, node):
         # a lock (`while cas(...) != 0`) needs one lane to progress while others wait: lockstep
@@ -348,8 +400,14 @@ class Transformer:
                 return _ctx(hit.name)
             if hit.kind == "cast":
                 return self.const(hit.payload)
+            if hit.kind == "dim":  # `b = cuda.blockIdx`: its (x, y, z), read as `b.x`
+                return _ctx("dim3", ast.Constant(hit.name))
+            if hit.kind == "atomic":  # passed to a device function (`apply(cuda.atomic.add)`)
+                return self.const_object(FunctionValue(hit))
             self.fail(f"{hit.name} used as a value", node)
         obj = hit.obj
+        if is_cuda_dispatcher(obj):  # a device function passed as a value
+            return self.const_object(obj)
         if isinstance(obj, (bool, int, float, np.number, np.bool_)):
             return self.const(obj)
         if isinstance(obj, np.ndarray):  # numba freezes global arrays into constant memory
@@ -373,12 +431,18 @@ class Transformer:
         hit = self.resolve(node)
         if hit is not None:
             return self.global_value(hit, node)
-        if isinstance(node.value, ast.Name) and node.attr in ("shape", "size", "ndim"):
+        if isinstance(node.value, ast.Name) and (node.attr in ("shape", "size", "ndim") or
+                                                 node.attr == "dtype" and self.is_array(node.value.id)):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
+        if isinstance(node.value, ast.Subscript) and node.attr in ("shape", "size", "ndim", "dtype"):
+            return _ctx("array_attr", self.expr(node.value), ast.Constant(node.attr))  # a[1:].size
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
-            fields = getattr(self.types.by_name.get(node.value.id), "fields", None)
+            ty = self.types.by_name.get(node.value.id)
+            fields = ("x", "y", "z") if type(ty).__name__ == "Dim3" else getattr(ty, "fields", None)
             if isinstance(fields, tuple) and node.attr in fields:
                 return _ctx("item", self.expr(node.value), self.const(fields.index(node.attr)))
+        if node.attr in ("real", "imag"):  # of a number (complex or not)
+            return _ctx("part", self.expr(node.value), ast.Constant(node.attr))
         self.fail(f"attribute .{node.attr} of a local value", node)
 
     def expr_Tuple(self, node):
@@ -422,34 +486,42 @@ class Transformer:
         return _ctx("select", self.expr(node.test), _lambda(self.expr(node.body)),
                     _lambda(self.expr(node.orelse)))
 
-    def subscript(self, node) -> tuple[ast.expr, ast.expr]:
-        """(array expression, index tuple expression) of `a[i, j]` or `a[i][j]`."""
-        indices = []
-        base = node
-        while isinstance(base, ast.Subscript):
-            parts = index_parts(base)
-            if any(isinstance(p, ast.Slice) for p in parts):
-                self.fail("array slice", node)
-            indices[:0] = parts
+    def subscript(self, node) -> tuple[ast.expr, ast.expr, str]:
+        """(array expression, index tuple expression, kind) of `a[i, j]`, `a[i][j]`, `a[i, :]`,
+        `a[1:][j]`: kind "element" (an integer per dimension), "view" (a slice, or fewer
+        indices than dimensions) or "either" (indexing a view expression: known at run time).
+        Integer subscripts chain into one index (`a[i][j]` is `a[i, j]`)."""
+        indices, base = list(index_parts(node)), node.value
+        while isinstance(base, ast.Subscript) and not any(
+                isinstance(p, ast.Slice) for p in index_parts(base)):
+            indices[:0] = index_parts(base)
             base = base.value
+        sliced = any(isinstance(p, ast.Slice) for p in indices)
+        index = ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+        if isinstance(base, ast.Subscript):  # a view, indexed further
+            return self.expr(base), index, "either"
         if isinstance(base, ast.Name) and (base.id in self.params or base.id in self.locals):
             if not self.is_array(base.id):
                 self.fail(f"indexing {base.id!r}, which is not an array", node)
             ndim = getattr(self.types.by_name.get(base.id), "ndim", None)
-            if ndim is not None and len(indices) < ndim and not any(
-                    isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices):
-                self.fail("partial indexing (a view of an array)", node)
             array = _name(base.id)
         else:
             hit = self.resolve(base)
             if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
                 self.fail("indexing this expression", node)
             array = self.global_value(hit, base)
-        return array, ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+            ndim = hit.obj.ndim
+        partial = ndim is not None and len(indices) < ndim and not any(
+            isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices)
+        return array, index, "view" if sliced or partial else "element"
 
     def index_part(self, node) -> ast.expr:
         """One part of an index; a tuple-valued local (`g = cuda.grid(2); a[g]`) is unpacked
-        into one index per dimension."""
+        into one index per dimension; a slice is a `slice` object."""
+        if isinstance(node, ast.Slice):
+            bounds = [ast.Constant(None) if b is None else self.expr(b)
+                      for b in (node.lower, node.upper, node.step)]
+            return ast.Call(_name("slice"), bounds, [])
         if isinstance(node, ast.Name) and self.is_tuple(node.id):
             return ast.Starred(self.expr(node), ast.Load())
         return self.expr(node)
@@ -468,15 +540,24 @@ class Transformer:
             if isinstance(node.slice, ast.Slice):
                 self.fail("tuple slice", node)
             return _ctx("item", self.expr(value), self.expr(node.slice))
-        array, index = self.subscript(node)
-        return _ctx("load", array, index)
+        array, index, kind = self.subscript(node)
+        return _ctx({"element": "load", "view": "view", "either": "subscript"}[kind], array,
+                    index)
 
-    def expr_Call(self, node):
+    def expr_Call(self, node, need_old: bool = True):
         hit = self.resolve(node.func)
         if hit is None:
+            if isinstance(node.func, ast.Attribute) and not node.args and not node.keywords \
+                    and node.func.attr in _METHODS:  # z.conjugate(), i.bit_count()
+                return _ctx(_METHODS[node.func.attr], self.expr(node.func.value))
+            if isinstance(node.func, ast.Name) and not node.keywords and \
+                    is_function_value(self.types.by_name.get(node.func.id)):
+                # a parameter holding a function or a type (`op(ary, i, v)`)
+                return _ctx("call_value", _name(node.func.id), ast.Constant(need_old),
+                            *[self.expr(a) for a in node.args])
             self.fail("call of a local value or method", node)
         if isinstance(hit, _Object) and hit.obj is print:
-            self.fail("print", node)
+            return self.print_call(node)
         if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
             self.fail("*args or **kwargs in a call", node)
         args = [self.expr(a) for a in node.args]
@@ -486,7 +567,13 @@ class Transformer:
             if is_cuda_dispatcher(obj):
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
-                return _ctx("call", self.const_object(obj), *args)
+                passed = [sig for sig in self.types.calls.get(node.lineno, ())
+                          if len(sig) == len(args)]
+                if passed:  # functions or types among the arguments: numba's types of them
+                    if len(passed) > 1:
+                        self.fail("two calls passing functions as values on one line", node)
+                    keywords = [ast.keyword("argtypes", self.const_object(passed[0]))]
+                return _ctx("call", self.const_object(obj), *args, keywords=keywords)
             self.fail(f"call to {ast.unparse(node.func)}", node)
         if hit.kind == "ctx":
             if hit.name in ("shared_array", "local_array"):
@@ -511,6 +598,14 @@ class Transformer:
             return _ctx("builtin_" + hit.name, *args)
         self.fail(f"call to {ast.unparse(node.func)}", node)
 
+    def print_call(self, node) -> ast.expr:
+        """`print(...)`: one line per active lane, in lane order (strings as they are)."""
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            self.fail("print with keyword or starred arguments", node)
+        args = [ast.Constant(a.value) if isinstance(a, ast.Constant) and
+                isinstance(a.value, str) else self.expr(a) for a in node.args]
+        return _ctx("print_", *args)
+
     def atomic(self, hit, node, need_old: bool) -> ast.expr:
         if node.keywords:
             self.fail(f"keyword arguments to atomic.{hit.name}", node)
@@ -521,6 +616,58 @@ class Transformer:
         key = f"__o{next(self._counter)}"
         self.generated_globals[key] = obj
         return _name(key)
+
+
+def _lambda_definition(tree, py_func):
+    """`def <name>(args): return <body>` for a function that is a lambda (`cuda.reduce(lambda
+    a, b: a + b)`, `cuda.jit(device=True)(lambda x: ...)`): the one lambda of its source lines
+    with its parameters; None when there is no such lambda or more than one."""
+    if py_func.__name__ != "<lambda>":
+        return None
+    code = py_func.__code__
+    params = list(code.co_varnames[:code.co_argcount])
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and
+             [a.arg for a in n.args.args] == params and n.lineno == code.co_firstlineno]
+    if len(found) != 1:
+        return None
+    node = found[0]
+    ret = ast.copy_location(ast.Return(node.body), node.body)
+    fdef = ast.FunctionDef("__lambda", node.args, [ret], [], None, type_params=[])
+    return ast.copy_location(fdef, node)
+
+
+# methods of numbers numba-cuda compiles, and the Ctx call doing each (bit_count: cuda.popc)
+_METHODS = {"conjugate": "conjugate", "bit_count": "popc"}
+_compactable: dict = {}
+
+
+def _device_may_compact(py_func) -> bool:
+    """A device function (and those it calls) uses no lane-positioned operation; False when
+    that cannot be told."""
+    found = _compactable.get(py_func)
+    if found is None:
+        _compactable[py_func] = False  # recursion: not compactable
+        try:
+            t = Transformer(py_func, FunctionTypes(), "device")
+            tree, _ = parse_function(py_func)
+            t.locals = stored_names(tree.body[0]) - {a.arg for a in tree.body[0].args.args}
+            t.params = [a.arg for a in tree.body[0].args.args]
+            found = t.may_compact(tree.body[0].body)
+        except Exception:  # no source, an unusual definition
+            found = False
+        if len(_compactable) > 512:
+            _compactable.clear()
+        _compactable[py_func] = found
+    return found
+
+
+class FunctionValue:
+    """An intrinsic passed as a value (`cuda.atomic.add` as a device function's argument)."""
+
+    __slots__ = ("intrinsic",)
+
+    def __init__(self, intrinsic: Intrinsic):
+        self.intrinsic = intrinsic
 
 
 class _Object:

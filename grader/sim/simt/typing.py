@@ -82,6 +82,9 @@ class FunctionTypes:
     by_line: dict = field(default_factory=dict)  # (name, line) -> numba type of that assignment
     by_name: dict = field(default_factory=dict)  # name -> all its SSA versions unified
     return_type: object = None
+    # line -> argument types of the calls there that pass a function or a type as a value
+    # (`apply(cuda.atomic.add, ary, uint32)`): what the callee is typed with
+    calls: dict = field(default_factory=dict)
 
     def local(self, name: str, line: int):
         return self.by_line.get((name, line), self.by_name.get(name))
@@ -186,8 +189,19 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
             known = result.by_name.get(name)
             result.by_name[name] = ty if known is None else (
                 typing_context.unify_types(known, ty) or known)
+    for expr, sig in (getattr(state, "calltypes", None) or {}).items():
+        if isinstance(expr, ir.Expr) and expr.op == "call" and sig is not None and any(
+                is_function_value(t) for t in sig.args):
+            result.calls.setdefault(expr.loc.line, []).append(tuple(sig.args))
     _inferred[key] = result
     return result
+
+
+def is_function_value(nbtype) -> bool:
+    """A numba type of a function or a type passed as a value (an atomic, a device function,
+    `uint32`)."""
+    types = _numba()[0]
+    return isinstance(nbtype, (types.Function, types.Dispatcher, types.NumberClass))
 
 
 # --- single operations ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import datetime
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -284,6 +285,25 @@ def write(runs: dict, times: dict) -> None:
     DOC.write_text(text.rstrip() + "\n")
 
 
+def print_launches(paths) -> None:
+    """The launch tallies sim_plugin wrote (GRADER_CONFORMANCE_LAUNCHES), added up."""
+    simt = thread = 0
+    reasons: collections.Counter = collections.Counter()
+    example = {}
+    for path in paths:
+        t = json.loads(Path(path).read_text())
+        simt, thread = simt + t["simt"], thread + t["thread"]
+        for reason, count in t["reasons"].items():  # by construct, one place named
+            key = re.sub(r" at (\S+:)?(line )?\d+$", "", reason)
+            reasons[key] += count
+            example.setdefault(key, reason)
+    total = simt + thread
+    print(f"   launches: {total}, lockstep {simt} ({100 * simt / max(1, total):.1f}%), "
+          f"per-thread {thread}", file=sys.stderr)
+    for key, count in reasons.most_common():
+        print(f"   {count:6d}  {key}  (e.g. {example[key]})", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="also the slow modules and tests")
@@ -295,6 +315,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--save", help="also write the raw outcomes of every run to this JSON file")
     ap.add_argument("--load", help="take the runs from a --save file instead of running")
+    ap.add_argument("--launches", action="store_true",
+                    help="print how many launches ran lockstep, and the fallback reasons")
     ap.add_argument("--write", action="store_true",
                     help="rewrite expected.json and docs/CONFORMANCE.md (needs --full)")
     args = ap.parse_args(argv)
@@ -316,7 +338,10 @@ def main(argv=None) -> int:
         for outcomes in runs.values():  # drop what a later deselection leaves out
             for nodeid in deselect:
                 outcomes.pop(nodeid, None)
+    tally_dir = tempfile.TemporaryDirectory() if args.launches else None
     for key, executor, stock in todo:
+        if tally_dir is not None:  # read by sim_plugin in each pytest process (run's env)
+            os.environ["GRADER_CONFORMANCE_LAUNCHES"] = os.path.join(tally_dir.name, key)
         mods = modules
         if key == "thread" and "test_laplace" in mods:
             mods = [m for m in mods if m != "test_laplace"]  # hours on the per-thread executor
@@ -327,6 +352,8 @@ def main(argv=None) -> int:
             print(f"   {m:18s} {dict(counts.get(m, {}))}", file=sys.stderr)
         print(f"   total passed: {sum(c.get('passed', 0) for c in counts.values())}",
               file=sys.stderr)
+        if tally_dir is not None and not stock:
+            print_launches(Path(tally_dir.name).glob(f"{key}.*"))
     if args.save:
         Path(args.save).write_text(json.dumps({"runs": runs, "times": times}, indent=1))
     if args.write:

@@ -9,7 +9,9 @@ With GRADER_CONFORMANCE_STOCK=1 it installs nothing (the caller sets NUMBA_ENABL
 measure numba-cuda's stock simulator with the same counting).
 
 Environment: GRADER_SIM_EXECUTOR (auto|simt|thread, default auto), GRADER_SIM_DEVICES (default
-2), GRADER_CONFORMANCE_JSON (write one outcome per test method there, see `_Outcomes`).
+2), GRADER_CONFORMANCE_JSON (write one outcome per test method there, see `_Outcomes`),
+GRADER_CONFORMANCE_LAUNCHES (write the executor of every launch and the fallback reasons,
+tallied, to that path + ".<pid>", see `_Launches`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,33 @@ def pytest_configure(config):
         raise RuntimeError("unset NUMBA_ENABLE_CUDASIM: this plugin runs the tests on grader.sim")
     import grader.sim as sim
 
-    sim.install(devices=int(os.environ.get("GRADER_SIM_DEVICES", "2")),
-                executor=os.environ.get("GRADER_SIM_EXECUTOR", "auto"))
+    simulator = sim.install(devices=int(os.environ.get("GRADER_SIM_DEVICES", "2")),
+                            executor=os.environ.get("GRADER_SIM_EXECUTOR", "auto"))
+    launches = os.environ.get("GRADER_CONFORMANCE_LAUNCHES")
+    if launches:
+        config._grader_launches = _Launches(f"{launches}.{os.getpid()}")
+        simulator.tracer._sinks.append(config._grader_launches)  # a sink keeping no record
+
+
+class _Launches(list):
+    """A launch-record sink that keeps only the tally: {executor: n, "reasons": {reason: n}}."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path, self.tally = path, {"simt": 0, "thread": 0, "reasons": {}}
+
+    def append(self, record):
+        self.tally[record.executor] += 1
+        if record.fallback_reason:
+            reasons = self.tally["reasons"]
+            reasons[record.fallback_reason] = reasons.get(record.fallback_reason, 0) + 1
 
 
 def pytest_unconfigure(config):
+    launches = getattr(config, "_grader_launches", None)
+    if launches is not None:
+        with open(launches.path, "w") as f:
+            json.dump(launches.tally, f)
     if not STOCK:
         import grader.sim as sim
 
