@@ -4,7 +4,9 @@
 closure, whose globals are a *copy* of the original's in which:
 - the `numba.cuda` module is the fake `cuda`, the `numba` module a proxy whose `.cuda` is the fake;
 - objects imported from `numba.cuda` by name (`from numba.cuda import grid`) are the fake's;
-- CUDA dispatchers (device functions, kernels) are their `py_func`, rebound the same way.
+- jitted functions (CUDA device functions and kernels, and `@numba.jit` helpers, which
+  numba-cuda compiles as device functions when a kernel calls them) are their `py_func`,
+  rebound the same way.
 The module itself is never modified, so another host thread or an un-simulated caller sees the
 original names.
 """
@@ -19,7 +21,7 @@ import types
 import numpy as np
 
 from . import ast_tools, device_math, patching
-from .kernel_graph import is_cuda_dispatcher
+from .kernel_graph import is_numba_dispatcher
 from .bounded import BoundedCache
 
 
@@ -110,8 +112,30 @@ class MathShim(types.ModuleType):
 _MATH_SHIM = MathShim()
 
 
-def _replacement(value, fake_cuda, cache, real_attrs):
-    """The simulated stand-in for one global or closure value, or `value` itself."""
+class ModuleView(types.ModuleType):
+    """A module a kernel reaches jitted functions through (`import numba.cuda.random as rnd`,
+    `rnd.xoroshiro128p_uniform_float32(...)`, `helpers.f(...)`): each attribute as the kernel's
+    globals copy would hold it (`_replacement`), taken on first use; the module is untouched."""
+
+    def __init__(self, module, fake_cuda, cache, real_attrs, names):
+        super().__init__(module.__name__)
+        self.__gg_real = (module, fake_cuda, cache, real_attrs, names)
+
+    def __getattr__(self, name):
+        module, fake_cuda, cache, real_attrs, names = self.__gg_real
+        value = _replacement(getattr(module, name), fake_cuda, cache, real_attrs, names)
+        setattr(self, name, value)
+        return value
+
+
+def _reaches_jitted(module, names) -> bool:
+    return any(is_numba_dispatcher(getattr(module, n, None)) for n in names
+               if not n.startswith("__"))
+
+
+def _replacement(value, fake_cuda, cache, real_attrs, names=()):
+    """The simulated stand-in for one global or closure value, or `value` itself (`names`: the
+    names the function's code uses, the attributes a module it names may give it)."""
     if isinstance(value, types.ModuleType):
         if value is patching.cuda_module():
             return fake_cuda
@@ -121,8 +145,10 @@ def _replacement(value, fake_cuda, cache, real_attrs):
             return NumbaProxy(fake_cuda)
         if value is math:
             return _MATH_SHIM
+        if _reaches_jitted(value, names):
+            return ModuleView(value, fake_cuda, cache, real_attrs, names)
         return value
-    if is_cuda_dispatcher(value):
+    if is_numba_dispatcher(value):  # a CPU-jitted helper too: numba-cuda compiles it for the device
         return rebind(value.py_func, fake_cuda, cache, device=True)
     name = real_attrs.get(id(value))
     if name is not None:
@@ -170,11 +196,14 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     if not wrapper:
         fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
     cache[func] = fn  # before recursing: a recursive device function finds itself
-    for name in func.__code__.co_names:
+    names = func.__code__.co_names
+    for name in names:
         if name in new_globals:
-            new_globals[name] = _replacement(new_globals[name], fake_cuda, cache, real_attrs)
+            new_globals[name] = _replacement(new_globals[name], fake_cuda, cache, real_attrs,
+                                             names)
     if closure:
-        cells = tuple(types.CellType(_replacement(c.cell_contents, fake_cuda, cache, real_attrs))
+        cells = tuple(types.CellType(_replacement(c.cell_contents, fake_cuda, cache, real_attrs,
+                                                  names))
                       if _has_contents(c) else c for c in closure)
         if wrapper:
             fn.closure = cells

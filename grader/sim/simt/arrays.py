@@ -109,7 +109,12 @@ class ArrayOps:
             flat = (self.lane if lanes.act is None else lanes.act) * array.handle.size + flat
         return flat
 
-    def load(self, array: SimtArray, idx):
+    def load(self, array: SimtArray, idx, field=None):
+        """The active lanes' elements at `idx`; `field`: of a record array, that field of each
+        (the load of the element)."""
+        if field is not None:
+            values = self.load(array, idx)
+            return np.ascontiguousarray(values[field])
         act, block, thread = self._lanes()
         if act is not None and act.shape[0] == 0:
             return np.zeros(self.n, array.dtype)
@@ -129,7 +134,9 @@ class ArrayOps:
         out[act] = values
         return out
 
-    def store(self, array: SimtArray, idx, value):
+    def store(self, array: SimtArray, idx, value, field=None):
+        """Store `value` at `idx` for the active lanes; `field`: into that field of a record
+        array's elements (the store of the element)."""
         if array.space == "const":
             raise SimtUnsupported("store to a constant array", self.line)
         act, block, thread = self._lanes()
@@ -141,9 +148,12 @@ class ArrayOps:
         if isinstance(value, np.ndarray) and act is not None:
             value = value[act]
         self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
-                         self.filename, lanes, value)
+                         self.filename, lanes, value if field is None else None)
         # duplicate positions: the last lane wins (a race unless they store one value)
-        array.flat[flat] = value
+        if field is None:
+            array.flat[flat] = value
+        else:
+            array.flat[field][flat] = value
 
     def before_write(self, array):
         """Keep a copy of an argument's memory before its first write, so that giving up

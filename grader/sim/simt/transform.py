@@ -30,7 +30,7 @@ import numpy as np
 from ..ast_tools import (COMPARE, SCOPES, arguments, define, index_parts, parse_function,
                          stored_names)
 from ..ast_tools import name_node as _name
-from ..kernel_graph import is_cuda_dispatcher
+from ..kernel_graph import is_numba_dispatcher
 from . import intrinsics
 from .intrinsics import Intrinsic
 from .typing import BINOPS, FunctionTypes, as_dtype
@@ -202,16 +202,17 @@ class Transformer:
         if op is None:
             self.fail(f"operator {type(node.op).__name__}", node)
         opname = ast.Constant(type(node.op).__name__)
-        target = node.target
+        target = self.field_subscript(node.target) or node.target
         if isinstance(target, ast.Name):
             value = _ctx("binop", opname, self.expr(ast.Name(target.id, ast.Load())),
                          self.expr(node.value))
             return self.store_to(target, value, node)
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
+            array, index, field = self.subscript(target, fields=True)
             tmp = f"__t{next(self._counter)}"
-            load = _ctx("load", array, _name(tmp))
-            store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)))
+            load = _ctx("load", array, _name(tmp), *field)
+            store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)),
+                         *field)
             return [ast.Assign([_name(tmp, True)], index), ast.Expr(store)]
         self.fail("augmented assignment to this target", node)
 
@@ -231,8 +232,11 @@ class Transformer:
             return [ast.Assign([_name(target.id, True)],
                                _ctx("assign", _name(target.id), value, dt))]
         if isinstance(target, ast.Subscript):
-            array, index = self.subscript(target)
-            return [ast.Expr(_ctx("store", array, index, value))]
+            array, index, field = self.subscript(target, fields=True)
+            return [ast.Expr(_ctx("store", array, index, value, *field))]
+        sub = self.field_subscript(target)
+        if sub is not None and self.record_field(sub) is not None:
+            return self.store_to(sub, value, node)
         if isinstance(target, (ast.Tuple, ast.List)):
             tmp = f"__t{next(self._counter)}"
             out = [ast.Assign([_name(tmp, True)], _ctx("unpack", value, ast.Constant(len(target.elts))))]
@@ -375,6 +379,9 @@ class Transformer:
             return self.global_value(hit, node)
         if isinstance(node.value, ast.Name) and node.attr in ("shape", "size", "ndim"):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
+        sub = self.field_subscript(node)
+        if sub is not None and self.record_field(sub) is not None:
+            return self.expr_Subscript(sub)
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
             fields = getattr(self.types.by_name.get(node.value.id), "fields", None)
             if isinstance(fields, tuple) and node.attr in fields:
@@ -422,8 +429,13 @@ class Transformer:
         return _ctx("select", self.expr(node.test), _lambda(self.expr(node.body)),
                     _lambda(self.expr(node.orelse)))
 
-    def subscript(self, node) -> tuple[ast.expr, ast.expr]:
-        """(array expression, index tuple expression) of `a[i, j]` or `a[i][j]`."""
+    def subscript(self, node, fields: bool = False) -> tuple:
+        """(array expression, index tuple expression) of `a[i, j]` or `a[i][j]`; with `fields`,
+        also the field of a record array's element it names (`states[i]["s0"]`), as a list of
+        zero or one constant."""
+        field = []
+        if fields and self.record_field(node) is not None:
+            field, node = [ast.Constant(node.slice.value)], node.value
         indices = []
         base = node
         while isinstance(base, ast.Subscript):
@@ -445,7 +457,29 @@ class Transformer:
             if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
                 self.fail("indexing this expression", node)
             array = self.global_value(hit, base)
-        return array, ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+        index = ast.Tuple([self.index_part(p) for p in indices], ast.Load())
+        return (array, index, field) if fields else (array, index)
+
+    def record_field(self, node) -> str | None:
+        """The field `node` (`a[i]["x"]`) names of an element of a record array local, or None."""
+        if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and
+                isinstance(node.slice.value, str)):
+            return None
+        inner = node.value
+        while isinstance(inner, ast.Subscript):
+            inner = inner.value
+        dtype = getattr(self.types.by_name.get(inner.id), "dtype", None) \
+            if isinstance(inner, ast.Name) else None
+        return node.slice.value if node.slice.value in (getattr(dtype, "fields", None) or ()) \
+            else None
+
+    @staticmethod
+    def field_subscript(node):
+        """`a[i].x` as `a[i]["x"]` (numba reads a record's field either way), else None."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Subscript):
+            return ast.copy_location(ast.Subscript(node.value, ast.Constant(node.attr),
+                                                   type(node.ctx)()), node)
+        return None
 
     def index_part(self, node) -> ast.expr:
         """One part of an index; a tuple-valued local (`g = cuda.grid(2); a[g]`) is unpacked
@@ -468,8 +502,8 @@ class Transformer:
             if isinstance(node.slice, ast.Slice):
                 self.fail("tuple slice", node)
             return _ctx("item", self.expr(value), self.expr(node.slice))
-        array, index = self.subscript(node)
-        return _ctx("load", array, index)
+        array, index, field = self.subscript(node, fields=True)
+        return _ctx("load", array, index, *field)
 
     def expr_Call(self, node):
         hit = self.resolve(node.func)
@@ -483,7 +517,7 @@ class Transformer:
         keywords = [ast.keyword(k.arg, self.expr(k.value)) for k in node.keywords]
         if isinstance(hit, _Object):
             obj = hit.obj
-            if is_cuda_dispatcher(obj):
+            if is_numba_dispatcher(obj):  # a @numba.jit helper too: a device function
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
                 return _ctx("call", self.const_object(obj), *args)

@@ -47,6 +47,11 @@ class ThreadArray:
     __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype", "_store", "_off",
                  "_strides", "_bid", "_load1", "_store1", "_unpacked")
 
+    def __new__(cls, handle, space: str, ex):
+        if cls is ThreadArray and handle.dtype.names is not None:
+            cls = RecordArray  # an array of records: indexing one gives a reference to it
+        return object.__new__(cls)
+
     def __init__(self, handle, space: str, ex):
         self._h, self._space, self._ex = handle, space, ex
         self.shape = tuple(handle.shape)
@@ -72,22 +77,32 @@ class ThreadArray:
     def _flat(self, key, kind, frame, value=None):
         """Flat position of a full index (checked and recorded), or None for a view key.
         `value`: what a store stores (the race checker's silent-store rule)."""
+        flat = self._position(key, frame)
+        if flat is not None:
+            self._touch(kind, flat, frame, value)
+        return flat
+
+    def _position(self, key, frame):
+        """Flat position of a full index (bounds checked, no access recorded), or None for a
+        view key."""
         if type(key) is not tuple:
             key = (key,)
         if len(key) != self.ndim:
             return None
         ex = self._ex
-        lin = ex.cur.lin
-        line = frame.f_lineno
-        filename = frame.f_code.co_filename
         try:
-            flat = ex.inst.index1(self._space, self._h, key, ex.bid, lin, line, filename)
+            return ex.inst.index1(self._space, self._h, key, ex.bid, ex.cur.lin, frame.f_lineno,
+                                  frame.f_code.co_filename)
         except TypeError:
             if any(isinstance(k, slice) for k in key):
                 return None
             raise
-        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename, value)
-        return flat
+
+    def _touch(self, kind, flat, frame, value=None):
+        """The instrument's record of this thread's `kind` access to the element at `flat`."""
+        ex = self._ex
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, ex.cur.lin, frame.f_lineno,
+                        frame.f_code.co_filename, value)
 
     def _fast(self, key):
         """`Instrument.index1` for plain int indices that are in bounds; None otherwise (the
@@ -147,8 +162,7 @@ class ThreadArray:
         if value.__class__ is int and self.dtype.kind in "iu":
             value = converter(self.dtype.type)(value)  # wrapped, as numba stores
         if self._space == "const":
-            raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
-                           f"store to constant array {self._h.name!r}")
+            self._refuse_store(frame)
         rec = self._store1
         if rec is not None and (self._bid is None or self._bid == self._ex.bid):
             flat = None
@@ -176,6 +190,10 @@ class ThreadArray:
         self._h.flat[flat] = value
         self._ex.progress += 1
 
+    def _refuse_store(self, frame):
+        raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                       f"store to constant array {self._h.name!r}")
+
     def _view(self, key, frame):
         if type(key) is not tuple:
             key = (key,)
@@ -199,6 +217,78 @@ class ThreadArray:
                 offset += i * st
         return ThreadArray(_View(h, offset, shape, strides), self._space, self._ex)
 
+
+
+class RecordArray(ThreadArray):
+    """An array of records (a structured dtype: numba.cuda.random's generator states). As in
+    numba, indexing one element gives a reference to it (`RecordRef`), and reading or writing
+    one of its fields is the thread's load or store of that element."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        frame = _getframe(1)
+        flat = self._position(key, frame)
+        if flat is None:
+            return self._view(key, frame)
+        return RecordRef(self, flat)
+
+    def __setitem__(self, key, value):  # a whole record: `states[i] = states[j]`
+        frame = _getframe(1)
+        if self._space == "const":
+            self._refuse_store(frame)
+        if value.__class__ is RecordRef:
+            value = value._load(frame)
+        flat = self._flat(key, "store", frame)
+        if flat is None:
+            raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
+                                    "simulated; store element by element")
+        self._h.flat[flat] = value
+        self._ex.progress += 1
+
+
+class RecordRef:
+    """One element of a `RecordArray`, by reference: `r["s0"]`, `r.s0` (load), `r["s0"] = v`
+    (store) access the array's element."""
+
+    __slots__ = ("_array", "_at")
+
+    def __init__(self, array: RecordArray, flat: int):
+        object.__setattr__(self, "_array", array)
+        object.__setattr__(self, "_at", flat)
+
+    def _load(self, frame):
+        self._array._touch("load", self._at, frame)
+        return self._array._h.flat[self._at].copy()
+
+    def __getitem__(self, field):
+        array = self._array
+        array._touch("load", self._at, _getframe(1))
+        return array._h.flat[self._at][field]
+
+    def __setitem__(self, field, value):
+        self._set(field, value, _getframe(1))
+
+    def _set(self, field, value, frame):
+        array = self._array
+        if array._space == "const":
+            array._refuse_store(frame)
+        store = array._h.flat
+        if value.__class__ is int and store.dtype.fields[field][0].kind in "iu":
+            value = converter(store.dtype.fields[field][0].type)(value)  # wrapped, as numba stores
+        array._touch("store", self._at, frame)
+        store[self._at][field] = value
+        array._ex.progress += 1
+
+    def __getattr__(self, field):
+        array = self._array
+        if field not in array.dtype.names:
+            raise AttributeError(field)
+        array._touch("load", self._at, _getframe(1))
+        return array._h.flat[self._at][field]
+
+    def __setattr__(self, field, value):
+        self._set(field, value, _getframe(1))
 
 
 class Spaces:

@@ -159,7 +159,8 @@ class _Rewrite(ast.NodeTransformer):
         for name in scan.bound:
             nbtype = self.types.by_name.get(name)
             if not isinstance(nbtype, types.Array) or name in scan.other or \
-                    name in scan.not_by_assign:
+                    name in scan.not_by_assign or isinstance(nbtype.dtype, types.Record):
+                # (an element of records is a reference: RecordArray's path)
                 continue
             if any(not isinstance(self.types.by_line.get((name, line), nbtype), types.Array) or
                    self.types.by_line.get((name, line), nbtype).ndim != nbtype.ndim
