@@ -20,7 +20,7 @@ import types
 
 import numpy as np
 
-from . import ast_tools, device_math, patching
+from . import ast_tools, device_math, frozen, patching
 from .kernel_graph import is_numba_dispatcher
 from .bounded import BoundedCache
 
@@ -169,7 +169,9 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     `FELL_OFF` when it runs off its end (see `marked_code`; unchanged when no source).
     `typer` (a `thread.typer.Typer`, kept in `cache` for the device functions): the code follows
     numba's types, and each device function (`device=True`) becomes the typer's wrapper that
-    does the same for every signature it is called with.
+    does the same for every signature it is called with; the globals and closure values numba
+    freezes at a compile are those of the first launch (call) with these argument types
+    (`frozen`), arrays as the fake's constant memory (`fake_cuda.const.frozen`).
     """
     cache = {} if cache is None else cache
     hit = cache.get(func)
@@ -182,9 +184,15 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     new_globals = dict(func.__globals__)
     closure = func.__closure__
     wrapper = device and typer is not None
+    cells_frozen = {}
+    if typer is not None and not wrapper and typer.argtypes is not None:
+        consts = frozen.constants(func, typer.argtypes)
+        new_globals.update({n: _constant(v, n, fake_cuda) for n, v in consts.globals.items()})
+        cells_frozen = consts.cells
     if wrapper:
         code = func.__code__
         fn = typer.device(func, new_globals)
+        fn.constant = lambda value, name: _constant(value, name, fake_cuda)
     else:
         code = typer.kernel_code(func, mark_end) if typer is not None else None
         code = code or (marked_code(func) if mark_end else None) or func.__code__
@@ -202,9 +210,11 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
             new_globals[name] = _replacement(new_globals[name], fake_cuda, cache, real_attrs,
                                              names)
     if closure:
-        cells = tuple(types.CellType(_replacement(c.cell_contents, fake_cuda, cache, real_attrs,
-                                                  names))
-                      if _has_contents(c) else c for c in closure)
+        cells = tuple(types.CellType(_constant(cells_frozen[n], n, fake_cuda)) if n in cells_frozen
+                      else types.CellType(_replacement(c.cell_contents, fake_cuda, cache,
+                                                       real_attrs, names))
+                      if _has_contents(c) else c
+                      for n, c in zip(func.__code__.co_freevars, closure))
         if wrapper:
             fn.closure = cells
             return fn
@@ -215,6 +225,15 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     fn.__kwdefaults__ = func.__kwdefaults__
     fn.__qualname__ = func.__qualname__
     return fn
+
+
+def _constant(value, name, fake_cuda):
+    """A frozen global or closure value as the kernel sees it: an array as constant memory
+    where the fake provides it (`fake_cuda.const.frozen(array, name)`)."""
+    make = getattr(getattr(fake_cuda, "const", None), "frozen", None)
+    if make is not None and isinstance(value, np.ndarray):
+        return make(value, name)
+    return value
 
 
 def _has_contents(cell) -> bool:

@@ -228,14 +228,17 @@ class ArrayOps:
         self._arrays[key] = array
         return array
 
-    def const_array_like(self, host):
+    def const_array_like(self, host, name=None):
+        """`cuda.const.array_like(host)`, and a global or closure array numba froze into the
+        kernel (`name`: the global's)."""
         if isinstance(host, SimtArray):  # an argument (numba needs a constant; typing allows it)
             return host
         found = self._const_arrays.get(id(host))
         if found is not None and found[0] is host:
             return found[1]
         host_array = np.ascontiguousarray(host)
-        handle = _ConstHandle(self._array_name("const"), host_array.shape, host_array.dtype)
+        handle = _ConstHandle(name or self._array_name("const"), host_array.shape,
+                              host_array.dtype)
         array = SimtArray("const", handle, host_array.reshape(-1), host_array.shape,
                           host_array.dtype)
         self._const_arrays[id(host)] = (host, array)

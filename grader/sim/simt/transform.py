@@ -71,13 +71,17 @@ def _is_barrier(node, resolve) -> bool:
 class Transformer:
     """Transforms one function for one argument-type signature."""
 
-    def __init__(self, py_func, types: FunctionTypes, kind: str):
+    def __init__(self, py_func, types: FunctionTypes, kind: str, constants=None):
         self.py_func, self.types, self.kind = py_func, types, kind
         self.filename = py_func.__code__.co_filename
         self.env = dict(py_func.__globals__)
-        if py_func.__closure__:  # numba freezes closure variables, and so do we
-            self.env.update(zip(py_func.__code__.co_freevars,
-                                (cell.cell_contents for cell in py_func.__closure__)))
+        if py_func.__closure__:
+            self.env.update((name, cell.cell_contents) for name, cell in
+                            zip(py_func.__code__.co_freevars, py_func.__closure__)
+                            if _has_contents(cell))
+        if constants is not None:  # what numba froze at this signature's compile (frozen.py)
+            self.env.update(constants.globals)
+            self.env.update(constants.cells)
         self.generated_globals: dict = {"np": np}
         self._counter = itertools.count()
         self.line = py_func.__code__.co_firstlineno
@@ -357,7 +361,8 @@ class Transformer:
         if isinstance(obj, (bool, int, float, np.number, np.bool_)):
             return self.const(obj)
         if isinstance(obj, np.ndarray):  # numba freezes global arrays into constant memory
-            return _ctx("const_array_like", self.const(obj))
+            return _ctx("const_array_like", self.const(obj),
+                        keywords=[ast.keyword("name", ast.Constant(ast.unparse(node)))])
         if isinstance(obj, (tuple, np.dtype)):
             return self.const(obj)
         self.fail(f"global {type(obj).__name__} {getattr(node, 'id', '')!r}".rstrip(" '"), node)
@@ -454,8 +459,14 @@ class Transformer:
             array = _name(base.id)
         else:
             hit = self.resolve(base)
-            if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
+            obj = None if hit is None or isinstance(hit, Intrinsic) else hit.obj
+            if _number_tuple(obj) and len(indices) == 1:
+                obj = np.asarray(obj)  # a tuple of numbers indexed per lane: a table, as a GPU's
+                hit = _Object(obj)
+            if not isinstance(obj, np.ndarray):
                 self.fail("indexing this expression", node)
+            if len(indices) < obj.ndim:
+                self.fail("partial indexing (a view of an array)", node)
             array = self.global_value(hit, base)
         index = ast.Tuple([self.index_part(p) for p in indices], ast.Load())
         return (array, index, field) if fields else (array, index)
@@ -555,6 +566,20 @@ class Transformer:
         key = f"__o{next(self._counter)}"
         self.generated_globals[key] = obj
         return _name(key)
+
+
+def _number_tuple(obj) -> bool:
+    """Whether `obj` is a non-empty tuple of numbers of one type (numba's UniTuple)."""
+    return type(obj) is tuple and len(obj) > 0 and len({type(v) for v in obj}) == 1 and \
+        isinstance(obj[0], (bool, int, float, np.number, np.bool_))
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 class _Object:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import LaunchConfigError, NotSimulatedError, SimError, where
 from ..host import _as_dtype
+from ..kernel_arrays import ConstArray
 from ..memory import LocalArray, SharedArray
 from .values import converter
 
@@ -351,7 +352,15 @@ class Spaces:
                 f"total", kernel=ex.name, filename=frame.f_code.co_filename,
                 line=frame.f_lineno)
 
+    def frozen_array(self, data, name):
+        arr = self._const.get(id(data))
+        if arr is None or arr._h.flat.base is not data:
+            arr = self._const[id(data)] = ThreadArray(ConstArray(name, data), "const", self._ex)
+        return arr
+
     def const_array(self, ary):
+        if isinstance(ary, ThreadArray) and ary._space == "const":
+            return ary  # a frozen global already is constant memory
         arr = self._const.get(id(ary))
         if arr is None:
             data = np.ascontiguousarray(ary.copy_to_host() if hasattr(ary, "copy_to_host")

@@ -48,6 +48,10 @@ class _Const:
     def array_like(self, ary):
         return self._spaces.const_array(ary)
 
+    def frozen(self, data, name):
+        """A global or closure array numba froze into the kernel (read-only, not copied)."""
+        return self._spaces.frozen_array(data, name)
+
 
 class _Atomic:
     """cuda.atomic: read-modify-write returning the old value, then a yield (spin loops)."""
