@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LaunchConfigError, where
+from .. import ufuncs
 from ..kernel_arrays import SharedArray
 from . import typing as simt_typing
 from .unsupported import SimtUnsupported
@@ -154,6 +155,37 @@ class ArrayOps:
             array.flat[flat] = value
         else:
             array.flat[field][flat] = value
+
+    def ufunc(self, ufunc, *args):
+        """A NumPy ufunc call: on scalars as numba types it (`math`); with arrays element-wise
+        as numba-cuda compiles it (grader/sim/ufuncs.py): every lane runs the whole loop, each
+        element a load or store of every active lane."""
+        if not any(isinstance(a, SimtArray) for a in args):
+            return self.math(ufunc, ufunc, *args)
+        from .ops import _dtype, cast
+
+        nin = ufunc.nin
+        inputs, outs = args[:nin], args[nin:]
+        if len(outs) != ufunc.nout or not all(isinstance(o, SimtArray) for o in outs):
+            raise SimtUnsupported(f"np.{ufunc.__name__} on arrays without output arrays",
+                                  self.line)
+        shape = tuple(int(e) for e in outs[0].shape)
+        for a in args:
+            if isinstance(a, SimtArray) and (a.ndim > len(shape) or a in outs and tuple(
+                    int(e) for e in a.shape) != shape or any(
+                    int(e) not in (1, shape[len(shape) - a.ndim + k]) for k, e in enumerate(a.shape))):
+                raise SimtUnsupported(f"np.{ufunc.__name__} on operands that do not broadcast",
+                                      self.line)
+        dtypes = tuple(a.dtype if isinstance(a, SimtArray) else _dtype(a) for a in args)
+        in_dtypes = ufuncs.loop_dtypes(ufunc, dtypes)[0]
+        for index in np.ndindex(*shape):
+            values = [cast(self.load(a, ufuncs.broadcast_index(a.shape, index))
+                           if isinstance(a, SimtArray) else a, d)
+                      for a, d in zip(inputs, in_dtypes)]
+            result = ufunc(*values)
+            for out, r in zip(outs, (result,) if ufunc.nout == 1 else result):
+                self.store(out, index, cast(r, out.dtype))
+        return outs[0] if ufunc.nout == 1 else tuple(outs)
 
     def before_write(self, array):
         """Keep a copy of an argument's memory before its first write, so that giving up

@@ -499,6 +499,15 @@ class Transformer:
             return ast.Starred(self.expr(node), ast.Load())
         return self.expr(node)
 
+    def is_array_value(self, node) -> bool:
+        """Whether `node` is an array: an array-typed local or parameter, a global array."""
+        if isinstance(node, ast.Name) and (node.id in self.locals or node.id in self.params):
+            return self.is_array(node.id)
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            hit = self.resolve(node)
+            return isinstance(hit, _Object) and isinstance(hit.obj, np.ndarray)
+        return False
+
     def is_tuple(self, name: str) -> bool:
         from numba.core import types
 
@@ -526,6 +535,11 @@ class Transformer:
             self.fail("*args or **kwargs in a call", node)
         args = [self.expr(a) for a in node.args]
         keywords = [ast.keyword(k.arg, self.expr(k.value)) for k in node.keywords]
+        ufunc = hit.obj if isinstance(hit, _Object) else \
+            hit.payload[0] if hit.kind == "math" else None
+        if isinstance(ufunc, np.ufunc) and not keywords and (
+                isinstance(hit, _Object) or any(self.is_array_value(a) for a in node.args)):
+            return _ctx("ufunc", self.const_object(ufunc), *args)  # numba-cuda's CUDA ufuncs
         if isinstance(hit, _Object):
             obj = hit.obj
             if is_numba_dispatcher(obj):  # a @numba.jit helper too: a device function

@@ -173,6 +173,8 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     typing_context = cuda_target.typing_context
     from numba.cuda.core import ir
 
+    _refuse_ufuncs_cuda_lacks(state, py_func)
+
     for block in state.func_ir.blocks.values():
         for stmt in block.body:
             if not isinstance(stmt, ir.Assign) or stmt.target.name.startswith(("$", "arg.")):
@@ -188,6 +190,30 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
                 typing_context.unify_types(known, ty) or known)
     _inferred[key] = result
     return result
+
+
+def _refuse_ufuncs_cuda_lacks(state, py_func) -> None:
+    """numba types a call of any NumPy ufunc, but numba-cuda lowers only those of its CUDA
+    ufunc table (grader/sim/ufuncs.py): a call of another would fail to compile for a GPU, so
+    the kernel is refused here, with a message that says what to use."""
+    from numba.cuda.core import errors, ir
+
+    from .. import ufuncs
+
+    types = _numba()[0]
+    for block in state.func_ir.blocks.values():
+        for stmt in block.body:
+            expr = getattr(stmt, "value", None)
+            if not (isinstance(expr, ir.Expr) and expr.op == "call"):
+                continue
+            fnty = state.typemap.get(expr.func.name)
+            ufunc = getattr(fnty, "typing_key", None) if isinstance(fnty, types.Function) else None
+            if ufuncs.is_ufunc(ufunc) and ufuncs.unsupported(ufunc):
+                err = errors.TypingError(ufuncs.refusal(ufunc), stmt.loc)
+                exc = TypingRefused(f"numba cannot type {py_func.__name__!r} ({err})",
+                                    stmt.loc.line)
+                exc.error, exc.py_func = err, py_func
+                raise exc
 
 
 # --- single operations ---------------------------------------------------------------------------

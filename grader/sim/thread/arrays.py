@@ -21,6 +21,7 @@ from ..errors import LaunchConfigError, NotSimulatedError, SimError, where
 from ..host import _as_dtype
 from ..kernel_arrays import ConstArray
 from ..memory import LocalArray, SharedArray
+from .. import ufuncs
 from .values import converter
 
 # Forward progress (see executor): a thread yields every this many loads through ThreadArray
@@ -191,6 +192,12 @@ class ThreadArray:
         self._h.flat[flat] = value
         self._ex.progress += 1
 
+    def __array_ufunc__(self, ufunc, method, *inputs, out=(), **kwargs):
+        # numpy hands a ufunc call with an array of ours here (`np.sin(x, out)`)
+        if method != "__call__" or kwargs:
+            return NotImplemented  # (numba compiles neither ufunc methods nor keywords)
+        return ufunc_call(ufunc, inputs + tuple(out), _getframe(1))
+
     def _refuse_store(self, frame):
         raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
                        f"store to constant array {self._h.name!r}")
@@ -290,6 +297,44 @@ class RecordRef:
 
     def __setattr__(self, field, value):
         self._set(field, value, _getframe(1))
+
+
+def ufunc_call(ufunc, args, frame):
+    """A NumPy ufunc called by the running thread with array arguments (`args`, outputs
+    last; `frame`: the caller's), element-wise as numba-cuda compiles it
+    (grader/sim/ufuncs.py): every element a load or store of this thread."""
+    nin = ufunc.nin
+    inputs, outs = args[:nin], args[nin:]
+    if len(outs) != ufunc.nout or not all(isinstance(o, ThreadArray) for o in outs):
+        raise NotSimulatedError(f"np.{ufunc.__name__} on arrays inside a kernel needs its output "
+                                f"array(s) as arguments (a kernel cannot allocate one)")
+    shape = outs[0].shape
+    for a in args:
+        if isinstance(a, ThreadArray) and (
+                a.ndim > len(shape) or a in outs and a.shape != shape or any(
+                    e not in (1, shape[len(shape) - a.ndim + k]) for k, e in enumerate(a.shape))):
+            ex = a._ex
+            raise SimError(f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                           f"np.{ufunc.__name__}: operands of shapes "
+                           f"{[getattr(b, 'shape', ()) for b in args]} do not broadcast onto "
+                           f"the output's shape {shape}")
+    dtypes = tuple(a.dtype if isinstance(a, ThreadArray) else np.asarray(a).dtype for a in args)
+    in_types = [d.type for d in ufuncs.loop_dtypes(ufunc, dtypes)[0]]
+    ex = outs[0]._ex
+    for index in np.ndindex(*shape):
+        values = []
+        for a, t in zip(inputs, in_types):
+            if isinstance(a, ThreadArray):
+                a = a._h.flat[a._flat(ufuncs.broadcast_index(a.shape, index), "load", frame)]
+            values.append(t(a))
+        result = ufunc(*values)
+        for out, r in zip(outs, (result,) if ufunc.nout == 1 else result):
+            if out._space == "const":
+                out._refuse_store(frame)
+            value = out.dtype.type(r)
+            out._h.flat[out._flat(index, "store", frame, value)] = value
+            ex.progress += 1
+    return outs[0] if ufunc.nout == 1 else tuple(outs)
 
 
 class Spaces:
