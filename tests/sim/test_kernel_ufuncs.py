@@ -131,3 +131,17 @@ def test_a_ufunc_numba_cuda_cannot_compile_is_refused(executor, call, name, hint
     with pytest.raises(CompileError, match=f"kernel_with_ufunc.py:5: np.{name} .*{hint}"):
         kernel[1, 1](np.ones(2, np.float32), out)
     assert out[0] == 0.0
+
+
+@cuda.jit(device=True)
+def _norm(x, y):
+    return np.sqrt(x * x + y * y)  # numba-cuda has no GPU np.sqrt
+
+
+def test_a_device_function_calling_such_a_ufunc_is_refused_at_its_line(executor):
+    @cuda.jit
+    def kernel(x, out):
+        out[0] = _norm(x[0], x[1])
+
+    with pytest.raises(CompileError, match=r"test_kernel_ufuncs.py:\d+: np.sqrt .*math.sqrt"):
+        kernel[1, 1](np.ones(2, np.float32), np.zeros(1, np.float32))
