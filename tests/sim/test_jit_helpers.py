@@ -156,3 +156,19 @@ def test_a_monte_carlo_estimate_of_pi(executor):
     out = np.zeros(256, np.float32)
     hits[4, 64](states, 100, out)
     assert abs(out.mean() - np.pi) < 0.05
+
+
+def test_cuda_random_as_an_attribute_of_cuda(executor):
+    import numba.cuda.random  # noqa: F401 - makes cuda.random an attribute of numba.cuda
+
+    @cuda.jit
+    def kernel(states, out):
+        i = cuda.grid(1)
+        out[i] = cuda.random.xoroshiro128p_uniform_float32(states, i)
+
+    states = cuda.random.create_xoroshiro128p_states(32, seed=2)
+    reference = states.copy_to_host()
+    out = np.zeros(32, np.float32)
+    kernel[1, 32](states, out)
+    expected = [nbrandom.xoroshiro128p_uniform_float32(reference, i) for i in range(32)]
+    np.testing.assert_array_equal(out, np.array(expected, np.float32))

@@ -149,6 +149,9 @@ class ThreadCuda:
         self.warpsize = WARP
         self.blockDim = Dim3(*ex.config.block)
         self.gridDim = Dim3(*ex.config.grid)
+        # a submodule of numba.cuda as the kernel sees it (`cuda.random.xoroshiro128p_...`):
+        # set by kernel_source.rebind, which rebinds its jitted functions
+        self.submodule = None
 
     threadIdx = property(lambda self: self._ex.cur.idx)
     blockIdx = property(lambda self: self._ex.bidx)
@@ -156,6 +159,8 @@ class ThreadCuda:
 
     def __getattr__(self, name):
         real = getattr(patching.cuda_module(), name)
+        if isinstance(real, types.ModuleType) and self.submodule is not None:
+            return self.submodule(real)
         if isinstance(real, type) or type(real).__module__.startswith(("numba.core.types",
                                                                        "numba.cuda.types")) \
                 or name in ("float16", "bfloat16"):
