@@ -139,8 +139,9 @@ def _replacement(value, fake_cuda, cache, real_attrs, names=()):
     if isinstance(value, types.ModuleType):
         if value is patching.cuda_module():
             if getattr(fake_cuda, "submodule", False) is None:
-                fake_cuda.submodule = lambda module: ModuleView(module, fake_cuda, cache,
-                                                                real_attrs, names)
+                fake_cuda.submodule = lambda module: ModuleView(
+                    module, fake_cuda, cache, real_attrs, names) \
+                    if _reaches_jitted(module, names) else None
             return fake_cuda
         if value.__name__ == "numba.cuda.fp16" and hasattr(fake_cuda, "fp16"):
             return fake_cuda.fp16

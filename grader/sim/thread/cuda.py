@@ -160,7 +160,9 @@ class ThreadCuda:
     def __getattr__(self, name):
         real = getattr(patching.cuda_module(), name)
         if isinstance(real, types.ModuleType) and self.submodule is not None:
-            return self.submodule(real)
+            view = self.submodule(real)  # (None: it gives the kernel no jitted function)
+            if view is not None:
+                return view
         if isinstance(real, type) or type(real).__module__.startswith(("numba.core.types",
                                                                        "numba.cuda.types")) \
                 or name in ("float16", "bfloat16"):
