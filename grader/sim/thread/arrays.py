@@ -42,6 +42,10 @@ class _View:
         self.offset, self.shape, self.estrides = offset, tuple(shape), tuple(estrides)
 
 
+def _nothing(flat, g, frame, value=None):
+    return None
+
+
 class ThreadArray:
     """An array as one simulated thread indexes it: every element access is instrumented.
     `space`: "global" | "shared" | "local" | "const"; `ex` the ThreadExecutor."""
@@ -70,6 +74,8 @@ class ThreadArray:
             self._bid = ex.bid
             self._off += (ex.bid - handle.first_block) * handle.block_stride
         self._load1 = ex.inst.scalar_recorder(space, handle, "load")
+        if space == "const":  # constant memory: bounds only, the fast path records nothing
+            self._load1 = _nothing
         self._store1 = ex.inst.scalar_recorder(space, handle, "store")
         self._unpacked = None  # what compiled accesses unpack (AccessLogs.unpack), once
 
@@ -79,9 +85,21 @@ class ThreadArray:
     def _flat(self, key, kind, frame, value=None):
         """Flat position of a full index (checked and recorded), or None for a view key.
         `value`: what a store stores (the race checker's silent-store rule)."""
-        flat = self._position(key, frame)
-        if flat is not None:
-            self._touch(kind, flat, frame, value)
+        if type(key) is not tuple:
+            key = (key,)
+        if len(key) != self.ndim:
+            return None
+        ex = self._ex
+        lin = ex.cur.lin
+        line = frame.f_lineno
+        filename = frame.f_code.co_filename
+        try:
+            flat = ex.inst.index1(self._space, self._h, key, ex.bid, lin, line, filename)
+        except TypeError:
+            if any(isinstance(k, slice) for k in key):
+                return None
+            raise
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename, value)
         return flat
 
     def _position(self, key, frame):
