@@ -172,3 +172,18 @@ def test_cuda_random_as_an_attribute_of_cuda(executor):
     kernel[1, 32](states, out)
     expected = [nbrandom.xoroshiro128p_uniform_float32(reference, i) for i in range(32)]
     np.testing.assert_array_equal(out, np.array(expected, np.float32))
+
+
+def test_a_numba_type_called_as_a_conversion_wraps_like_c(executor):
+    """numba.cuda.random converts with numba's types (`uint64(seed)`); on a GPU that is a C
+    conversion: -1 becomes 2**64 - 1 (numba's type objects called in Python would refuse it)."""
+    from numba.cuda import int32, uint64
+
+    @cuda.jit
+    def kernel(x, out, small):
+        out[0] = uint64(x)
+        small[0] = int32(x * 4294967297)  # wraps to the low 32 bits
+
+    out, small = np.zeros(1, np.uint64), np.zeros(1, np.int32)
+    kernel[1, 1](-1, out, small)
+    assert out[0] == np.uint64(2**64 - 1) and small[0] == -1
