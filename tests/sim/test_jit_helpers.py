@@ -187,3 +187,30 @@ def test_a_numba_type_called_as_a_conversion_wraps_like_c(executor):
     out, small = np.zeros(1, np.uint64), np.zeros(1, np.int32)
     kernel[1, 1](-1, out, small)
     assert out[0] == np.uint64(2**64 - 1) and small[0] == -1
+
+
+def test_a_record_held_in_a_local_is_a_reference():
+    """`r = a[i]` is a reference to the element in numba: writing r's fields writes the array.
+    The per-thread executor models it; lockstep falls back, saying why."""
+    @cuda.jit
+    def kernel(a, out):
+        i = cuda.grid(1)
+        r = a[i]
+        r["x"] = r["x"] * 2
+        r.n += 1
+        out[i] = r.x + r["n"]
+
+    a = np.zeros(40, _PAIR)
+    a["x"], a["n"] = np.arange(40), 3
+    out = np.zeros(40, np.float32)
+    sim.install(executor="auto")
+    try:
+        with sim.trace() as records:
+            kernel[2, 20](a, out)
+    finally:
+        sim.uninstall()
+    np.testing.assert_array_equal(a["x"], 2 * np.arange(40))
+    np.testing.assert_array_equal(a["n"], 4)
+    np.testing.assert_array_equal(out, 2 * np.arange(40) + 4)
+    assert records[0].executor == "thread"
+    assert "record element held in a local variable ('r')" in records[0].fallback_reason

@@ -387,6 +387,7 @@ class Transformer:
         sub = self.field_subscript(node)
         if sub is not None and self.record_field(sub) is not None:
             return self.expr_Subscript(sub)
+        self.reject_record_local(node.value, node)
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
             fields = getattr(self.types.by_name.get(node.value.id), "fields", None)
             if isinstance(fields, tuple) and node.attr in fields:
@@ -484,6 +485,15 @@ class Transformer:
         return node.slice.value if node.slice.value in (getattr(dtype, "fields", None) or ()) \
             else None
 
+    def reject_record_local(self, value, node):
+        """A record element held in a local (`r = a[i]; r["x"]`) is a reference in numba:
+        lockstep does not model one (the per-thread executor does)."""
+        from numba.core import types
+
+        if isinstance(value, ast.Name) and isinstance(self.types.by_name.get(value.id),
+                                                      types.Record):
+            self.fail(f"a record element held in a local variable ({value.id!r})", node)
+
     @staticmethod
     def field_subscript(node):
         """`a[i].x` as `a[i]["x"]` (numba reads a record's field either way), else None."""
@@ -515,6 +525,7 @@ class Transformer:
 
     def expr_Subscript(self, node):
         value = node.value
+        self.reject_record_local(value, node)
         # tuples (shapes, cuda.grid(2) results) index as Python tuples
         if isinstance(value, ast.Attribute) and value.attr == "shape" or \
                 isinstance(value, ast.Name) and value.id in self.locals | set(self.params) and \
