@@ -69,7 +69,10 @@ def loop_dtypes(ufunc, dtypes: tuple) -> tuple[tuple, tuple]:
     key = (ufunc, dtypes)
     hit = _loops.get(key)
     if hit is None:
-        from numba.cuda.np import numpy_support
+        try:
+            from numba.cuda.np import numpy_support
+        except ImportError:  # numba's built-in CUDA target (no numba-cuda)
+            from numba.np import numpy_support
 
         types = tuple(numpy_support.from_dtype(d) for d in dtypes)
         spec = numpy_support.ufunc_find_matching_loop(ufunc, types)
