@@ -214,3 +214,27 @@ def test_a_record_held_in_a_local_is_a_reference():
     np.testing.assert_array_equal(out, 2 * np.arange(40) + 4)
     assert records[0].executor == "thread"
     assert "record element held in a local variable ('r')" in records[0].fallback_reason
+
+
+def test_device_functions_reached_through_a_module_attribute(executor, tmp_path, monkeypatch):
+    """`helpers.f(x)`: numba compiles f as the kernel's device function (the per-thread
+    executor called the dispatcher itself, which asked for a launch configuration)."""
+    import importlib
+    import sys
+
+    (tmp_path / "kernel_helpers_mod.py").write_text(
+        "import numba\nfrom numba import cuda\n\n\n@cuda.jit(device=True)\ndef plus_one(x):\n"
+        "    return x + 1\n\n\n@numba.njit\ndef twice(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helpers = importlib.import_module("kernel_helpers_mod")
+    try:
+        @cuda.jit
+        def kernel(a):
+            i = cuda.grid(1)
+            a[i] = helpers.twice(helpers.plus_one(a[i]))
+
+        a = np.arange(8, dtype=np.float32)
+        kernel[1, 8](a)
+    finally:
+        sys.modules.pop("kernel_helpers_mod", None)
+    np.testing.assert_array_equal(a, 2 * (np.arange(8) + 1))
