@@ -16,6 +16,7 @@ than by the dispatcher: a function jitted twice shares them.
 
 from __future__ import annotations
 
+import types
 import weakref
 from dataclasses import dataclass, field
 
@@ -28,10 +29,13 @@ __all__ = ["Constants", "constants", "declare"]
 
 @dataclass
 class Constants:
-    """What one compile of a function froze: its globals and its closure cells, by name."""
+    """What one compile of a function froze: its globals and its closure cells, by name, and
+    the arrays it reads as attributes of a module it names (`tables.WEIGHTS`), by (global
+    name, attribute)."""
 
     globals: dict = field(default_factory=dict)
     cells: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)
 
 
 _store: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> {argtypes: Constants}
@@ -64,11 +68,18 @@ def constants(func, argtypes) -> Constants:
 def _capture(func) -> Constants:
     out = Constants()
     glb = func.__globals__
-    for name in code_names(func.__code__):
+    names = code_names(func.__code__)
+    for name in names:
         if name in glb:
             value = _frozen(glb[name])
             if value is not _NOT_CONSTANT:
                 out.globals[name] = value
+            elif isinstance(glb[name], types.ModuleType) and name not in func.__code__.co_freevars \
+                    and not glb[name].__name__.startswith(("numba", "numpy", "math", "cmath")):
+                for attr in names:
+                    member = vars(glb[name]).get(attr)  # (no lazy attribute runs)
+                    if isinstance(member, np.ndarray):
+                        out.attributes[name, attr] = _frozen(member)
     for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
         try:
             value = _frozen(cell.cell_contents)

@@ -117,9 +117,11 @@ class ModuleView(types.ModuleType):
     `rnd.xoroshiro128p_uniform_float32(...)`, `helpers.f(...)`): each attribute as the kernel's
     globals copy would hold it (`_replacement`), taken on first use; the module is untouched."""
 
-    def __init__(self, module, fake_cuda, cache, real_attrs, names):
+    def __init__(self, module, fake_cuda, cache, real_attrs, names, constants=None):
         super().__init__(module.__name__)
         self.__gg_real = (module, fake_cuda, cache, real_attrs, names)
+        for attr, value in (constants or {}).items():  # what a compile froze (frozen.py)
+            setattr(self, attr, value)
 
     def __getattr__(self, name):
         module, fake_cuda, cache, real_attrs, names = self.__gg_real
@@ -188,15 +190,17 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     new_globals = dict(func.__globals__)
     closure = func.__closure__
     wrapper = device and typer is not None
-    cells_frozen = {}
+    cells_frozen, attributes_frozen = {}, {}
     if typer is not None and not wrapper and typer.argtypes is not None:
         consts = frozen.constants(func, typer.argtypes)
         new_globals.update({n: _constant(v, n, fake_cuda) for n, v in consts.globals.items()})
-        cells_frozen = consts.cells
+        cells_frozen, attributes_frozen = consts.cells, consts.attributes
     if wrapper:
         code = func.__code__
         fn = typer.device(func, new_globals)
         fn.constant = lambda value, name: _constant(value, name, fake_cuda)
+        fn.module_constants = lambda glb, attributes: with_module_constants(
+            glb, attributes, fake_cuda, cache, real_attrs, names)
     else:
         code = typer.kernel_code(func, mark_end) if typer is not None else None
         code = code or (marked_code(func) if mark_end else None) or func.__code__
@@ -213,6 +217,9 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
         if name in new_globals:
             new_globals[name] = _replacement(new_globals[name], fake_cuda, cache, real_attrs,
                                              names)
+    for name, value in with_module_constants(new_globals, attributes_frozen, fake_cuda, cache,
+                                             real_attrs, names).items():
+        new_globals[name] = value
     if closure:
         cells = tuple(types.CellType(_constant(cells_frozen[n], n, fake_cuda)) if n in cells_frozen
                       else types.CellType(_replacement(c.cell_contents, fake_cuda, cache,
@@ -229,6 +236,22 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     fn.__kwdefaults__ = func.__kwdefaults__
     fn.__qualname__ = func.__qualname__
     return fn
+
+
+def with_module_constants(glb, attributes, fake_cuda, cache, real_attrs, names) -> dict:
+    """{global name: the ModuleView showing the frozen arrays of that module}, for
+    `attributes` ({(global name, attribute): array}, frozen.Constants.attributes)."""
+    per_module: dict = {}
+    for (gname, attr), value in attributes.items():
+        per_module.setdefault(gname, {})[attr] = _constant(value, f"{gname}.{attr}", fake_cuda)
+    out = {}
+    for gname, attrs in per_module.items():
+        module = glb.get(gname)
+        if isinstance(module, ModuleView):
+            module = module._ModuleView__gg_real[0]
+        if type(module) is types.ModuleType:
+            out[gname] = ModuleView(module, fake_cuda, cache, real_attrs, names, attrs)
+    return out
 
 
 def _constant(value, name, fake_cuda):

@@ -165,3 +165,31 @@ def test_a_view_of_a_global_array_falls_back_with_its_reason():
     np.testing.assert_array_equal(out, GRID[1])
     assert records[0].executor == "thread"
     assert "partial indexing" in records[0].fallback_reason
+
+
+def test_an_array_of_another_module_is_frozen_too(executor, tmp_path, monkeypatch):
+    """`tables.WEIGHTS[i]`: numba resolves the attribute at compile time and freezes the array."""
+    import importlib
+    import sys
+
+    (tmp_path / "frozen_tables_mod.py").write_text(
+        "import numpy as np\nWEIGHTS = np.array([1.0, 2.0, 3.0], np.float32)\n")
+    (tmp_path / "frozen_kernels_mod.py").write_text(
+        "from numba import cuda\nimport frozen_tables_mod as tables\n\n\n"
+        "@cuda.jit(device=True)\ndef weight(i):\n    return tables.WEIGHTS[i]\n\n\n"
+        "@cuda.jit\ndef kernel(out):\n    i = cuda.grid(1)\n"
+        "    out[i] = tables.WEIGHTS[i] + weight(i)\n\n\n"
+        "@cuda.jit\ndef past_the_end(out):\n    out[0] = tables.WEIGHTS[3]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        kernels = importlib.import_module("frozen_kernels_mod")
+        out = np.zeros(3, np.float32)
+        kernels.kernel[1, 3](out)
+        kernels.tables.WEIGHTS[:] = 100.0
+        kernels.kernel[1, 3](out)
+        np.testing.assert_array_equal(out, [2, 4, 6])
+        with pytest.raises(sim.OutOfBoundsError, match="'tables.WEIGHTS' of shape 3 at index 3"):
+            kernels.past_the_end[1, 1](out)
+    finally:
+        sys.modules.pop("frozen_tables_mod", None)
+        sys.modules.pop("frozen_kernels_mod", None)

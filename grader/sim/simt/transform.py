@@ -79,9 +79,11 @@ class Transformer:
             self.env.update((name, cell.cell_contents) for name, cell in
                             zip(py_func.__code__.co_freevars, py_func.__closure__)
                             if _has_contents(cell))
+        self.module_constants = {}
         if constants is not None:  # what numba froze at this signature's compile (frozen.py)
             self.env.update(constants.globals)
             self.env.update(constants.cells)
+            self.module_constants = constants.attributes
         self.generated_globals: dict = {"np": np}
         self._counter = itertools.count()
         self.line = py_func.__code__.co_firstlineno
@@ -334,6 +336,9 @@ class Transformer:
                 if base.kind == "dim" and node.attr in ("x", "y", "z"):
                     return Intrinsic("dimattr", base.name, node.attr)
                 self.fail(f"attribute {node.attr!r} of {base.name}", node)
+            frozen_attr = (node.value.id, node.attr) if isinstance(node.value, ast.Name) else None
+            if frozen_attr in self.module_constants:  # an array numba froze (frozen.py)
+                return _Object(self.module_constants[frozen_attr])
             try:
                 obj = getattr(base.obj, node.attr)
             except AttributeError:

@@ -29,14 +29,15 @@ class TypedDevice:
     """A device function under the per-thread executor: its code follows numba's types for
     each argument-type signature it is called with (typed on first use, like numba compiles)."""
 
-    __slots__ = ("func", "globals", "closure", "access", "constant", "_fns", "__name__",
-                 "__qualname__")
+    __slots__ = ("func", "globals", "closure", "access", "constant", "module_constants", "_fns",
+                 "__name__", "__qualname__")
 
     def __init__(self, func, new_globals, access: str | None = None):
         self.func, self.globals, self.closure = func, new_globals, func.__closure__
         self.access = access
         # a frozen value as the kernel sees it (`kernel_source._constant`), set by rebind
         self.constant = lambda value, name: value
+        self.module_constants = lambda glb, attributes: {}  # (kernel_source.with_module_constants)
         self._fns: dict = {}
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
 
@@ -63,9 +64,10 @@ class TypedDevice:
             typed = None  # the kernel was typed; this call runs as written
         else:  # what this signature's compile froze (frozen.py)
             frozen_now = frozen.constants(func, argtypes)
-            if frozen_now.globals:
+            if frozen_now.globals or frozen_now.attributes:
                 fn_globals = dict(fn_globals)
                 fn_globals.update({n: self.constant(v, n) for n, v in frozen_now.globals.items()})
+                fn_globals.update(self.module_constants(fn_globals, frozen_now.attributes))
             if frozen_now.cells and closure:
                 closure = tuple(pytypes.CellType(self.constant(frozen_now.cells[n], n))
                                 if n in frozen_now.cells else c
