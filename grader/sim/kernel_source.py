@@ -189,6 +189,7 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     real_attrs = cache.setdefault("__real_attrs__", patching.cuda_attribute_names(fake_cuda))
     new_globals = dict(func.__globals__)
     closure = func.__closure__
+    names = func.__code__.co_names
     wrapper = device and typer is not None
     cells_frozen, attributes_frozen = {}, {}
     if typer is not None and not wrapper and typer.argtypes is not None:
@@ -212,7 +213,6 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
     if not wrapper:
         fn = types.FunctionType(code, new_globals, func.__name__, func.__defaults__, closure)
     cache[func] = fn  # before recursing: a recursive device function finds itself
-    names = func.__code__.co_names
     for name in names:
         if name in new_globals:
             new_globals[name] = _replacement(new_globals[name], fake_cuda, cache, real_attrs,
