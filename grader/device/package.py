@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from ..sim import patching
-from ..sim.kernel_graph import code_names, is_cuda_dispatcher
+from ..sim.kernel_graph import code_names, is_cuda_dispatcher, is_numba_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
-           "numba.cuda.fp16": "numba.cuda.fp16"}
+           "numba.cuda.fp16": "numba.cuda.fp16", "numba.cuda.random": "numba.cuda.random"}
 # jit options that may cross (numba's targetoptions); the rest is the device process's business
 OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", "max_registers")
 
@@ -77,10 +77,13 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
             except ValueError:
                 raise NotPackable(f"{fn.__name__!r}: the closure variable {name!r} is not set") from None
             values[name] = _encode(contents, fn.__name__, name, pending, key_of)
+        options = {k: v for k, v in (getattr(disp, "targetoptions", {}) or {}).items()
+                   if k in OPTIONS and isinstance(v, (bool, int, str))}
+        if not is_cuda_dispatcher(disp):  # a CPU-jitted helper: numba-cuda compiles it as a device function
+            options["device"] = True
         functions[key_of(disp)] = {
             "name": fn.__name__, "file": filename, "line": fn.__code__.co_firstlineno,
-            "options": {k: v for k, v in (getattr(disp, "targetoptions", {}) or {}).items()
-                        if k in OPTIONS and isinstance(v, (bool, int, str))},
+            "options": options,
             "signatures": [encode_signature(s) for s in declared(disp)],
             "values": values,
         }
@@ -106,7 +109,10 @@ def _identity(package: dict) -> Any:
 
 
 def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
-    if is_cuda_dispatcher(value):
+    attr = _module_attribute(value)  # numba's own (numba.cuda.random's generators): by name
+    if attr is not None and is_numba_dispatcher(value):
+        return {"attribute": attr}
+    if is_numba_dispatcher(value):
         pending.append(value)
         return {"function": key_of(value)}
     if isinstance(value, types.ModuleType):
@@ -152,7 +158,7 @@ def _module_attribute(value) -> list[str] | None:
         index: dict[int, list[str]] = {}
         cuda = patching.cuda_module()
         modules = [("numba.cuda", cuda), ("numba.cuda.fp16", getattr(cuda, "fp16", None)), ("math", math),
-                   ("cmath", cmath), ("numba", patching.numba_module())]
+                   ("cmath", cmath), ("numba", patching.numba_module()), ("numba.cuda.random", _cuda_random())]
         for module_name, module in modules:
             for attr in dir(module) if module is not None else ():
                 if attr.startswith("_"):
@@ -165,6 +171,14 @@ def _module_attribute(value) -> list[str] | None:
                     index.setdefault(id(member), [module_name, attr])
         _ATTRIBUTES = index
     return _ATTRIBUTES.get(id(value))
+
+
+def _cuda_random():
+    try:
+        import numba.cuda.random as module
+    except ImportError:
+        return None
+    return module
 
 
 def _numba_type(value) -> dict | None:

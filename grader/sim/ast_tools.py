@@ -32,8 +32,18 @@ UNARY = {ast.USub: operator.neg, ast.Invert: operator.invert}
 def parse_function(func) -> tuple[ast.Module, int]:
     """(the module tree of `func`'s source, dedented, its line numbers those of the file; the
     first line). Raises OSError or TypeError when there is no source, SyntaxError when it
-    does not parse on its own (a lambda inside an expression)."""
-    lines, first = inspect.getsourcelines(func)
+    does not parse on its own (a lambda inside an expression). A kernel numba-cuda generated
+    (a CUDA ufunc's stager) has the source `generated_source` finds again."""
+    try:
+        lines, first = inspect.getsourcelines(func)
+    except (OSError, TypeError):
+        from .generated_source import source_of
+
+        source = source_of(func)
+        if source is None:
+            raise
+        tree = ast.parse(source)
+        return tree, func.__code__.co_firstlineno
     tree = ast.parse(textwrap.dedent("".join(lines)))
     ast.increment_lineno(tree, first - 1)
     return tree, first

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 
-from . import patching
+from . import frozen, patching
 from .argtypes import declared_argtypes, fits_declared, to_declared
 from .kernel_graph import device_dispatchers
 
@@ -47,6 +47,7 @@ class Signatures:
         if argtypes not in known:
             known.append(argtypes)
         _type_at_decoration(dispatcher.py_func, argtypes)
+        frozen.declare(dispatcher.py_func)  # its globals are constants of this compile
 
     def declared(self, dispatcher) -> list[tuple]:
         return list(self._declared.get(dispatcher, ()))

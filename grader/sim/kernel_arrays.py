@@ -148,6 +148,19 @@ class UnitHandle:
         self.flat, self.dtype = (array.flat, array.dtype) if self.r == 1 else (None, None)
 
 
+class ConstArray:
+    """A kernel's constant memory holding `data` (read-only, not copied): a global or closure
+    array numba froze into the kernel (`grader/sim/frozen.py`). Bounds-checked, not counted."""
+
+    def __init__(self, name: str, data: np.ndarray):
+        self.name, self.shape, self.dtype = name, data.shape, data.dtype
+        self.flat = data.reshape(-1)
+        self.initialised, self.address = None, 0  # (what a view of it copies)
+        self.offset = 0
+        self.estrides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
+        self.buffer_id = 0
+
+
 class LocalArray:
     """A `cuda.local.array` of one thread (bounds-checked, not counted)."""
 

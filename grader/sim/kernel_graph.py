@@ -3,7 +3,8 @@
 numba compiles, with a kernel, every jitted function the kernel calls, found through the
 globals its code names, its closure cells and the attributes of modules it names (`helpers.f`).
 `walk(func, follow)` visits that graph once for everyone who needs it:
-- `device_dispatchers(func)`: the CUDA dispatchers reached, numba's own included: whose
+- `device_dispatchers(func)`: the jitted functions reached (CUDA dispatchers and CPU-jitted
+  helpers, which numba-cuda compiles as device functions), numba's own included: whose
   overloads a compile for a stand-in device adds (`patching.typing_device`, `eager`);
 - `user_functions(func)`: the jitted functions of the kernel's author (numba's own library
   left out): what the compile check fingerprints and where it looks for the student's line.
@@ -14,8 +15,9 @@ predicate each:
   instance of numba's CUDA dispatcher class): what launches, `kernel_source.rebind`, the
   kernel package and the lockstep transform take for one;
 - `is_numba_dispatcher(obj)`: any numba-jitted function, whatever its target (`@cuda.jit`,
-  and `@numba.njit`, which numba-cuda compiles into a kernel that calls it), recognised by its
-  shape (a Python `py_func` and jit `targetoptions`): what the compile check follows.
+  and `@numba.njit`, which numba-cuda compiles as a device function of a kernel that calls
+  it), recognised by its shape (a Python `py_func` and jit `targetoptions`): what the compile
+  check follows, and what both executors call as a device function.
 """
 
 from __future__ import annotations
@@ -169,9 +171,10 @@ def walk(func: types.FunctionType, follow: Callable[[Any], bool]) -> KernelGraph
 
 
 def device_dispatchers(func) -> list:
-    """The CUDA dispatchers `func` reaches, transitively (the device functions numba compiles
-    when it types or compiles `func`), numba's own included."""
-    return walk(func, is_cuda_dispatcher).dispatchers
+    """The jitted functions `func` reaches, transitively (the device functions numba compiles
+    when it types or compiles `func`: CUDA dispatchers and CPU-jitted helpers), numba's own
+    included."""
+    return walk(func, is_numba_dispatcher).dispatchers
 
 
 def user_functions(func) -> KernelGraph:

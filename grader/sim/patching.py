@@ -12,7 +12,7 @@ import importlib
 import threading
 import types
 
-from .kernel_graph import device_dispatchers, dispatcher_classes
+from .kernel_graph import device_dispatchers, dispatcher_classes, is_cuda_dispatcher
 
 _MISSING = object()
 
@@ -311,17 +311,26 @@ def registered_pass(cls, mutates_CFG: bool = False, analysis_only: bool = True):
                 _pass_registry._registry.pop(cls, None)
 
 
+def _compiled_for(dispatcher):
+    """The dispatcher that holds what numba-cuda compiles for a kernel calling `dispatcher`:
+    itself, or, for a CPU-jitted function, the CUDA dispatcher numba-cuda makes of it on first
+    use and caches on it (`CUDATypingContext.resolve_value_type`); None before that."""
+    if is_cuda_dispatcher(dispatcher):
+        return dispatcher
+    return getattr(dispatcher, "_CUDATypingContext__dispatcher", None)
+
+
 @contextlib.contextmanager
 def _overloads_restored(dispatchers):
     """Overloads added to `dispatchers` inside the block are removed after, with the functions
     they inserted in numba's target context: nothing compiled for a stand-in device is reused
     by a real launch or by a check for another compute capability."""
-    before = [(d, set(getattr(d, "overloads", {}) or {})) for d in dispatchers]
+    before = [(d, set(getattr(_compiled_for(d), "overloads", {}) or {})) for d in dispatchers]
     try:
         yield
     finally:
         for d, keys in before:
-            overloads = getattr(d, "overloads", None)
+            overloads = getattr(_compiled_for(d), "overloads", None)
             if not isinstance(overloads, dict):
                 continue
             for key in [k for k in overloads if k not in keys]:

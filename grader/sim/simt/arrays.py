@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import LaunchConfigError, where
+from .. import ufuncs
 from ..kernel_arrays import DynamicShared, SharedArray
 from . import typing as simt_typing
 from .unsupported import SimtUnsupported
@@ -271,7 +272,12 @@ class ArrayOps:
             return self.load(array, key)
         return self.view(array, key)
 
-    def load(self, array: SimtArray, idx):
+    def load(self, array: SimtArray, idx, field=None):
+        """The active lanes' elements at `idx`; `field`: of a record array, that field of each
+        (the load of the element)."""
+        if field is not None:
+            values = self.load(array, idx)
+            return np.ascontiguousarray(values[field])
         if type(array) is SimtView:
             return self.load(array.base, self._base_index(array, idx))
         act, block, thread = self._lanes()
@@ -293,11 +299,13 @@ class ArrayOps:
         out[act] = values
         return out
 
-    def store(self, array: SimtArray, idx, value):
+    def store(self, array: SimtArray, idx, value, field=None):
+        """Store `value` at `idx` for the active lanes; `field`: into that field of a record
+        array's elements (the store of the element)."""
         if type(array) is SimtView:
             if len(idx) != array.ndim or any(isinstance(p, slice) for p in idx):
                 raise SimtUnsupported("assignment to a slice of an array", self.line)
-            return self.store(array.base, self._base_index(array, idx), value)
+            return self.store(array.base, self._base_index(array, idx), value, field)
         if array.space == "const":
             raise SimtUnsupported("store to a constant array", self.line)
         act, block, thread = self._lanes()
@@ -309,9 +317,43 @@ class ArrayOps:
         if isinstance(value, np.ndarray) and act is not None:
             value = value[act]
         self.inst.access(array.space, array.handle, "store", flat, block, thread, self.line,
-                         self.filename, lanes, value)
+                         self.filename, lanes, value if field is None else None)
         # duplicate positions: the last lane wins (a race unless they store one value)
-        array.flat[flat] = value
+        if field is None:
+            array.flat[flat] = value
+        else:
+            array.flat[field][flat] = value
+
+    def ufunc(self, ufunc, *args):
+        """A NumPy ufunc call: on scalars as numba types it (`math`); with arrays element-wise
+        as numba-cuda compiles it (grader/sim/ufuncs.py): every lane runs the whole loop, each
+        element a load or store of every active lane."""
+        if not any(isinstance(a, SimtArray) for a in args):
+            return self.math(ufunc, ufunc, *args)
+        from .ops import _dtype, cast
+
+        nin = ufunc.nin
+        inputs, outs = args[:nin], args[nin:]
+        if len(outs) != ufunc.nout or not all(isinstance(o, SimtArray) for o in outs):
+            raise SimtUnsupported(f"np.{ufunc.__name__} on arrays without output arrays",
+                                  self.line)
+        shape = tuple(int(e) for e in outs[0].shape)
+        for a in args:
+            if isinstance(a, SimtArray) and (a.ndim > len(shape) or a in outs and tuple(
+                    int(e) for e in a.shape) != shape or any(
+                    int(e) not in (1, shape[len(shape) - a.ndim + k]) for k, e in enumerate(a.shape))):
+                raise SimtUnsupported(f"np.{ufunc.__name__} on operands that do not broadcast",
+                                      self.line)
+        dtypes = tuple(a.dtype if isinstance(a, SimtArray) else _dtype(a) for a in args)
+        in_dtypes = ufuncs.loop_dtypes(ufunc, dtypes)[0]
+        for index in np.ndindex(*shape):
+            values = [cast(self.load(a, ufuncs.broadcast_index(a.shape, index))
+                           if isinstance(a, SimtArray) else a, d)
+                      for a, d in zip(inputs, in_dtypes)]
+            result = ufunc(*values)
+            for out, r in zip(outs, (result,) if ufunc.nout == 1 else result):
+                self.store(out, index, cast(r, out.dtype))
+        return outs[0] if ufunc.nout == 1 else tuple(outs)
 
     def before_write(self, array):
         """Keep a copy of an argument's memory before its first write, so that giving up
@@ -382,14 +424,17 @@ class ArrayOps:
         self._arrays[key] = array
         return array
 
-    def const_array_like(self, host):
+    def const_array_like(self, host, name=None):
+        """`cuda.const.array_like(host)`, and a global or closure array numba froze into the
+        kernel (`name`: the global's)."""
         if isinstance(host, SimtArray):  # an argument (numba needs a constant; typing allows it)
             return host
         found = self._const_arrays.get(id(host))
         if found is not None and found[0] is host:
             return found[1]
         host_array = np.ascontiguousarray(host)
-        handle = _ConstHandle(self._array_name("const"), host_array.shape, host_array.dtype)
+        handle = _ConstHandle(name or self._array_name("const"), host_array.shape,
+                              host_array.dtype)
         array = SimtArray("const", handle, host_array.reshape(-1), host_array.shape,
                           host_array.dtype)
         self._const_arrays[id(host)] = (host, array)

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from ..ast_tools import parse_function
+from .. import frozen
 from ..geometry import WARP
 from . import typing as simt_typing
 from .arrays import ArrayOps, global_array
@@ -35,7 +36,7 @@ def compile_function(py_func, argtypes: tuple, kind: str):
     hit = _compiled.get(key)
     if hit is None:
         types = simt_typing.infer(py_func, argtypes)
-        fn = Transformer(py_func, types, kind).build()
+        fn = Transformer(py_func, types, kind, frozen.constants(py_func, argtypes)).build()
         hit = _compiled[key] = (fn, simt_typing.as_dtype(types.return_type))
     return hit
 

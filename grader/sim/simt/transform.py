@@ -30,7 +30,7 @@ import numpy as np
 from ..ast_tools import (COMPARE, SCOPES, arguments, define, index_parts, parse_function,
                          stored_names)
 from ..ast_tools import name_node as _name
-from ..kernel_graph import is_cuda_dispatcher
+from ..kernel_graph import is_numba_dispatcher
 from . import intrinsics
 from .intrinsics import Intrinsic
 from .typing import BINOPS, FunctionTypes, as_dtype, is_function_value
@@ -71,13 +71,19 @@ def _is_barrier(node, resolve) -> bool:
 class Transformer:
     """Transforms one function for one argument-type signature."""
 
-    def __init__(self, py_func, types: FunctionTypes, kind: str):
+    def __init__(self, py_func, types: FunctionTypes, kind: str, constants=None):
         self.py_func, self.types, self.kind = py_func, types, kind
         self.filename = py_func.__code__.co_filename
         self.env = dict(py_func.__globals__)
-        if py_func.__closure__:  # numba freezes closure variables, and so do we
-            self.env.update(zip(py_func.__code__.co_freevars,
-                                (cell.cell_contents for cell in py_func.__closure__)))
+        if py_func.__closure__:
+            self.env.update((name, cell.cell_contents) for name, cell in
+                            zip(py_func.__code__.co_freevars, py_func.__closure__)
+                            if _has_contents(cell))
+        self.module_constants = {}
+        if constants is not None:  # what numba froze at this signature's compile (frozen.py)
+            self.env.update(constants.globals)
+            self.env.update(constants.cells)
+            self.module_constants = constants.attributes
         self.generated_globals: dict = {"np": np}
         self._counter = itertools.count()
         self.line = py_func.__code__.co_firstlineno
@@ -207,18 +213,19 @@ class Transformer:
         if op is None:
             self.fail(f"operator {type(node.op).__name__}", node)
         opname = ast.Constant(type(node.op).__name__)
-        target = node.target
+        target = self.field_subscript(node.target) or node.target
         if isinstance(target, ast.Name):
             value = _ctx("binop", opname, self.expr(ast.Name(target.id, ast.Load())),
                          self.expr(node.value))
             return self.store_to(target, value, node)
         if isinstance(target, ast.Subscript):
-            array, index, kind = self.subscript(target)
+            array, index, kind, field = self.subscript(target, fields=True)
             if kind == "view":
                 self.fail("assignment to a slice of an array", node)
             tmp = f"__t{next(self._counter)}"
-            load = _ctx("load", array, _name(tmp))
-            store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)))
+            load = _ctx("load", array, _name(tmp), *field)
+            store = _ctx("store", array, _name(tmp), _ctx("binop", opname, load, self.expr(node.value)),
+                         *field)
             return [ast.Assign([_name(tmp, True)], index), ast.Expr(store)]
         self.fail("augmented assignment to this target", node)
 
@@ -238,10 +245,13 @@ class Transformer:
             return [ast.Assign([_name(target.id, True)],
                                _ctx("assign", _name(target.id), value, dt))]
         if isinstance(target, ast.Subscript):
-            array, index, kind = self.subscript(target)
+            array, index, kind, field = self.subscript(target, fields=True)
             if kind == "view":
                 self.fail("assignment to a slice of an array", node)
-            return [ast.Expr(_ctx("store", array, index, value))]
+            return [ast.Expr(_ctx("store", array, index, value, *field))]
+        sub = self.field_subscript(target)
+        if sub is not None and self.record_field(sub) is not None:
+            return self.store_to(sub, value, node)
         if isinstance(target, (ast.Tuple, ast.List)):
             tmp = f"__t{next(self._counter)}"
             out = [ast.Assign([_name(tmp, True)], _ctx("unpack", value, ast.Constant(len(target.elts))))]
@@ -286,7 +296,7 @@ class Transformer:
                     if isinstance(hit, Intrinsic) and hit.kind == "ctx" and \
                             hit.name in intrinsics.LANE_POSITIONED:
                         return False
-                    if isinstance(hit, _Object) and is_cuda_dispatcher(hit.obj) and \
+                    if isinstance(hit, _Object) and is_numba_dispatcher(hit.obj) and \
                             not _device_may_compact(hit.obj.py_func):
                         return False
         except SimtUnsupported:
@@ -378,6 +388,9 @@ class Transformer:
                 if base.kind == "dim" and node.attr in ("x", "y", "z"):
                     return Intrinsic("dimattr", base.name, node.attr)
                 self.fail(f"attribute {node.attr!r} of {base.name}", node)
+            frozen_attr = (node.value.id, node.attr) if isinstance(node.value, ast.Name) else None
+            if frozen_attr in self.module_constants:  # an array numba froze (frozen.py)
+                return _Object(self.module_constants[frozen_attr])
             try:
                 obj = getattr(base.obj, node.attr)
             except AttributeError:
@@ -406,12 +419,13 @@ class Transformer:
                 return self.const_object(FunctionValue(hit))
             self.fail(f"{hit.name} used as a value", node)
         obj = hit.obj
-        if is_cuda_dispatcher(obj):  # a device function passed as a value
+        if is_numba_dispatcher(obj):  # a device function passed as a value
             return self.const_object(obj)
         if isinstance(obj, (bool, int, float, np.number, np.bool_)):
             return self.const(obj)
         if isinstance(obj, np.ndarray):  # numba freezes global arrays into constant memory
-            return _ctx("const_array_like", self.const(obj))
+            return _ctx("const_array_like", self.const(obj),
+                        keywords=[ast.keyword("name", ast.Constant(ast.unparse(node)))])
         if isinstance(obj, (tuple, np.dtype)):
             return self.const(obj)
         self.fail(f"global {type(obj).__name__} {getattr(node, 'id', '')!r}".rstrip(" '"), node)
@@ -434,6 +448,10 @@ class Transformer:
         if isinstance(node.value, ast.Name) and (node.attr in ("shape", "size", "ndim") or
                                                  node.attr == "dtype" and self.is_array(node.value.id)):
             return ast.Attribute(self.expr(node.value), node.attr, ast.Load())
+        sub = self.field_subscript(node)
+        if sub is not None and self.record_field(sub) is not None:
+            return self.expr_Subscript(sub)
+        self.reject_record_local(node.value, node)
         if isinstance(node.value, ast.Subscript) and node.attr in ("shape", "size", "ndim", "dtype"):
             return _ctx("array_attr", self.expr(node.value), ast.Constant(node.attr))  # a[1:].size
         if isinstance(node.value, ast.Name):  # a field of a namedtuple: its position
@@ -486,11 +504,16 @@ class Transformer:
         return _ctx("select", self.expr(node.test), _lambda(self.expr(node.body)),
                     _lambda(self.expr(node.orelse)))
 
-    def subscript(self, node) -> tuple[ast.expr, ast.expr, str]:
-        """(array expression, index tuple expression, kind) of `a[i, j]`, `a[i][j]`, `a[i, :]`,
-        `a[1:][j]`: kind "element" (an integer per dimension), "view" (a slice, or fewer
-        indices than dimensions) or "either" (indexing a view expression: known at run time).
-        Integer subscripts chain into one index (`a[i][j]` is `a[i, j]`)."""
+    def subscript(self, node, fields: bool = False) -> tuple:
+        """(array expression, index tuple expression, kind, field) of `a[i, j]`, `a[i][j]`,
+        `a[i, :]`, `a[1:][j]`: kind "element" (an integer per dimension), "view" (a slice, or
+        fewer indices than dimensions) or "either" (indexing a view expression: known at run
+        time); integer subscripts chain into one index (`a[i][j]` is `a[i, j]`). `field` (with
+        `fields`): the field of a record array's element it names (`states[i]["s0"]`), as a
+        list of zero or one constant."""
+        field = []
+        if fields and self.record_field(node) is not None:
+            field, node = [ast.Constant(node.slice.value)], node.value
         indices, base = list(index_parts(node)), node.value
         while isinstance(base, ast.Subscript) and not any(
                 isinstance(p, ast.Slice) for p in index_parts(base)):
@@ -499,21 +522,54 @@ class Transformer:
         sliced = any(isinstance(p, ast.Slice) for p in indices)
         index = ast.Tuple([self.index_part(p) for p in indices], ast.Load())
         if isinstance(base, ast.Subscript):  # a view, indexed further
-            return self.expr(base), index, "either"
+            return self.expr(base), index, "either", field
         if isinstance(base, ast.Name) and (base.id in self.params or base.id in self.locals):
             if not self.is_array(base.id):
                 self.fail(f"indexing {base.id!r}, which is not an array", node)
             ndim = getattr(self.types.by_name.get(base.id), "ndim", None)
-            array = _name(base.id)
-        else:
-            hit = self.resolve(base)
-            if hit is None or isinstance(hit, Intrinsic) or not isinstance(hit.obj, np.ndarray):
-                self.fail("indexing this expression", node)
-            array = self.global_value(hit, base)
-            ndim = hit.obj.ndim
-        partial = ndim is not None and len(indices) < ndim and not any(
-            isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices)
-        return array, index, "view" if sliced or partial else "element"
+            partial = ndim is not None and len(indices) < ndim and not any(
+                isinstance(p, ast.Name) and self.is_tuple(p.id) for p in indices)
+            return _name(base.id), index, "view" if sliced or partial else "element", field
+        hit = self.resolve(base)
+        obj = None if hit is None or isinstance(hit, Intrinsic) else hit.obj
+        if _number_tuple(obj) and len(indices) == 1:
+            obj = np.asarray(obj)  # a tuple of numbers indexed per lane: a table, as a GPU's
+            hit = _Object(obj)
+        if not isinstance(obj, np.ndarray):
+            self.fail("indexing this expression", node)
+        if sliced or len(indices) < obj.ndim:
+            self.fail("partial indexing (a view of a global array)", node)
+        return self.global_value(hit, base), index, "element", field
+
+    def record_field(self, node) -> str | None:
+        """The field `node` (`a[i]["x"]`) names of an element of a record array local, or None."""
+        if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and
+                isinstance(node.slice.value, str)):
+            return None
+        inner = node.value
+        while isinstance(inner, ast.Subscript):
+            inner = inner.value
+        dtype = getattr(self.types.by_name.get(inner.id), "dtype", None) \
+            if isinstance(inner, ast.Name) else None
+        return node.slice.value if node.slice.value in (getattr(dtype, "fields", None) or ()) \
+            else None
+
+    def reject_record_local(self, value, node):
+        """A record element held in a local (`r = a[i]; r["x"]`) is a reference in numba:
+        lockstep does not model one (the per-thread executor does)."""
+        from numba.core import types
+
+        if isinstance(value, ast.Name) and isinstance(self.types.by_name.get(value.id),
+                                                      types.Record):
+            self.fail(f"a record element held in a local variable ({value.id!r})", node)
+
+    @staticmethod
+    def field_subscript(node):
+        """`a[i].x` as `a[i]["x"]` (numba reads a record's field either way), else None."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Subscript):
+            return ast.copy_location(ast.Subscript(node.value, ast.Constant(node.attr),
+                                                   type(node.ctx)()), node)
+        return None
 
     def index_part(self, node) -> ast.expr:
         """One part of an index; a tuple-valued local (`g = cuda.grid(2); a[g]`) is unpacked
@@ -526,6 +582,15 @@ class Transformer:
             return ast.Starred(self.expr(node), ast.Load())
         return self.expr(node)
 
+    def is_array_value(self, node) -> bool:
+        """Whether `node` is an array: an array-typed local or parameter, a global array."""
+        if isinstance(node, ast.Name) and (node.id in self.locals or node.id in self.params):
+            return self.is_array(node.id)
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            hit = self.resolve(node)
+            return isinstance(hit, _Object) and isinstance(hit.obj, np.ndarray)
+        return False
+
     def is_tuple(self, name: str) -> bool:
         from numba.core import types
 
@@ -533,6 +598,7 @@ class Transformer:
 
     def expr_Subscript(self, node):
         value = node.value
+        self.reject_record_local(value, node)
         # tuples (shapes, cuda.grid(2) results) index as Python tuples
         if isinstance(value, ast.Attribute) and value.attr == "shape" or \
                 isinstance(value, ast.Name) and value.id in self.locals | set(self.params) and \
@@ -540,7 +606,11 @@ class Transformer:
             if isinstance(node.slice, ast.Slice):
                 self.fail("tuple slice", node)
             return _ctx("item", self.expr(value), self.expr(node.slice))
-        array, index, kind = self.subscript(node)
+        array, index, kind, field = self.subscript(node, fields=True)
+        if field:
+            if kind != "element":
+                self.fail("a field of a view of a record array", node)
+            return _ctx("load", array, index, *field)
         return _ctx({"element": "load", "view": "view", "either": "subscript"}[kind], array,
                     index)
 
@@ -562,9 +632,14 @@ class Transformer:
             self.fail("*args or **kwargs in a call", node)
         args = [self.expr(a) for a in node.args]
         keywords = [ast.keyword(k.arg, self.expr(k.value)) for k in node.keywords]
+        ufunc = hit.obj if isinstance(hit, _Object) else \
+            hit.payload[0] if hit.kind == "math" else None
+        if isinstance(ufunc, np.ufunc) and not keywords and (
+                isinstance(hit, _Object) or any(self.is_array_value(a) for a in node.args)):
+            return _ctx("ufunc", self.const_object(ufunc), *args)  # numba-cuda's CUDA ufuncs
         if isinstance(hit, _Object):
             obj = hit.obj
-            if is_cuda_dispatcher(obj):
+            if is_numba_dispatcher(obj):  # a @numba.jit helper too: a device function
                 if keywords:
                     self.fail("keyword arguments to a device function", node)
                 passed = [sig for sig in self.types.calls.get(node.lineno, ())
@@ -668,6 +743,18 @@ class FunctionValue:
 
     def __init__(self, intrinsic: Intrinsic):
         self.intrinsic = intrinsic
+def _number_tuple(obj) -> bool:
+    """Whether `obj` is a non-empty tuple of numbers of one type (numba's UniTuple)."""
+    return type(obj) is tuple and len(obj) > 0 and len({type(v) for v in obj}) == 1 and \
+        isinstance(obj[0], (bool, int, float, np.number, np.bool_))
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 class _Object:

@@ -166,6 +166,13 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
     except Exception as err:  # numba refusing the kernel, or a failure to type it here
+        ufunc = _ufunc_cuda_lacks(err)  # a device function's, found when numba compiled it
+        if ufunc is not None:
+            from numba.cuda.core import errors
+
+            from .. import ufuncs
+
+            err = errors.TypingError(ufuncs.refusal(ufunc), _call_site(py_func, ufunc))
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         refused = _numba_refuses(err)
         exc = (TypingRefused if refused else SimtUnsupported)(
@@ -175,6 +182,8 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     result = FunctionTypes(return_type=state.return_type)
     typing_context = cuda_target.typing_context
     from numba.cuda.core import ir
+
+    _refuse_ufuncs_cuda_lacks(state, py_func)
 
     for block in state.func_ir.blocks.values():
         for stmt in block.body:
@@ -202,6 +211,62 @@ def is_function_value(nbtype) -> bool:
     `uint32`)."""
     types = _numba()[0]
     return isinstance(nbtype, (types.Function, types.Dispatcher, types.NumberClass))
+def _ufunc_cuda_lacks(err: BaseException):
+    """The ufunc numba-cuda's lowering found no CUDA implementation of (a KeyError of its ufunc
+    table, raised while compiling a device function the kernel calls), or None."""
+    from .. import ufuncs
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyError) and err.args and ufuncs.is_ufunc(err.args[0]):
+            return err.args[0]
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _call_site(py_func, ufunc):
+    """numba's location of the first line calling `ufunc` by name in the functions `py_func`
+    reaches (its own code or a device function's), or None."""
+    import inspect
+
+    from numba.cuda.core import ir
+
+    from ..kernel_graph import is_numba_dispatcher, walk
+
+    for node in walk(py_func, is_numba_dispatcher).functions:
+        try:
+            lines, first = inspect.getsourcelines(node.func)
+        except (OSError, TypeError):
+            continue
+        for k, text in enumerate(lines):
+            if f".{ufunc.__name__}(" in text or text.lstrip().startswith(f"{ufunc.__name__}("):
+                return ir.Loc(node.func.__code__.co_filename, first + k)
+    return None
+
+
+def _refuse_ufuncs_cuda_lacks(state, py_func) -> None:
+    """numba types a call of any NumPy ufunc, but numba-cuda lowers only those of its CUDA
+    ufunc table (grader/sim/ufuncs.py): a call of another would fail to compile for a GPU, so
+    the kernel is refused here, with a message that says what to use."""
+    from numba.cuda.core import errors, ir
+
+    from .. import ufuncs
+
+    types = _numba()[0]
+    for block in state.func_ir.blocks.values():
+        for stmt in block.body:
+            expr = getattr(stmt, "value", None)
+            if not (isinstance(expr, ir.Expr) and expr.op == "call"):
+                continue
+            fnty = state.typemap.get(expr.func.name)
+            ufunc = getattr(fnty, "typing_key", None) if isinstance(fnty, types.Function) else None
+            if ufuncs.is_ufunc(ufunc) and ufuncs.unsupported(ufunc):
+                err = errors.TypingError(ufuncs.refusal(ufunc), stmt.loc)
+                exc = TypingRefused(f"numba cannot type {py_func.__name__!r} ({err})",
+                                    stmt.loc.line)
+                exc.error, exc.py_func = err, py_func
+                raise exc
 
 
 # --- single operations ---------------------------------------------------------------------------

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import LaunchConfigError, NotSimulatedError, SimError, where
 from ..host import _as_dtype
-from ..kernel_arrays import DynamicShared
+from ..kernel_arrays import ConstArray, DynamicShared
 from ..memory import LocalArray, SharedArray
+from .. import ufuncs
 from .values import converter
 
 # Forward progress (see executor): a thread yields every this many loads through ThreadArray
@@ -42,12 +43,21 @@ class _View:
         self.offset, self.shape, self.estrides = offset, tuple(shape), tuple(estrides)
 
 
+def _nothing(flat, g, frame, value=None):
+    return None
+
+
 class ThreadArray:
     """An array as one simulated thread indexes it: every element access is instrumented.
     `space`: "global" | "shared" | "local" | "const"; `ex` the ThreadExecutor."""
 
     __slots__ = ("_h", "_space", "_ex", "shape", "ndim", "size", "dtype", "_store", "_off",
                  "_strides", "_bid", "_load1", "_store1", "_unpacked")
+
+    def __new__(cls, handle, space: str, ex):
+        if cls is ThreadArray and handle.dtype.names is not None:
+            cls = RecordArray  # an array of records: indexing one gives a reference to it
+        return object.__new__(cls)
 
     def __init__(self, handle, space: str, ex):
         self._h, self._space, self._ex = handle, space, ex
@@ -65,6 +75,8 @@ class ThreadArray:
             self._bid = ex.bid
             self._off += (ex.bid - handle.first_block) * handle.block_stride
         self._load1 = ex.inst.scalar_recorder(space, handle, "load")
+        if space == "const":  # constant memory: bounds only, the fast path records nothing
+            self._load1 = _nothing
         self._store1 = ex.inst.scalar_recorder(space, handle, "store")
         self._unpacked = None  # what compiled accesses unpack (AccessLogs.unpack), once
 
@@ -90,6 +102,28 @@ class ThreadArray:
             raise
         ex.inst.access1(self._space, self._h, kind, flat, ex.bid, lin, line, filename, value)
         return flat
+
+    def _position(self, key, frame):
+        """Flat position of a full index (bounds checked, no access recorded), or None for a
+        view key."""
+        if type(key) is not tuple:
+            key = (key,)
+        if len(key) != self.ndim:
+            return None
+        ex = self._ex
+        try:
+            return ex.inst.index1(self._space, self._h, key, ex.bid, ex.cur.lin, frame.f_lineno,
+                                  frame.f_code.co_filename)
+        except TypeError:
+            if any(isinstance(k, slice) for k in key):
+                return None
+            raise
+
+    def _touch(self, kind, flat, frame, value=None):
+        """The instrument's record of this thread's `kind` access to the element at `flat`."""
+        ex = self._ex
+        ex.inst.access1(self._space, self._h, kind, flat, ex.bid, ex.cur.lin, frame.f_lineno,
+                        frame.f_code.co_filename, value)
 
     def _fast(self, key):
         """`Instrument.index1` for plain int indices that are in bounds; None otherwise (the
@@ -149,8 +183,7 @@ class ThreadArray:
         if value.__class__ is int and self.dtype.kind in "iu":
             value = converter(self.dtype.type)(value)  # wrapped, as numba stores
         if self._space == "const":
-            raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
-                           f"store to constant array {self._h.name!r}")
+            self._refuse_store(frame)
         rec = self._store1
         if rec is not None and (self._bid is None or self._bid == self._ex.bid):
             flat = None
@@ -178,6 +211,16 @@ class ThreadArray:
         self._h.flat[flat] = value
         self._ex.progress += 1
 
+    def __array_ufunc__(self, ufunc, method, *inputs, out=(), **kwargs):
+        # numpy hands a ufunc call with an array of ours here (`np.sin(x, out)`)
+        if method != "__call__" or kwargs:
+            return NotImplemented  # (numba compiles neither ufunc methods nor keywords)
+        return ufunc_call(ufunc, inputs + tuple(out), _getframe(1))
+
+    def _refuse_store(self, frame):
+        raise SimError(f"{where(self._ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                       f"store to constant array {self._h.name!r}")
+
     def _view(self, key, frame):
         if type(key) is not tuple:
             key = (key,)
@@ -201,6 +244,116 @@ class ThreadArray:
                 offset += i * st
         return ThreadArray(_View(h, offset, shape, strides), self._space, self._ex)
 
+
+
+class RecordArray(ThreadArray):
+    """An array of records (a structured dtype: numba.cuda.random's generator states). As in
+    numba, indexing one element gives a reference to it (`RecordRef`), and reading or writing
+    one of its fields is the thread's load or store of that element."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        frame = _getframe(1)
+        flat = self._position(key, frame)
+        if flat is None:
+            return self._view(key, frame)
+        return RecordRef(self, flat)
+
+    def __setitem__(self, key, value):  # a whole record: `states[i] = states[j]`
+        frame = _getframe(1)
+        if self._space == "const":
+            self._refuse_store(frame)
+        if value.__class__ is RecordRef:
+            value = value._load(frame)
+        flat = self._flat(key, "store", frame)
+        if flat is None:
+            raise NotSimulatedError("assignment to a slice of an array inside a kernel is not "
+                                    "simulated; store element by element")
+        self._h.flat[flat] = value
+        self._ex.progress += 1
+
+
+class RecordRef:
+    """One element of a `RecordArray`, by reference: `r["s0"]`, `r.s0` (load), `r["s0"] = v`
+    (store) access the array's element."""
+
+    __slots__ = ("_array", "_at")
+
+    def __init__(self, array: RecordArray, flat: int):
+        object.__setattr__(self, "_array", array)
+        object.__setattr__(self, "_at", flat)
+
+    def _load(self, frame):
+        self._array._touch("load", self._at, frame)
+        return self._array._h.flat[self._at].copy()
+
+    def __getitem__(self, field):
+        array = self._array
+        array._touch("load", self._at, _getframe(1))
+        return array._h.flat[self._at][field]
+
+    def __setitem__(self, field, value):
+        self._set(field, value, _getframe(1))
+
+    def _set(self, field, value, frame):
+        array = self._array
+        if array._space == "const":
+            array._refuse_store(frame)
+        store = array._h.flat
+        if value.__class__ is int and store.dtype.fields[field][0].kind in "iu":
+            value = converter(store.dtype.fields[field][0].type)(value)  # wrapped, as numba stores
+        array._touch("store", self._at, frame)
+        store[self._at][field] = value
+        array._ex.progress += 1
+
+    def __getattr__(self, field):
+        array = self._array
+        if field not in array.dtype.names:
+            raise AttributeError(field)
+        array._touch("load", self._at, _getframe(1))
+        return array._h.flat[self._at][field]
+
+    def __setattr__(self, field, value):
+        self._set(field, value, _getframe(1))
+
+
+def ufunc_call(ufunc, args, frame):
+    """A NumPy ufunc called by the running thread with array arguments (`args`, outputs
+    last; `frame`: the caller's), element-wise as numba-cuda compiles it
+    (grader/sim/ufuncs.py): every element a load or store of this thread."""
+    nin = ufunc.nin
+    inputs, outs = args[:nin], args[nin:]
+    if len(outs) != ufunc.nout or not all(isinstance(o, ThreadArray) for o in outs):
+        raise NotSimulatedError(f"np.{ufunc.__name__} on arrays inside a kernel needs its output "
+                                f"array(s) as arguments (a kernel cannot allocate one)")
+    shape = outs[0].shape
+    for a in args:
+        if isinstance(a, ThreadArray) and (
+                a.ndim > len(shape) or a in outs and a.shape != shape or any(
+                    e not in (1, shape[len(shape) - a.ndim + k]) for k, e in enumerate(a.shape))):
+            ex = a._ex
+            raise SimError(f"{where(ex.name, frame.f_code.co_filename, frame.f_lineno)}: "
+                           f"np.{ufunc.__name__}: operands of shapes "
+                           f"{[getattr(b, 'shape', ()) for b in args]} do not broadcast onto "
+                           f"the output's shape {shape}")
+    dtypes = tuple(a.dtype if isinstance(a, ThreadArray) else np.asarray(a).dtype for a in args)
+    in_types = [d.type for d in ufuncs.loop_dtypes(ufunc, dtypes)[0]]
+    ex = outs[0]._ex
+    for index in np.ndindex(*shape):
+        values = []
+        for a, t in zip(inputs, in_types):
+            if isinstance(a, ThreadArray):
+                a = a._h.flat[a._flat(ufuncs.broadcast_index(a.shape, index), "load", frame)]
+            values.append(t(a))
+        result = ufunc(*values)
+        for out, r in zip(outs, (result,) if ufunc.nout == 1 else result):
+            if out._space == "const":
+                out._refuse_store(frame)
+            value = out.dtype.type(r)
+            out._h.flat[out._flat(index, "store", frame, value)] = value
+            ex.progress += 1
+    return outs[0] if ufunc.nout == 1 else tuple(outs)
 
 
 class Spaces:
@@ -263,7 +416,15 @@ class Spaces:
                 f"total", kernel=ex.name, filename=frame.f_code.co_filename,
                 line=frame.f_lineno)
 
+    def frozen_array(self, data, name):
+        arr = self._const.get(id(data))
+        if arr is None or arr._h.flat.base is not data:
+            arr = self._const[id(data)] = ThreadArray(ConstArray(name, data), "const", self._ex)
+        return arr
+
     def const_array(self, ary):
+        if isinstance(ary, ThreadArray) and ary._space == "const":
+            return ary  # a frozen global already is constant memory
         arr = self._const.get(id(ary))
         if arr is None:
             data = np.ascontiguousarray(ary.copy_to_host() if hasattr(ary, "copy_to_host")

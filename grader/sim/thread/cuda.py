@@ -48,6 +48,10 @@ class _Const:
     def array_like(self, ary):
         return self._spaces.const_array(ary)
 
+    def frozen(self, data, name):
+        """A global or closure array numba froze into the kernel (read-only, not copied)."""
+        return self._spaces.frozen_array(data, name)
+
 
 class _Atomic:
     """cuda.atomic: read-modify-write returning the old value, then a yield (spin loops)."""
@@ -145,6 +149,9 @@ class ThreadCuda:
         self.warpsize = WARP
         self.blockDim = Dim3(*ex.config.block)
         self.gridDim = Dim3(*ex.config.grid)
+        # a submodule of numba.cuda as the kernel sees it (`cuda.random.xoroshiro128p_...`):
+        # set by kernel_source.rebind, which rebinds its jitted functions
+        self.submodule = None
 
     threadIdx = property(lambda self: self._ex.cur.idx)
     blockIdx = property(lambda self: self._ex.bidx)
@@ -152,6 +159,10 @@ class ThreadCuda:
 
     def __getattr__(self, name):
         real = getattr(patching.cuda_module(), name)
+        if isinstance(real, types.ModuleType) and self.submodule is not None:
+            view = self.submodule(real)  # (None: it gives the kernel no jitted function)
+            if view is not None:
+                return view
         if isinstance(real, type) or type(real).__module__.startswith(("numba.core.types",
                                                                        "numba.cuda.types")) \
                 or name in ("float16", "bfloat16"):

@@ -111,9 +111,10 @@ class ThreadExecutor:
     def _worker(self, _first):
         """Body of a pooled greenlet: runs one thread after another (a fresh greenlet per
         thread costs ~10x a switch). The scheduler sets `self.cur` before each switch."""
-        while True:
-            fell_off = self.fn(*self.args) is kernel_source.FELL_OFF
-            self.hub.switch(("exit", fell_off))
+        with np.errstate(all="ignore"):  # a GPU wraps integers and divides by zero silently
+            while True:
+                fell_off = self.fn(*self.args) is kernel_source.FELL_OFF
+                self.hub.switch(("exit", fell_off))
 
     def _run_block(self, b: int) -> None:
         cfg = self.config

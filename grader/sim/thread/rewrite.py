@@ -27,6 +27,7 @@ node classes, operator tables) is shared in `grader/sim/ast_tools.py`.
 from __future__ import annotations
 
 import ast
+import types
 import zlib
 
 import numpy as np
@@ -159,7 +160,8 @@ class _Rewrite(ast.NodeTransformer):
         for name in scan.bound:
             nbtype = self.types.by_name.get(name)
             if not isinstance(nbtype, types.Array) or name in scan.other or \
-                    name in scan.not_by_assign:
+                    name in scan.not_by_assign or isinstance(nbtype.dtype, types.Record):
+                # (an element of records is a reference: RecordArray's path)
                 continue
             if any(not isinstance(self.types.by_line.get((name, line), nbtype), types.Array) or
                    self.types.by_line.get((name, line), nbtype).ndim != nbtype.ndim
@@ -170,6 +172,32 @@ class _Rewrite(ast.NodeTransformer):
                 name, nbtype.ndim, nbtype.layout == "C", self.access == "record", self._site),
                 dtype.type if dtype is not None else None)
         return out
+
+    def _scalar_type_called(self, node):
+        """The numpy type of the numba scalar type `node` calls as a conversion with one
+        argument (`uint64(x)`, `numba.int32(i)`), or None."""
+        if len(node.args) != 1 or node.keywords or isinstance(node.args[0], ast.Starred):
+            return None
+        func, chain = node.func, []
+        while isinstance(func, ast.Attribute):
+            chain.insert(0, func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id in self.scan.bound:
+            return None
+        code = self.func.__code__
+        if func.id in code.co_freevars:
+            try:
+                obj = self.func.__closure__[code.co_freevars.index(func.id)].cell_contents
+            except ValueError:  # not yet assigned
+                return None
+        else:
+            obj = self.func.__globals__.get(func.id, _MISSING)
+        for attr in chain:
+            obj = getattr(obj, attr, _MISSING) if isinstance(obj, types.ModuleType) else _MISSING
+        if not type(obj).__module__.startswith(("numba.core.types", "numba.cuda.types")):
+            return None
+        dtype = self._dtype(obj)
+        return dtype.type if dtype is not None and dtype.kind in "biuf" else None
 
     def _global_class(self, name):
         if name in self.scan.bound or name in self.func.__code__.co_freevars:
@@ -317,6 +345,9 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
+        cast_to = self._scalar_type_called(node)
+        if cast_to is not None:  # `uint64(x)`: a C conversion (numba's type object is slow)
+            return _known(self._convert(node.args[0], cast_to, node), cast_to)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _WIDTH_SENSITIVE:
             # locals hold integers as Python ints; these intrinsics need the type's width
             node.args = [self._convert(a, dtype.type, a) if isinstance(a, ast.Name) and
