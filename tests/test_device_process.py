@@ -247,3 +247,26 @@ def test_a_refused_launch_names_the_students_launch_line(device_student):
     with pytest.raises(StudentCodeError, match=r"kernel 'add' launched at ex\.py:13: 2048 threads per block") as refused:
         s.call("run")
     assert (refused.value.finding.file, refused.value.finding.line) == ("ex.py", 13)
+
+
+def test_numba_cuda_random_works_through_the_device_process(device_student):
+    """Its generator states are a record array (two uint64): they cross to the device and the
+    draws are numba-cuda's own algorithm's."""
+    s = device_student("""
+        from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float32
+
+        @cuda.jit
+        def draw(states, out):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = xoroshiro128p_uniform_float32(states, i)
+
+        def run(n):
+            states = create_xoroshiro128p_states(n, seed=1)
+            out = cuda.device_array(n, np.float32)
+            draw[(n + 127) // 128, 128](states, out)
+            return out.copy_to_host()
+    """)
+    got = s.call("run", 1000).value
+    assert got.shape == (1000,) and (0 <= got).all() and (got < 1).all() and len(set(got.tolist())) > 990
+    assert np.isclose(got.mean(), 0.5, atol=0.05)

@@ -221,3 +221,27 @@ def test_a_name_that_is_not_a_string_is_a_protocol_error():
 
     with pytest.raises(ProtocolError, match=r"error\.kind: .* is not one of"):
         ErrorInfo.parse({"kind": ["simulator"], "type": "X", "message": "m"})
+
+
+def test_record_arrays_of_numbers_cross_and_nothing_else_does():
+    """numba.cuda.random's states (an aligned record of two uint64) cross as a described record;
+    object fields, nested records and impossible layouts are refused."""
+    import io
+
+    from grader.wire import dtypes, frames
+
+    states = np.dtype([("s0", np.uint64), ("s1", np.uint64)], align=True)
+    data = np.arange(8, dtype=np.uint64).view(states)
+    stream = io.BytesIO()
+    frames.send(stream, {"states": data})
+    stream.seek(0)
+    got = frames.receive(stream)["states"]
+    assert got.dtype == states and got.dtype.isalignedstruct and np.array_equal(got.view(np.uint64), np.arange(8))
+    for bad in (np.dtype([("o", object)]), np.dtype([("r", [("x", np.int32)])]), np.dtype("U4"), np.dtype("V8")):
+        with pytest.raises(ProtocolError):
+            dtypes.describe(bad)
+    desc = dtypes.describe(states)
+    for change in ({"offsets": [0, 12]}, {"itemsize": 1 << 20}, {"names": ["s0", "__class__.x"]},
+                   {"formats": ["<u8", "|O"]}, {"formats": ["<u8", {"names": []}]}):
+        with pytest.raises(ProtocolError):
+            dtypes.parse({**desc, **change})

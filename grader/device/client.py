@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from .. import wire
-from ..wire import shared
+from ..wire import dtypes, shared
 from ..sim import LaunchTarget
 from ..sim import errors as sim_errors
 from ..sim import patching
@@ -106,7 +106,7 @@ class RemoteDeviceArray:
         self._handle = int(reply["handle"])
         self.shape = tuple(int(s) for s in reply["shape"])
         self.strides = tuple(int(s) for s in reply["strides"])
-        self.dtype = np.dtype(reply["dtype"])
+        self.dtype = dtypes.parse(reply["dtype"])
         self.device_id = int(reply["device"])
         self._address = int(reply.get("address", 0))
         self._c, self._f = bool(reply.get("c_contiguous", True)), bool(reply.get("f_contiguous", False))
@@ -233,7 +233,7 @@ class RemoteHostAPI(HostAPI):
     def _new(self, shape, dtype, initialised: bool, order="C") -> RemoteDeviceArray:
         shape = (shape,) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
         reply = self._sim.channel.request({"op": "alloc", "device": self._current(), "shape": list(shape),
-                                           "dtype": _as_dtype(dtype).str, "order": "F" if order == "F" else "C",
+                                           "dtype": dtypes.describe(_as_dtype(dtype)), "order": "F" if order == "F" else "C",
                                            "initialised": initialised})
         return RemoteDeviceArray(self._sim, reply)
 
@@ -242,7 +242,7 @@ class RemoteHostAPI(HostAPI):
             return self._new(host.shape, host.dtype, True, order)
         # allocation and upload in one request
         reply = self._sim.channel.request({"op": "alloc", "device": self._current(), "shape": list(host.shape),
-                                           "dtype": host.dtype.str, "order": order, "initialised": True,
+                                           "dtype": dtypes.describe(host.dtype), "order": order, "initialised": True,
                                            "data": np.ascontiguousarray(host)})
         return RemoteDeviceArray(self._sim, reply)
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import wire
-from ..wire import shared
+from ..wire import dtypes, shared
 from ..wire.messages import digest, error_reply
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import reported_site
@@ -172,7 +172,7 @@ class Device:
         handle = self._keep(array)
         view = array._view
         return {"ok": True, "handle": handle, "shape": list(array.shape), "strides": list(array.strides),
-                "dtype": array.dtype.str, "device": array.device_id,
+                "dtype": dtypes.describe(array.dtype), "device": array.device_id,
                 "address": array._alloc.address + array.offset * array.dtype.itemsize,
                 "c_contiguous": bool(view.flags.c_contiguous), "f_contiguous": bool(view.flags.f_contiguous)}
 
@@ -203,7 +203,7 @@ class Device:
         host = self.sim.host
         shape = [int(s) for s in request["shape"]]
         with self.sim.gpus[int(request.get("device", 0))]:
-            array = host._new(shape, np.dtype(str(request["dtype"])), bool(request.get("initialised")),
+            array = host._new(shape, dtypes.parse(request["dtype"]), bool(request.get("initialised")),
                               "F" if request.get("order") == "F" else "C")
         if "data" in request:
             data = _host_array(request["data"], array.shape, array.dtype)

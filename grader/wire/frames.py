@@ -1,7 +1,7 @@
 """Frames: how a message crosses between the judge (trusted) and a runner (untrusted).
 
 A message is a length-prefixed JSON document followed by zero or more raw array frames. Arrays are
-sent as bytes plus a validated numeric dtype and shape; nothing is ever pickled, so a hostile runner
+sent as bytes plus a validated numeric dtype (or a record of numeric fields) and shape; nothing is ever pickled, so a hostile runner
 can at worst send wrong numbers, never code. The receiver says how much it accepts (`Bounds`): the
 JSON part and the frames are refused before they are read when they are over it, and an array is
 read once, into its own buffer (no second copy).
@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 _HEADER = struct.Struct("!Q")
-ALLOWED_KINDS = set("biufc")  # bool, int, uint, float, complex: no object or void dtypes
+ALLOWED_KINDS = set("biufc")  # bool, int, uint, float, complex; records of these: wire/dtypes.py
 
 
 class ProtocolError(Exception):
@@ -41,10 +41,9 @@ def _encode(value: Any, frames: list) -> Any:
     if isinstance(value, np.ndarray):
         # (np.ascontiguousarray would make a 0-d array 1-d: a scalar must come back a scalar)
         arr = value if value.flags.c_contiguous else np.ascontiguousarray(value)
-        if arr.dtype.kind not in ALLOWED_KINDS:
-            raise ProtocolError(f"arrays of dtype {arr.dtype} cannot cross the boundary")
+        desc = arr.dtype.str if arr.dtype.kind in ALLOWED_KINDS else _dtypes().describe(arr.dtype)
         frames.append(arr)
-        return {"__ndarray__": len(frames) - 1, "dtype": arr.dtype.str, "shape": list(value.shape)}
+        return {"__ndarray__": len(frames) - 1, "dtype": desc, "shape": list(value.shape)}
     if isinstance(value, np.generic):
         return _encode(np.asarray(value).reshape(()), frames) | {"scalar": True}
     if isinstance(value, dict):
@@ -70,10 +69,11 @@ def _decode(value: Any, frames: list[bytearray]) -> Any:
 
 def _decode_array(spec: dict, frames: list[bytearray]) -> Any:
     try:
-        index, dtype, shape = int(spec["__ndarray__"]), np.dtype(spec["dtype"]), tuple(int(s) for s in spec["shape"])
+        index, shape = int(spec["__ndarray__"]), tuple(int(s) for s in spec["shape"])
+        dtype = _dtypes().parse(spec["dtype"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"malformed array descriptor: {exc}") from None
-    if dtype.kind not in ALLOWED_KINDS or any(s < 0 for s in shape) or not 0 <= index < len(frames):
+    if any(s < 0 for s in shape) or not 0 <= index < len(frames):
         raise ProtocolError("invalid array descriptor")
     raw = frames[index]
     if len(raw) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
@@ -84,6 +84,12 @@ def _decode_array(spec: dict, frames: list[bytearray]) -> Any:
             raise ProtocolError("a scalar descriptor of more than one value")
         return arr.reshape(())[()]
     return arr
+
+
+def _dtypes():
+    from . import dtypes  # (it checks with this module's ProtocolError)
+
+    return dtypes
 
 
 def send(stream: BinaryIO, message: Any) -> None:
