@@ -84,9 +84,10 @@ class CollectiveOps:
                 b, t = divmod(int(np.argmax(missing)), self.tpb)
                 self._report(BarrierDivergenceError,
                              f"grid sync reached by only some threads of the grid (thread "
-                             f"{self.config.thread_xyz(t)} of this block is elsewhere, e.g. in "
-                             "another branch or loop iteration): a grid sync waits for every "
-                             "thread, so on a GPU the grid would wait forever", b, t)
+                             f"{self.config.thread_xyz(t)} of this block skips it, e.g. in "
+                             "another branch or loop iteration): CUDA requires every thread of "
+                             "the grid to call it; on current GPUs it completes if the threads "
+                             "that skip it exit, and hangs if they wait elsewhere", b, t)
         gone = ~alive.reshape(self.n_blocks, self.tpb).any(axis=1)
         if gone.any():
             b = int(np.argmax(gone))

@@ -108,7 +108,8 @@ class Block:
             self.barrier_error(st, f"this thread finished the kernel without reaching the grid "
                                f"sync at {f}:{line} that {len(live)} other threads of its block "
                                f"wait at (a grid sync inside a condition that not all threads "
-                               f"take)", at=(f, line))
+                               f"take): CUDA requires every thread of the grid to call it; on "
+                               f"current GPUs it completes once the threads that skip it exit", at=(f, line))
             self.fell_off = []
         return True
 
