@@ -45,6 +45,7 @@ class Signatures:
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._device = current_device  # the simulated device kernels are compiled for
         self._entries: list = []  # (dispatcher weakref, argument types) added to .overloads
+        self._launched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kinds typed
 
     def declare(self, dispatcher, sig) -> None:
         """Record `sig` (what numba's `CUDADispatcher.compile` takes: argument types, or a
@@ -68,9 +69,16 @@ class Signatures:
         self._entries.append((weakref.ref(dispatcher), argtypes))
 
     def launched(self, dispatcher, args) -> None:
-        """After a launch of a kernel compiled lazily: its overload for these arguments."""
+        """After a launch of a kernel compiled lazily: its overload for these arguments (typed
+        once per kind of arguments: numba's typing of them costs ~5% of a small launch)."""
         overloads = getattr(dispatcher, "overloads", None)
-        if isinstance(overloads, dict) and not self._declared.get(dispatcher):
+        if not isinstance(overloads, dict) or self._declared.get(dispatcher):
+            return
+        kinds = tuple((type(v), getattr(v, "dtype", None), getattr(v, "strides", None))
+                      for v in args)
+        seen = self._launched.setdefault(dispatcher, set())
+        if kinds not in seen:
+            seen.add(kinds)
             self.add_overload(dispatcher, argtypes_for(args))
 
     def remove_overloads(self) -> None:
@@ -81,6 +89,7 @@ class Signatures:
             if isinstance(overloads, dict) and isinstance(overloads.get(argtypes), Overload):
                 del overloads[argtypes]
         self._entries.clear()
+        self._launched = weakref.WeakKeyDictionary()
 
     def declared(self, dispatcher) -> list[tuple]:
         return list(self._declared.get(dispatcher, ()))
