@@ -214,8 +214,9 @@ class ThreadExecutor:
                 if at(blk) != (f1, l1):
                     f2, l2 = at(blk)
                     blk.barrier_error(blk.live()[0], f"blocks of the grid wait at different "
-                                      f"grid syncs ({f1}:{l1} and {f2}:{l2}): on a GPU the grid "
-                                      f"deadlocks", at=(f2, l2))
+                                      f"grid syncs ({f1}:{l1} and {f2}:{l2}): CUDA requires "
+                                      f"every thread of the grid to reach the same one",
+                                      at=(f2, l2))
                     break
             if finished:
                 blk = finished[0]
