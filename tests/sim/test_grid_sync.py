@@ -246,3 +246,20 @@ def test_grid_sync_kernel_passes_the_compile_check():
     np.testing.assert_array_equal(a, (np.arange(128) + 1) % 128)
     compiled = launches[0].compiled
     assert compiled.get("available") is False or compiled["registers"] > 0, compiled
+
+
+@cuda.jit
+def sync_per_branch(a):
+    g = cuda.cg.this_grid()
+    if cuda.blockIdx.x == 0:
+        a[cuda.grid(1)] = 1
+        g.sync()
+    else:
+        a[cuda.grid(1)] = 2
+        g.sync()
+
+
+def test_blocks_at_different_grid_syncs_are_a_finding(executor):
+    a = np.zeros(64, np.int32)
+    with pytest.raises(sim.BarrierDivergenceError, match="grid sync"):
+        sync_per_branch[2, 32](a)

@@ -4,6 +4,8 @@ Keys are fnmatch patterns over node ids (`test_module.py::Class::test`); the fir
 Categories:
 - "compiled code": the test inspects PTX/LLVM/SASS or compiles for a real architecture
   (inspect_asm, inspect_llvm, compile_ptx for sm_100, ...): out of scope for a simulator.
+- "foreign code": the kernel calls CUDA C/C++ device functions (FFI), which a Python simulator
+  cannot run.
 - "size": a GPU-sized problem beyond a CPU simulator's memory or the suite's time budget.
 - "checker": one of grader.sim's checkers (races, uninitialised reads) reports a real finding in
   the test's kernel; the test would pass with that checker downgraded to a warning.
@@ -32,7 +34,7 @@ REASONS: list[tuple[str, str, str]] = [
     ("test_sm.py::*::test_issue_2393", "checker",
      "uninitialised-read checker: the kernel sums a shared array it never writes (the test only "
      "checks that it compiles and runs); every block also stores d_block_costs[0]"),
-    ("doc_examples/test_ffi.py::*", "compiled code",
+    ("doc_examples/test_ffi.py::*", "foreign code",
      "calls CUDA C/C++ device functions (`cuda.declare_device(..., link=...)`, `.cu` files "
      "numba-cuda compiles with NVRTC and links): the simulator runs a kernel's Python, it cannot "
      "run foreign device code"),
