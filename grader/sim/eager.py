@@ -21,7 +21,8 @@ dispatchers after (`patching.compile_check_device`), as after a compile check.
 `dispatcher.overloads` holds an `Overload` per declared signature (and, for a kernel compiled
 lazily, per argument types it was launched with), standing where numba keeps its compiled
 `_Kernel`: `max_cooperative_grid_blocks` from the modelled occupancy (cooperative.py), the
-signature and argument types at once, and anything else of `_Kernel` that needs no GPU
+signature and argument types at once, registers and shared and local memory from the compile
+check (what numba's `get_regs_per_thread()` and friends read), and anything else of `_Kernel` that needs no GPU
 (`_type_annotation`, `inspect_llvm`, ...) from the kernel object `inspect` builds, compiled
 on the CPU the first time it is asked for. They are removed when the simulator is uninstalled.
 """
@@ -152,6 +153,18 @@ class Overload:
         return cooperative.max_cooperative_grid_blocks(
             self._dispatcher(), self.argument_types, blockdim, dynsmemsize,
             self._signatures._device())
+
+    # the resources numba reads from the driver (`kernel.get_regs_per_thread()`, ...): what
+    # ptxas reports for the kernel (the compile check), None without a toolchain
+    regs_per_thread = property(lambda self: self._resource("registers"))
+    shared_mem_per_block = property(lambda self: self._resource("shared_bytes"))
+    local_mem_per_thread = property(lambda self: self._resource("local_bytes"))
+
+    def _resource(self, field: str):
+        from .compile_check import compile_check
+
+        report = compile_check(self._dispatcher(), list(self.argument_types))
+        return getattr(report, field) if report.ok else None
 
     def __getattr__(self, name):
         if name.startswith("__"):

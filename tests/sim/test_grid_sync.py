@@ -9,6 +9,7 @@ from numba import cuda, int32
 from numba.cuda.cg import this_grid
 
 import grader.sim as sim
+from grader.sim.compile_check import toolchain
 from grader.sim.cooperative import uses_grid_sync
 
 
@@ -219,6 +220,11 @@ def test_eager_kernel_has_an_overload_per_declared_signature(executor):
     assert ov.max_cooperative_grid_blocks(256) == 8 * 132  # 64 warps per SM / 8 per block
     assert ov.max_cooperative_grid_blocks((16, 16)) == ov.max_cooperative_grid_blocks(256)
     assert ov._type_annotation.typemap["x"] == int32  # numba's own, compiled on the CPU
+    regs = k.get_regs_per_thread(ov.signature)  # numba's own method, answered by ptxas
+    if toolchain.status_for_check().ptxas:
+        assert regs > 0 and k.get_shared_mem_per_block(ov.signature) == 0
+    else:
+        assert regs is None
     sim.uninstall()
     assert not k.overloads  # nothing simulated stays in numba's dispatcher
 
