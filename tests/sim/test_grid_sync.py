@@ -269,3 +269,20 @@ def test_blocks_at_different_grid_syncs_are_a_finding(executor):
     a = np.zeros(64, np.int32)
     with pytest.raises(sim.BarrierDivergenceError, match="grid sync"):
         sync_per_branch[2, 32](a)
+
+
+def test_the_runner_of_a_device_process_fills_overloads_too():
+    """With the simulated GPU in a device process of its own, the runner's patches record eager
+    signatures (grader.device.client): the kernels get the same `.overloads` entries."""
+    from grader.device.client import _Declared
+    from grader.sim.devices import Devices
+
+    def body(a):
+        cuda.cg.this_grid().sync()
+
+    k = cuda.jit(body)  # lazily compiled: nothing needs a driver
+    declared = _Declared(lambda: Devices(1).current)
+    declared.declare(k, "void(int32[:])")
+    assert k.overloads[(int32[:],)].max_cooperative_grid_blocks(1024) == 2 * 132
+    declared.remove_overloads()
+    assert not k.overloads
