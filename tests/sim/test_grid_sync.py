@@ -286,3 +286,20 @@ def test_the_runner_of_a_device_process_fills_overloads_too():
     assert k.overloads[(int32[:],)].max_cooperative_grid_blocks(1024) == 2 * 132
     declared.remove_overloads()
     assert not k.overloads
+
+
+@cuda.jit
+def grid_sync_or_block_barrier(a):
+    i = cuda.grid(1)
+    if cuda.threadIdx.x < 16:
+        a[i] = 1
+        cuda.cg.this_grid().sync()
+    else:
+        a[i] = 2
+        cuda.syncthreads()
+
+
+def test_grid_sync_against_a_block_barrier_is_a_finding(executor):
+    a = np.zeros(64, np.int32)
+    with pytest.raises(sim.BarrierDivergenceError):
+        grid_sync_or_block_barrier[2, 32](a)

@@ -223,6 +223,14 @@ class Block:
         at_warp = [st for st in blocked if st.status == "warp"]
         at_bar = [st for st in blocked if st.status == "barrier"]
         st = at_warp[0] if at_warp else blocked[0]
+        at_grid = [st for st in blocked if st.status == "grid"]
+        if at_grid and at_bar and not at_warp:
+            # a cooperative launch: threads of one block at syncthreads() and at a grid sync
+            other = at_bar[0]
+            self.barrier_error(at_grid[0], f"threads of the block wait at a grid sync and at "
+                               f"the syncthreads() at {other.wait[2]}:{other.wait[1]} (thread "
+                               f"{tuple(other.idx)}): CUDA requires every thread of the grid to "
+                               f"reach the same grid sync")
         if at_warp and at_bar:
             other = at_bar[0]
             what = (f"deadlock: {st.wait[0][0]} waits for lanes of its mask, but thread "
