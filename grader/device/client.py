@@ -24,6 +24,7 @@ from ..sim import errors as sim_errors
 from ..sim import patching
 from ..sim.argtypes import declared_argtypes
 from ..sim.devices import Devices, GpuList
+from ..sim.eager import Signatures
 from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
 from ..sim.sites import launch_site
 from .package import NotPackable, pack
@@ -267,14 +268,20 @@ class RemoteHostAPI(HostAPI):
 class _Declared:
     """Eager signatures (`cuda.jit("void(float32[:])")`): recorded here, typed in the device."""
 
-    def __init__(self):
+    def __init__(self, current_device=None):
         self._declared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # the kernels' `.overloads` entries, as under a simulator (grader.sim.eager.Overload)
+        self._overloads = Signatures(current_device)
 
     def declare(self, dispatcher, sig) -> None:
         argtypes = declared_argtypes(sig)
         known = self._declared.setdefault(dispatcher, [])
         if argtypes not in known:
             known.append(argtypes)
+        self._overloads.add_overload(dispatcher, argtypes)
+
+    def remove_overloads(self) -> None:
+        self._overloads.remove_overloads()
 
     def declared(self, dispatcher) -> list:
         return list(self._declared.get(dispatcher, ()))
@@ -291,7 +298,7 @@ class RemoteDevice(LaunchTarget):
         self.devices = Devices(devices)
         self.gpus = GpuList(self.devices)
         self.host = RemoteHostAPI(self)
-        self.signatures = _Declared()
+        self.signatures = _Declared(lambda: self.devices.current)
         self._packages: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _package(self, dispatcher) -> dict:

@@ -17,17 +17,25 @@ Compiled code (`kernel.inspect_llvm()`, `inspect_asm()`, `inspect_lto_ptx()`) ne
 (NVVM runs on the CPU, nothing is loaded on a device), for the simulated device's compute
 capability, and keeps it. Device functions compiled on the way are removed from their
 dispatchers after (`patching.compile_check_device`), as after a compile check.
+
+`dispatcher.overloads` holds an `Overload` per declared signature (and, for a kernel compiled
+lazily, per argument types it was launched with), standing where numba keeps its compiled
+`_Kernel`: `max_cooperative_grid_blocks` from the modelled occupancy (cooperative.py), the
+signature and argument types at once, registers and shared and local memory from the compile
+check (what numba's `get_regs_per_thread()` and friends read), and anything else of `_Kernel` that needs no GPU
+(`_type_annotation`, `inspect_llvm`, ...) from the kernel object `inspect` builds, compiled
+on the CPU the first time it is asked for. They are removed when the simulator is uninstalled.
 """
 
 from __future__ import annotations
 
 import weakref
 
-from . import frozen, patching
-from .argtypes import declared_argtypes, fits_declared, to_declared
+from . import cooperative, frozen, patching
+from .argtypes import argtypes_for, declared_argtypes, fits_declared, to_declared
 from .kernel_graph import device_dispatchers
 
-__all__ = ["Signatures"]
+__all__ = ["Signatures", "Overload"]
 
 
 class Signatures:
@@ -37,6 +45,8 @@ class Signatures:
         self._declared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._device = current_device  # the simulated device kernels are compiled for
+        self._entries: list = []  # (dispatcher weakref, argument types) added to .overloads
+        self._launched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kinds typed
 
     def declare(self, dispatcher, sig) -> None:
         """Record `sig` (what numba's `CUDADispatcher.compile` takes: argument types, or a
@@ -48,6 +58,40 @@ class Signatures:
             known.append(argtypes)
         _type_at_decoration(dispatcher.py_func, argtypes)
         frozen.declare(dispatcher.py_func)  # its globals are constants of this compile
+        self.add_overload(dispatcher, argtypes)
+
+    def add_overload(self, dispatcher, argtypes: tuple) -> None:
+        """An `Overload` in `dispatcher.overloads` for these argument types (none for a
+        device function: numba compiles those itself)."""
+        overloads = getattr(dispatcher, "overloads", None)
+        if not isinstance(overloads, dict) or argtypes in overloads or \
+                (getattr(dispatcher, "targetoptions", None) or {}).get("device"):
+            return
+        overloads[argtypes] = Overload(self, dispatcher, argtypes)
+        self._entries.append((weakref.ref(dispatcher), argtypes))
+
+    def launched(self, dispatcher, args) -> None:
+        """After a launch of a kernel compiled lazily: its overload for these arguments (typed
+        once per kind of arguments: numba's typing of them costs ~5% of a small launch)."""
+        overloads = getattr(dispatcher, "overloads", None)
+        if not isinstance(overloads, dict) or self._declared.get(dispatcher):
+            return
+        kinds = tuple((type(v), getattr(v, "dtype", None), getattr(v, "strides", None))
+                      for v in args)
+        seen = self._launched.setdefault(dispatcher, set())
+        if kinds not in seen:
+            seen.add(kinds)
+            self.add_overload(dispatcher, argtypes_for(args))
+
+    def remove_overloads(self) -> None:
+        """Take every `Overload` out of its dispatcher (the simulator is uninstalled)."""
+        for ref, argtypes in self._entries:
+            dispatcher = ref()
+            overloads = getattr(dispatcher, "overloads", None)
+            if isinstance(overloads, dict) and isinstance(overloads.get(argtypes), Overload):
+                del overloads[argtypes]
+        self._entries.clear()
+        self._launched = weakref.WeakKeyDictionary()
 
     def declared(self, dispatcher) -> list[tuple]:
         return list(self._declared.get(dispatcher, ()))
@@ -87,6 +131,50 @@ class Signatures:
             if fits_declared(argtypes, args):
                 return tuple(to_declared(v, t) for v, t in zip(args, argtypes))
         return tuple(args)
+
+
+class Overload:
+    """What `dispatcher.overloads[argtypes]` holds on the simulator (the module docstring)."""
+
+    objectmode = False  # what numba's dispatcher base reads of an overload
+    entry_point = None
+
+    def __init__(self, signatures: Signatures, dispatcher, argtypes: tuple):
+        from numba.core.typing import signature
+        from numba.core import types
+
+        self._signatures, self._dispatcher = signatures, weakref.ref(dispatcher)
+        self.argument_types = argtypes
+        self.signature = signature(types.void, *argtypes)
+        self.cooperative = cooperative.uses_grid_sync(dispatcher.py_func)
+
+    def max_cooperative_grid_blocks(self, blockdim, dynsmemsize=0) -> int:
+        """Blocks of `blockdim` threads that can be resident at once on the current simulated
+        device (numba's answer from the driver's occupancy; here the modelled one)."""
+        return cooperative.max_cooperative_grid_blocks(
+            self._dispatcher(), self.argument_types, blockdim, dynsmemsize,
+            self._signatures._device())
+
+    # the resources numba reads from the driver (`kernel.get_regs_per_thread()`, ...): what
+    # ptxas reports for the kernel (the compile check), None without a toolchain
+    regs_per_thread = property(lambda self: self._resource("registers"))
+    shared_mem_per_block = property(lambda self: self._resource("shared_bytes"))
+    local_mem_per_thread = property(lambda self: self._resource("local_bytes"))
+
+    def _resource(self, field: str):
+        from .compile_check import compile_check
+
+        report = compile_check(self._dispatcher(), list(self.argument_types))
+        return getattr(report, field) if report.ok else None
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        kernel, _ = self._signatures._kernel(self._dispatcher(), self.argument_types)
+        return getattr(kernel, name)
+
+    def __repr__(self):
+        return f"<simulated overload of {self._dispatcher().py_func.__name__}{self.signature}>"
 
 
 def _type_at_decoration(py_func, argtypes: tuple) -> None:

@@ -145,8 +145,9 @@ def _replacement(value, fake_cuda, cache, real_attrs, names=()):
                     module, fake_cuda, cache, real_attrs, names) \
                     if _reaches_jitted(module, names) else None
             return fake_cuda
-        if value.__name__ == "numba.cuda.fp16" and hasattr(fake_cuda, "fp16"):
-            return fake_cuda.fp16
+        if value.__name__ in ("numba.cuda.fp16", "numba.cuda.cg") and \
+                hasattr(fake_cuda, value.__name__[11:]):
+            return getattr(fake_cuda, value.__name__[11:])
         if value is patching.numba_module():
             return NumbaProxy(fake_cuda)
         if value is math:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import devices as _devices
+from . import cooperative as _cooperative, devices as _devices
 from .argtypes import launch_scalar
 from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError, WrongDeviceError
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
@@ -83,6 +83,7 @@ class Launch:
     checks: Checks
     device_limits: _devices.Limits
     seed: int | None = None
+    cooperative: bool = False  # the kernel syncs the grid: every block resident at once
 
 
 # ---------------------------------------------------------------- validation
@@ -216,6 +217,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         raise _at_launch_site(exc, kernel.name) from None
     args = sim.signatures.convert(dispatcher, args)  # to the declared types, as numba does
     compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
+    cooperative = _cooperative.check_launch(kernel, dispatcher, args, config, device)
     try:
         bound = bind_args(sim, kernel, args, device.id)
     except WrongDeviceError as exc:
@@ -223,7 +225,8 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     reason = typing_note = None
     for name in _executor_order(sim):
         inst = Instrument(kernel.name, kernel.filename, config, sim.checks)
-        launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed)
+        launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed,
+                        cooperative)
         if name == "simt":
             simt_run, unsupported = _simt()
             if simt_run is None:
@@ -270,6 +273,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,
                           typing_note=typing_note, lines=lines, stream=stream_id)
+    sim.signatures.launched(dispatcher, args)  # its `.overloads` entry (eager.Overload)
     sim.tracer.publish(record)
 
 

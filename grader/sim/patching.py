@@ -127,6 +127,9 @@ def apply(sim) -> PatchScope:
                 if hasattr(module, name):
                     scope.setattr(module, name, getattr(sim.host, host_name))
         scope.setattr(cuda, "gpus", sim.gpus)
+        remove = getattr(getattr(sim, "signatures", None), "remove_overloads", None)
+        if remove is not None:  # the overloads put in dispatchers' `.overloads` (eager.py)
+            scope.on_restore(remove)
         # eager compilation (`@cuda.jit("void(float32[:])")`, typed device functions) asks the
         # current device for its compute capability: answer with the simulated device's
         token = _DEVICE_HOOK.attach_provider(sim.host.get_current_device)

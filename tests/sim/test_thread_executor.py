@@ -279,13 +279,12 @@ def test_streams_events_and_devices(thread_sim):
 
 @cuda.jit
 def uses_unsimulated(out):
-    g = cuda.cg.this_grid()
-    g.sync()
+    out[0] = cuda.ldcg(out, 0)  # a load with a cache hint
 
 
 def test_unsimulated_feature_is_named(thread_sim):
     out = cuda.device_array(1)
-    with pytest.raises(sim.NotSimulatedError, match="cuda.cg"):
+    with pytest.raises(sim.NotSimulatedError, match="cuda.ldcg"):
         uses_unsimulated[1, 1](out)
 
 

@@ -1,6 +1,9 @@
 """What orders two accesses for the race rule (races.py): the synchronisation events.
 
 - a barrier (syncthreads) starts a new epoch of its block, and of each of its warps;
+- a grid sync (cooperative groups) is a barrier of every block that also orders blocks: all
+  blocks continue from one common epoch, `grid_floor`, and an access of another block recorded
+  at an epoch below it happened before the sync (every access since has an epoch at or above);
 - a syncwarp starts a new epoch of its warp;
 - a threadfence counts per thread: a write followed by a fence of its writer is visible to
   other blocks;
@@ -28,6 +31,7 @@ class Ordering:
         self.wepoch = np.zeros(n_blocks * self.wpb, np.int64)
         self.fences = np.zeros(n_blocks * self.tpb, np.int64)
         self._sync_ver = 0  # barriers + syncwarps so far (Lanes keep their epochs per version)
+        self.grid_floor = 0  # the epoch every block started from at the last grid sync
         self._fenced = False  # any threadfence yet
         # scalar path: Python-side twins of the epochs and fences
         self._ep1 = [0] * n_blocks
@@ -55,6 +59,19 @@ class Ordering:
                 for w in range(b * self.wpb, (b + 1) * self.wpb):
                     self._wep1[w] += 1
         self.counts["barriers"] += int(block_ids.shape[0])
+
+    def grid_sync(self, line=None) -> None:
+        """A grid sync completed: a barrier of every block, after which every block's epoch
+        is one value above all earlier ones (the new `grid_floor`)."""
+        self._sync1()
+        floor = int(self.epoch.max()) + 1
+        self.epoch[:] = floor
+        self.wepoch += 1
+        self._ep1[:] = self.epoch.tolist()
+        self._wep1[:] = self.wepoch.tolist()
+        self.grid_floor = floor
+        self._sync_ver += 1
+        self.counts["barriers"] += int(self.epoch.shape[0])
 
     def _sync1(self) -> None:
         """Rebuild the scalar path's epoch lists after a vector barrier."""
@@ -108,7 +125,7 @@ class Ordering:
             return True
         tpb = self.tpb
         if other // tpb != block:
-            return False
+            return ep < self.grid_floor  # another block: ordered by a grid sync only
         if ep != self._ep1[block]:
             return True
         w = (g % tpb) // WARP
@@ -119,7 +136,8 @@ class Ordering:
         `o_wep`) ordered before the access of lane `g` (block, warp `w`, epochs `ep`, `wep`)?"""
         ob = other // self.tpb
         ow = ob * self.wpb + (other % self.tpb) // WARP
-        return (other == g) | ((ob == block) & ((o_ep != ep) | ((ow == w) & (o_wep != wep))))
+        return (other == g) | ((ob == block) & ((o_ep != ep) | ((ow == w) & (o_wep != wep)))) | \
+            ((ob != block) & (o_ep < self.grid_floor))
 
     def _lane_epochs(self, lanes):
         """Block and warp epochs of the lanes, kept on `lanes` until the next barrier/syncwarp."""

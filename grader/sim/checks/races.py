@@ -179,7 +179,7 @@ class RaceChecks:
             return
         if rt != -1 and rt != g:
             if rt <= -2:
-                conflict = (-rt - 2) != block or rec[6] == ep
+                conflict = ((-rt - 2) != block or rec[6] == ep) and rec[6] >= self.grid_floor
             else:
                 conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
             if conflict:
@@ -248,7 +248,8 @@ class RaceChecks:
                     multi = rs <= -2
                     ordered = self._ordered_vec(np.maximum(rs, 0), r_ep, sh.r_wep[f], g[sub],
                                                 bs, w[sub], eps, wep[sub])
-                    multi_ok = multi & ((-rs - 2) == bs) & (r_ep != eps)
+                    multi_ok = multi & ((((-rs - 2) == bs) & (r_ep != eps)) |
+                                        (r_ep < self.grid_floor))
                     bad = np.where(multi, ~multi_ok, ~ordered)
                     if bad.any():
                         i = int(sub[np.argmax(bad)])

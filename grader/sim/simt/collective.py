@@ -11,9 +11,23 @@ import numpy as np
 
 from ..checks.findings import different_barriers, exited_before_barrier
 from ..errors import BarrierDivergenceError, WarpOpError, where
+from .unsupported import SimtUnsupported
 
 WARP = 32
 _FULL = np.uint32(0xFFFFFFFF)
+
+
+class _GridGroup:
+    """The value of `cuda.cg.this_grid()` (only its `sync()` is used, by the transform)."""
+
+    @property
+    def numba_type(self):
+        from numba.cuda.types import grid_group
+
+        return grid_group
+
+
+_GRID = _GridGroup()
 
 
 class CollectiveOps:
@@ -93,6 +107,37 @@ class CollectiveOps:
 
     def syncthreads(self):
         self._barrier("syncthreads()")
+
+    # --- cooperative groups: the grid group ----------------------------------------------------
+
+    def this_grid(self):
+        return _GRID
+
+    def grid_sync(self):
+        """`this_grid().sync()`: every live lane of the grid here (a cooperative launch runs
+        as one batch), and every block still running; then memory is ordered across blocks."""
+        if self.n_blocks != self.config.n_blocks:
+            raise SimtUnsupported("a grid sync in a launch not run as one batch", self.line)
+        top, live = self.levels[-1], self.live
+        alive = np.ones(self.n, bool) if live is None else live
+        if top is not None:
+            missing = alive & ~top
+            if missing.any():
+                b, t = divmod(int(np.argmax(missing)), self.tpb)
+                self._report(BarrierDivergenceError,
+                             f"grid sync reached by only some threads of the grid (thread "
+                             f"{self.config.thread_xyz(t)} of this block skips it, e.g. in "
+                             "another branch or loop iteration): CUDA requires every thread of "
+                             "the grid to call it; on current GPUs it completes if the threads "
+                             "that skip it exit, and hangs if they wait elsewhere", b, t)
+        gone = ~alive.reshape(self.n_blocks, self.tpb).any(axis=1)
+        if gone.any():
+            b = int(np.argmax(gone))
+            self._report(BarrierDivergenceError,
+                         "every thread of this block finished the kernel without reaching the "
+                         "grid sync that the other blocks wait at: a grid sync waits for every "
+                         "block, so on a GPU the grid would wait forever", b, 0)
+        self.inst.grid_sync(self.line)
 
     def _block_reduce(self, kind, pred, reduce):
         self._barrier(kind)

@@ -106,7 +106,8 @@ def run(launch) -> None:
     fn, sim_args = prepare(launch.kernel, launch.args)
     saved: dict = {}  # allocations written so far: (handle, store copy, flags copy)
     try:
-        _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits, saved)
+        _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits, saved,
+                 getattr(launch, "cooperative", False))
     except SimtUnsupported:
         for handle, flat, init in saved.values():
             handle.flat[...] = flat
@@ -156,10 +157,12 @@ def tune_malloc() -> None:
     mallopt(m_trim_threshold, 64 << 20)
 
 
-def _execute(fn, sim_args, config, instrument, limits=None, saved=None) -> None:
+def _execute(fn, sim_args, config, instrument, limits=None, saved=None,
+             cooperative=False) -> None:
     filename = fn.__code__.co_filename
     tpb, n_blocks = config.threads_per_block, config.n_blocks
-    per_batch = max(1, min(n_blocks, BATCH_LANES // tpb))
+    # a cooperative launch (the kernel syncs the grid) is one batch: every block at once
+    per_batch = n_blocks if cooperative else max(1, min(n_blocks, BATCH_LANES // tpb))
     with np.errstate(all="ignore"):
         for first in range(0, n_blocks, per_batch):
             ctx = Ctx(config, instrument, first, min(per_batch, n_blocks - first), filename,

@@ -82,6 +82,9 @@ def _build() -> dict:
             add(getattr(cuda, name), Intrinsic("ctx", name))
     for name in ("laneid", "warpsize"):
         add(getattr(cuda, name), Intrinsic("value", name))
+    cg = getattr(cuda, "cg", None)  # cooperative groups (numba-cuda)
+    if cg is not None:
+        add(cg.this_grid, Intrinsic("ctx", "this_grid"))
     add(cuda.shared.array, Intrinsic("ctx", "shared_array"))
     add(cuda.local.array, Intrinsic("ctx", "local_array"))
     add(cuda.const.array_like, Intrinsic("ctx", "const_array_like"))

@@ -614,7 +614,23 @@ class Transformer:
         return _ctx({"element": "load", "view": "view", "either": "subscript"}[kind], array,
                     index)
 
+    def is_grid_sync(self, node) -> bool:
+        """`g.sync()` of a grid group local, or `cuda.cg.this_grid().sync()`."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "sync"):
+            return False
+        if isinstance(func.value, ast.Name) and func.value.id in self.locals | set(self.params):
+            return type(self.types.by_name.get(func.value.id)).__name__ == "GridGroup"
+        if isinstance(func.value, ast.Call):
+            hit = self.resolve(func.value.func)
+            return isinstance(hit, Intrinsic) and hit.name == "this_grid"
+        return False
+
     def expr_Call(self, node, need_old: bool = True):
+        if self.is_grid_sync(node):
+            if node.args or node.keywords:
+                self.fail("arguments to a grid group's sync()", node)
+            return _ctx("grid_sync")
         hit = self.resolve(node.func)
         if hit is None:
             if isinstance(node.func, ast.Attribute) and not node.args and not node.keywords \

@@ -85,6 +85,32 @@ class Block:
                 runnable.append(st)
         return True
 
+    def live(self) -> list:
+        return [st for st in self.threads if st.status != "exited"]
+
+    def at_grid_sync(self) -> bool:
+        """Whether every live thread waits at the grid sync (cooperative launches); threads
+        at different grid syncs, or finished without reaching it while others wait, are
+        reported as for syncthreads()."""
+        live = self.live()
+        if not live or any(st.status != "grid" for st in live):
+            return False
+        lines = {(st.wait[2], st.wait[1]) for st in live}
+        if len(lines) > 1:
+            (f1, l1), (f2, l2) = sorted(lines)[:2]
+            st = next(s for s in live if (s.wait[2], s.wait[1]) == (f2, l2))
+            self.barrier_error(st, f"threads of the block wait at different grid syncs "
+                               f"({f1}:{l1} and {f2}:{l2})")
+        if self.fell_off:
+            st, (f, line) = self.fell_off[0], (live[0].wait[2], live[0].wait[1])
+            self.barrier_error(st, f"this thread finished the kernel without reaching the grid "
+                               f"sync at {f}:{line} that {len(live)} other threads of its block "
+                               f"wait at (a grid sync inside a condition that not all threads "
+                               f"take): CUDA requires every thread of the grid to call it; on "
+                               f"current GPUs it completes once the threads that skip it exit", at=(f, line))
+            self.fell_off = []
+        return True
+
     def complete_warps(self, runnable) -> bool:
         done = False
         n_warps = (self.tpb + WARP - 1) // WARP
@@ -191,10 +217,18 @@ class Block:
         self.report(BarrierDivergenceError, st, None, what, at)
 
     def deadlock(self):
-        blocked = [st for st in self.threads if st.status in ("barrier", "warp")]
+        blocked = [st for st in self.threads if st.status in ("barrier", "warp", "grid")]
         at_warp = [st for st in blocked if st.status == "warp"]
         at_bar = [st for st in blocked if st.status == "barrier"]
         st = at_warp[0] if at_warp else blocked[0]
+        at_grid = [st for st in blocked if st.status == "grid"]
+        if at_grid and at_bar and not at_warp:
+            # a cooperative launch: threads of one block at syncthreads() and at a grid sync
+            other = at_bar[0]
+            self.barrier_error(at_grid[0], f"threads of the block wait at a grid sync and at "
+                               f"the syncthreads() at {other.wait[2]}:{other.wait[1]} (thread "
+                               f"{tuple(other.idx)}): CUDA requires every thread of the grid to "
+                               f"reach the same grid sync")
         if at_warp and at_bar:
             other = at_bar[0]
             what = (f"deadlock: {st.wait[0][0]} waits for lanes of its mask, but thread "

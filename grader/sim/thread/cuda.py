@@ -121,6 +121,19 @@ class _Atomic:
         return self._rmw(ary, 0, lambda o: val if o == old else o, sys._getframe(1))
 
 
+class _GridGroup:
+    """What `cuda.cg.this_grid()` returns: `sync()` is a barrier of every thread of the grid
+    (the launch is cooperative: the executor runs all its blocks at once)."""
+
+    __slots__ = ("_ex",)
+
+    def __init__(self, ex):
+        self._ex = ex
+
+    def sync(self):
+        self._ex.grid_sync(sys._getframe(1))
+
+
 setattr(_Atomic, "and", _Atomic.and_)
 setattr(_Atomic, "or", _Atomic.or_)
 
@@ -135,7 +148,7 @@ class ThreadCuda:
         "threadfence_system", "syncwarp", "shfl_sync", "shfl_up_sync", "shfl_down_sync",
         "shfl_xor_sync", "ballot_sync", "all_sync", "any_sync", "eq_sync", "match_any_sync",
         "match_all_sync", "activemask", "lanemask_lt", "popc", "brev", "clz", "ffs", "fma",
-        "cbrt", "selp", "nanosleep", "fp16",
+        "cbrt", "selp", "nanosleep", "fp16", "cg",
     )
     # cuda.fp16: half-precision intrinsics (the same functions as the SIMT executor's)
     fp16 = types.SimpleNamespace(**device_math.FP16)
@@ -152,6 +165,8 @@ class ThreadCuda:
         # a submodule of numba.cuda as the kernel sees it (`cuda.random.xoroshiro128p_...`):
         # set by kernel_source.rebind, which rebinds its jitted functions
         self.submodule = None
+        grid = _GridGroup(ex)
+        self.cg = types.SimpleNamespace(this_grid=lambda: grid)  # cooperative groups
 
     threadIdx = property(lambda self: self._ex.cur.idx)
     blockIdx = property(lambda self: self._ex.bidx)

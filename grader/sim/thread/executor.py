@@ -1,7 +1,10 @@
 """The per-thread executor's launch: one greenlet per CUDA thread, a deterministic scheduler per
 block.
 
-Blocks run one after another. Inside a block every thread runs until it blocks (syncthreads,
+Blocks run one after another, except in a cooperative launch (the kernel syncs the grid):
+there every block's scheduler runs in a greenlet of its own, all of them resident at once, and
+hands back to the grid's (`_run_grid`) when its live threads all wait at the grid sync, which
+completes once every block waits there. Inside a block every thread runs until it blocks (syncthreads,
 a warp collective) or yields (atomics, fences, every few `while` iterations or long runs of
 recorded loads, so that spin loops make progress), then the next runnable thread runs, in
 thread order (or a seeded shuffle of it); a thread reaching a barrier hands over to the next
@@ -23,7 +26,7 @@ import numpy as np
 from greenlet import greenlet
 
 from .. import kernel_source
-from ..errors import DeadlockError, where
+from ..errors import DeadlockError, NotSimulatedError, where
 from ..host import DeviceBuffer
 from . import arrays as _arrays, cuda as _cuda, typer as thread_typer
 from .access import AccessLogs
@@ -68,6 +71,8 @@ class ThreadExecutor:
         self.args = [ThreadArray(a, "global", self) if isinstance(a, DeviceBuffer) else a
                      for a in launch.args]
         self.hub = None
+        self.cooperative = launch.cooperative
+        self._grid_hub = None  # cooperative: the greenlet running every block's scheduler
         self._site_lines: dict = {}  # (id(code), f_lasti) -> line of a blocking call
 
     def _kernel_function(self):
@@ -99,7 +104,9 @@ class ThreadExecutor:
         gc.disable()
         logs = self.logs
         try:
-            for b in blocks.tolist():
+            if self.cooperative:
+                self._run_grid(blocks.tolist())  # threads hold their logs until the end
+            for b in blocks.tolist() if not self.cooperative else ():
                 self._run_block(b)
                 if logs.due():
                     logs.flush()
@@ -141,6 +148,8 @@ class ThreadExecutor:
                     self.cur = st
                     if st.glet is None:
                         st.glet = pool.pop() if pool else greenlet(self._worker, self.hub)
+                        if self.cooperative:  # a pooled worker may come from another block
+                            st.glet.parent = self.hub
                         event = st.glet.switch(st)
                     else:
                         event = st.glet.switch(st.value)
@@ -170,6 +179,10 @@ class ThreadExecutor:
                         blk.complete_barrier(runnable):
                     self.progress += 1
                     continue
+                if self.cooperative and blk.at_grid_sync():
+                    self._await_grid(blk, runnable)
+                    self.progress += 1
+                    continue
                 blk.deadlock()
         finally:
             self.cur = None
@@ -177,6 +190,69 @@ class ThreadExecutor:
                 self.pool = []
                 for st in threads:
                     st.glet = None
+
+    # --- cooperative launches: every block resident, the grid sync
+    def _run_grid(self, blocks: list) -> None:
+        """Every block at once: each block's scheduler in a greenlet, run in turn until it
+        finishes or all its live threads wait at the grid sync; once no block can go on, the
+        grid sync completes (or the blocks that finished without it are reported)."""
+        self._grid_hub = greenlet.getcurrent()
+        runners = [(b, greenlet(self._run_block)) for b in blocks]
+        while runners:
+            waiting, finished = [], []
+            for b, runner in runners:
+                event = runner.switch(b)
+                if runner.dead:
+                    finished.append(self.block)
+                else:
+                    waiting.append((b, runner, event[1]))
+            if not waiting:
+                return
+            first = waiting[0][2]
+            at = lambda blk: (blk.live()[0].wait[2], blk.live()[0].wait[1])  # noqa: E731
+            f1, l1 = at(first)
+            for _, _, blk in waiting[1:]:
+                if at(blk) != (f1, l1):
+                    f2, l2 = at(blk)
+                    blk.barrier_error(blk.live()[0], f"blocks of the grid wait at different "
+                                      f"grid syncs ({f1}:{l1} and {f2}:{l2}): CUDA requires "
+                                      f"every thread of the grid to reach the same one",
+                                      at=(f2, l2))
+                    break
+            if finished:
+                blk = finished[0]
+                blk.barrier_error(blk.threads[0], f"every thread of this block finished the "
+                                  f"kernel without reaching the grid sync ({f1}:{l1}) that "
+                                  f"the other blocks wait at: a grid sync waits for every "
+                                  f"block, so on a GPU the grid would wait forever",
+                                  at=(f1, l1))
+            self.inst.grid_sync(l1)
+            runners = [(b, runner) for b, runner, _ in waiting]
+
+    def _await_grid(self, blk: Block, runnable) -> None:
+        """In a block's scheduler: its live threads all wait at the grid sync. Hand back to
+        the grid's scheduler until the sync completes, then they go on."""
+        state = (self.bid, self.bidx, self.block, self.hub, self.runnable, self.progress,
+                 dict(vars(self.spaces)))
+        self.cur = None
+        self._grid_hub.switch(("grid", blk))
+        (self.bid, self.bidx, self.block, self.hub, self.runnable, self.progress,
+         spaces) = state
+        vars(self.spaces).update(spaces)
+        for t in blk.order:
+            st = blk.threads[t]
+            if st.status == "grid":
+                st.status, st.value, st.wait = "ready", None, None
+                runnable.append(st)
+
+    def grid_sync(self, frame) -> None:
+        """`this_grid().sync()` from inside a thread."""
+        if not self.cooperative:  # the kernel reached the grid group in a way not detected
+            raise NotSimulatedError(f"{where(self.name, frame.f_code.co_filename, frame.f_lineno)}"
+                                    f": a grid sync in a kernel that is not launched "
+                                    f"cooperatively (the grid group is taken in a way the "
+                                    f"simulator does not recognise)")
+        self.block_on("grid", ("grid",), frame)
 
     # --- blocking calls made from inside a thread
     def block_on(self, status: str, request, frame):

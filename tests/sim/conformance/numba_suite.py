@@ -1,4 +1,5 @@
-"""Run numba-cuda's own test modules (shipped in its wheel) on grader.sim, and on numba-cuda's
+"""Run numba-cuda's own test modules (shipped in its wheel: `cudapy/` and the documentation
+examples, `doc_examples/`) on grader.sim, and on numba-cuda's
 stock simulator for comparison, counting one outcome per test method.
 
     .venv/bin/python tests/sim/conformance/numba_suite.py                 # the timed set, executor auto
@@ -33,6 +34,12 @@ DOC = ROOT / "docs" / "CONFORMANCE.md"
 MODULES = ("test_warp_ops", "test_sync", "test_atomics", "test_sm", "test_localmem",
            "test_reduction", "test_array_args", "test_intrinsics", "test_laplace",
            "test_montecarlo", "test_idiv", "test_multigpu")
+# numba-cuda's documentation examples (`tests/doc_examples/`), named with their folder
+DOC_MODULES = tuple(f"doc_examples/{m}" for m in (
+    "test_cg", "test_cpointer", "test_cpu_gpu_compat", "test_ffi", "test_globals",
+    "test_laplace", "test_matmul", "test_montecarlo", "test_random", "test_reduction",
+    "test_sessionize", "test_ufunc", "test_vecadd"))
+ALL_MODULES = MODULES + DOC_MODULES
 # measured by the project with numba-cuda 0.30.4 on the stock simulator (shared/REFERENCE.md)
 STOCK_REFERENCE = {"test_warp_ops": 0, "test_localmem": 0, "test_multigpu": 0, "test_sync": 16,
                    "test_intrinsics": 59, "test_atomics": 128, "test_sm": 17,
@@ -41,21 +48,37 @@ STOCK_REFERENCE = {"test_warp_ops": 0, "test_localmem": 0, "test_multigpu": 0, "
 # never run on grader.sim: 5.7e9 threads (see reasons.py)
 ALWAYS_DESELECT = ("test_intrinsics.py::TestCudaIntrinsic::test_issue_9229",)
 # left out of the timed set (tests/sim/test_conformance.py); `--full` runs them
-SLOW_MODULES = ("test_laplace",)
+SLOW_MODULES = ("test_laplace", "doc_examples/test_laplace")
 SLOW_TESTS = ("test_reduction.py::TestReduction::test_sum_reduce",)
-# test_atomics alone takes about as long as all the others together; test_laplace (full runs
-# only) takes minutes
-GROUPS = (("test_laplace",), ("test_atomics",))
+# test_atomics alone takes about as long as all the others together; the laplace modules (full
+# runs only) take minutes (the documentation's: 10,000 grid syncs, per-thread executor)
+GROUPS = (("doc_examples/test_laplace",), ("test_laplace",), ("test_atomics",))
 # a test running longer than this fails (pytest-timeout), the others go on
 TEST_TIMEOUT = 600
 
 
-def cudapy_dir() -> Path | None:
+def tests_dir() -> Path | None:
+    """numba-cuda's `numba/cuda/tests` (pytest's rootdir: node ids under `cudapy/` are
+    recorded without that folder, `doc_examples/` ones with theirs)."""
     spec = importlib.util.find_spec("numba_cuda")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "numba" / "cuda" / "tests" / "cudapy"
-    return path if path.is_dir() else None
+    path = Path(list(spec.submodule_search_locations)[0]) / "numba" / "cuda" / "tests"
+    return path if (path / "cudapy").is_dir() else None
+
+
+def cudapy_dir() -> Path | None:
+    tests = tests_dir()
+    return None if tests is None else tests / "cudapy"
+
+
+def _path_id(nodeid: str) -> str:
+    """A recorded node id as pytest names it from `tests_dir()`."""
+    return nodeid if nodeid.startswith("doc_examples/") else f"cudapy/{nodeid}"
+
+
+def _recorded_id(nodeid: str) -> str:
+    return nodeid.removeprefix("cudapy/")
 
 
 def _split(modules: list[str], jobs: int) -> list[list[str]]:
@@ -73,7 +96,7 @@ def run(modules, executor: str = "auto", stock: bool = False, deselect=(),
         timeout: float = 600.0, jobs: int = 2) -> tuple[dict, float]:
     """{nodeid: {"outcome", "message"}} for the modules, and the wall time. A group of modules
     that times out or crashes gets one "<module>" entry with outcome "error"."""
-    tests = cudapy_dir()
+    tests = tests_dir()
     if tests is None:
         raise RuntimeError("numba-cuda's test suite is not installed")
     env = dict(os.environ)
@@ -95,8 +118,8 @@ def run(modules, executor: str = "auto", stock: bool = False, deselect=(),
             cmd = [sys.executable, "-m", "pytest", "-p", "sim_plugin", "-p", "no:cacheprovider",
                    "-o", "addopts=", "--rootdir", str(tests), "--import-mode=importlib", "-q",
                    "--tb=no", "--no-header", "-W", "ignore", *timeout_opt,
-                   *[str(tests / f"{m}.py") for m in group],
-                   *[a for d in deselect for a in ("--deselect", d)]]
+                   *[str(tests / f"{_path_id(m)}.py") for m in group],
+                   *[a for d in deselect for a in ("--deselect", _path_id(d))]]
             log = open(Path(tmp) / f"log{k}.txt", "w")
             p = subprocess.Popen(cmd, env={**env, "GRADER_CONFORMANCE_JSON": str(out)},
                                  cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
@@ -111,7 +134,7 @@ def run(modules, executor: str = "auto", stock: bool = False, deselect=(),
                 p.wait()
             log.close()
             if out.exists():
-                results.update(json.loads(out.read_text()))
+                results.update((_recorded_id(n), e) for n, e in json.loads(out.read_text()).items())
             else:
                 tail = Path(log.name).read_text().strip().splitlines()[-3:]
                 why = "timed out" if p.returncode in (-9, 137) else " | ".join(tail)
@@ -132,7 +155,7 @@ def summarise(outcomes: dict) -> dict[str, collections.Counter]:
 
 
 def fast_modules() -> list[str]:
-    return [m for m in MODULES if m not in SLOW_MODULES]
+    return [m for m in ALL_MODULES if m not in SLOW_MODULES]
 
 
 def fast_deselect() -> tuple[str, ...]:
@@ -149,7 +172,7 @@ def write(runs: dict, times: dict) -> None:
     auto = runs["auto"]
     fast = set(fast_deselect())
     modules = {}
-    for m in MODULES:
+    for m in ALL_MODULES:
         entry = {"stock_reference": STOCK_REFERENCE.get(m)}
         for key, outcomes in runs.items():
             c = summarise(outcomes).get(m, collections.Counter())
@@ -191,16 +214,25 @@ def write(runs: dict, times: dict) -> None:
         return ", ".join(parts)
 
     totals = collections.Counter()
+    docs = collections.Counter()  # the documentation examples alone
     for m, e in modules.items():
+        ref = "-" if e["stock_reference"] is None else e["stock_reference"]
         lines.append(f"| {m} | " + " | ".join(cell(e.get(k, {})) for k in has) +
-                     f" | {e['stock_reference']} | "
+                     f" | {ref} | "
                      f"{e['fast_passed_min'] if m not in SLOW_MODULES else '(not run)'} |")
         for k in has:
             totals[k] += e.get(k, {}).get("passed", 0)
+            if m in DOC_MODULES:
+                docs[k] += e.get(k, {}).get("passed", 0)
         totals["ref"] += e["stock_reference"] or 0
         totals["floor"] += e["fast_passed_min"]
+        if m in DOC_MODULES:
+            docs["floor"] += e["fast_passed_min"]
+            docs["tests"] += sum(e.get("auto", {}).values())
+    lines.append("| **doc_examples passed** (of " + str(docs["tests"]) + ") | " +
+                 " | ".join(f"**{docs[k]}**" for k in has) + f" | - | **{docs['floor']}** |")
     lines.append("| **total passed** | " + " | ".join(f"**{totals[k]}**" for k in has) +
-                 f" | **{totals['ref']}** | **{totals['floor']}** |")
+                 f" | **{totals['ref']}** (cudapy) | **{totals['floor']}** |")
 
     by_cat = collections.defaultdict(list)
     for n, e in expected["not_passing"].items():
@@ -212,10 +244,11 @@ def write(runs: dict, times: dict) -> None:
         by_cat[cat].append(f"- `{n}` ({states}): {reason}")
     for n in ALWAYS_DESELECT:
         by_cat["size"].append(f"- `{n}` (not run): {(classify(n) or ('', ''))[1]}")
-    order = ["bug", "gap", "checker", "compiled code", "size", "unclassified"]
+    order = ["bug", "gap", "checker", "compiled code", "foreign code", "size", "unclassified"]
     heads = {"bug": "Simulator bugs (reproducers below)", "gap": "Simulator gaps",
              "checker": "Checker findings (real findings in the test's kernel)",
              "compiled code": "Out of scope: inspects compiled code",
+             "foreign code": "Out of scope: CUDA C/C++ device code",
              "size": "Out of scope: GPU-sized problems", "unclassified": "Unclassified"}
     listing = []
     for cat in order:
@@ -234,7 +267,8 @@ def write(runs: dict, times: dict) -> None:
             "",
             f"Executor auto passes {totals['auto']} tests, the stock simulator {totals['stock']}. "
             f"{gained} tests pass here and not on stock (skipped there: warp operations, local "
-            f"memory, multi-GPU, typing). {sum(lost.values())} pass on stock and not here: " +
+            f"memory, multi-GPU, typing, and every documentation example: \"cudasim doesn't "
+            f"support cuda import at non-top-level\"). {sum(lost.values())} pass on stock and not here: " +
             ", ".join(f"{k} {c}" for k, c in lost.most_common()) + " (see below). Some stock "
             "passes are free: under NUMBA_ENABLE_CUDASIM the tests return before their "
             "compiled-code assertions (`if config.ENABLE_CUDASIM: return`) and the stock "
@@ -253,7 +287,9 @@ def write(runs: dict, times: dict) -> None:
         f"- date {expected['generated']}; numba {v['numba']}, numba-cuda {v['numba-cuda']}, "
         f"filecheck {v['filecheck']}, numpy {numpy.__version__}; "
         f"{os.cpu_count()} CPUs",
-        "- modules: numba-cuda's `numba/cuda/tests/cudapy/<module>.py` from its wheel, run by "
+        "- modules: numba-cuda's `numba/cuda/tests/cudapy/<module>.py` and its documentation "
+        "examples `numba/cuda/tests/doc_examples/<module>.py` (named `doc_examples/...`) from its "
+        "wheel, run by "
         "pytest in a subprocess with `tests/sim/conformance/sim_plugin.py`, which installs "
         "grader.sim (2 devices, default `Checks()`: every checker on) before the modules are "
         "imported. NUMBA_ENABLE_CUDASIM is unset, so `skip_on_cudasim` does not skip: every "
@@ -323,7 +359,7 @@ def main(argv=None) -> int:
     if args.write and not args.full:
         ap.error("--write needs --full")
     modules = args.modules.split(",") if args.modules else (
-        list(MODULES) if args.full else fast_modules())
+        list(ALL_MODULES) if args.full else fast_modules())
     deselect = ALWAYS_DESELECT if args.full else fast_deselect()
     runs, times = {}, {}
     todo = [("auto", args.executor, False)]
@@ -343,8 +379,10 @@ def main(argv=None) -> int:
         if tally_dir is not None:  # read by sim_plugin in each pytest process (run's env)
             os.environ["GRADER_CONFORMANCE_LAUNCHES"] = os.path.join(tally_dir.name, key)
         mods = modules
-        if key == "thread" and "test_laplace" in mods:
-            mods = [m for m in mods if m != "test_laplace"]  # hours on the per-thread executor
+        if key == "thread":
+            # hours on the per-thread executor; the documentation's laplace runs per thread
+            # under auto already (lockstep cannot choose its buffers per lane)
+            mods = [m for m in mods if m not in SLOW_MODULES]
         runs[key], times[key] = run(mods, executor, stock, deselect, args.timeout, args.jobs)
         counts = summarise(runs[key])
         print(f"== {key}: {times[key]:.0f} s", file=sys.stderr)

@@ -4,6 +4,8 @@ Keys are fnmatch patterns over node ids (`test_module.py::Class::test`); the fir
 Categories:
 - "compiled code": the test inspects PTX/LLVM/SASS or compiles for a real architecture
   (inspect_asm, inspect_llvm, compile_ptx for sm_100, ...): out of scope for a simulator.
+- "foreign code": the kernel calls CUDA C/C++ device functions (FFI), which a Python simulator
+  cannot run.
 - "size": a GPU-sized problem beyond a CPU simulator's memory or the suite's time budget.
 - "checker": one of grader.sim's checkers (races, uninitialised reads) reports a real finding in
   the test's kernel; the test would pass with that checker downgraded to a warning.
@@ -17,14 +19,6 @@ import fnmatch
 
 REASONS: list[tuple[str, str, str]] = [
     # --- compiled code
-    ("test_localmem.py::*::test_*_dtype", "compiled code",
-     "reads the type annotation of the dispatcher's compiled overload (`f.overloads`); the "
-     "simulator compiles a kernel only when its code is inspected (`inspect_llvm/asm`), so a "
-     "decorated kernel has no overloads"),
-    ("test_localmem.py::*::test_type_with_struct_data_model", "compiled code",
-     "reads the type annotation of the dispatcher's compiled overload (`f.overloads`); the "
-     "simulator compiles a kernel only when its code is inspected (`inspect_llvm/asm`), so a "
-     "decorated kernel has no overloads"),
     # --- size
     ("test_intrinsics.py::*::test_issue_9229", "size",
      "launches 22,121,216 blocks x 256 threads (5.7e9 threads) to overflow int32 thread ids; "
@@ -40,7 +34,33 @@ REASONS: list[tuple[str, str, str]] = [
     ("test_sm.py::*::test_issue_2393", "checker",
      "uninitialised-read checker: the kernel sums a shared array it never writes (the test only "
      "checks that it compiles and runs); every block also stores d_block_costs[0]"),
+    ("doc_examples/test_ffi.py::*", "foreign code",
+     "calls CUDA C/C++ device functions (`cuda.declare_device(..., link=...)`, `.cu` files "
+     "numba-cuda compiles with NVRTC and links): the simulator runs a kernel's Python, it cannot "
+     "run foreign device code"),
+    # --- checker findings (documentation examples)
+    ("doc_examples/test_sessionize.py::*", "checker",
+     "barrier checker: `grid.sync()` inside `if is_sess_boundary:`, which only some threads "
+     "take; CUDA requires every thread of the grid to call it. It completes on current GPUs "
+     "because the threads that skip it exit, which is undefined behaviour; the test would pass "
+     "with the barrier checker downgraded to a warning"),
     # --- gaps
+    ("doc_examples/test_cpointer.py::*", "gap",
+     "a kernel taking a raw device pointer (`types.CPointer(types.uint8)`, the integer address "
+     "from `__cuda_array_interface__`): simulated arrays have no device address a kernel can "
+     "dereference"),
+    ("doc_examples/test_globals.py::*::test_ex_globals_constant_capture", "gap",
+     "a global NumPy array is read at every launch; numba freezes it as a constant at the first "
+     "compile, so the example's change between launches is not seen there (issue 15, item 5)"),
+    ("doc_examples/test_montecarlo.py::*", "gap",
+     "numba.cuda.random (`xoroshiro128p_uniform_float32`): CPU-jitted helpers called from a "
+     "kernel with an array argument fail typing (issue 15, item 3)"),
+    ("doc_examples/test_random.py::*", "gap",
+     "numba.cuda.random (`xoroshiro128p_uniform_float32`): CPU-jitted helpers called from a "
+     "kernel with an array argument fail typing (issue 15, item 3)"),
+    ("doc_examples/test_ufunc.py::*", "gap",
+     "a NumPy ufunc on arrays inside a kernel (`np.sin(x, out)`): 'return arrays must be of "
+     "ArrayType' (issue 15, item 4)"),
     ("test_localmem.py::*::test_struct_model_type_arr", "gap",
      "local arrays of a StructModel extension type cannot be represented as a NumPy dtype"),
 ]
