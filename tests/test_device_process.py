@@ -270,3 +270,24 @@ def test_numba_cuda_random_works_through_the_device_process(device_student):
     got = s.call("run", 1000).value
     assert got.shape == (1000,) and (0 <= got).all() and (got < 1).all() and len(set(got.tolist())) > 990
     assert np.isclose(got.mean(), 0.5, atol=0.05)
+
+
+def test_a_grid_sync_kernel_works_through_the_device_process(device_student):
+    """Cooperative groups reach the device: `cuda.cg.this_grid()` and `from numba.cuda import cg`."""
+    s = device_student("""
+        from numba.cuda import cg
+
+        @cuda.jit
+        def shift(a, out):
+            g = cg.this_grid()
+            i = cuda.grid(1)
+            out[i] = i
+            g.sync()          # every block's writes are visible to every block after it
+            a[i] = out[(i + 1) % out.size]
+
+        def run():
+            a, o = cuda.device_array(256, np.int32), cuda.device_array(256, np.int32)
+            shift[4, 64](a, o)
+            return a.copy_to_host()
+    """)
+    assert (s.call("run").value == (np.arange(256) + 1) % 256).all()

@@ -33,7 +33,8 @@ from ..sim import patching
 from ..sim.kernel_graph import code_names, is_cuda_dispatcher, is_numba_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
-           "numba.cuda.fp16": "numba.cuda.fp16", "numba.cuda.random": "numba.cuda.random"}
+           "numba.cuda.fp16": "numba.cuda.fp16", "numba.cuda.random": "numba.cuda.random",
+           "numba.cuda.cg": "numba.cuda.cg"}
 # jit options that may cross (numba's targetoptions); the rest is the device process's business
 OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", "max_registers")
 
@@ -120,8 +121,8 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
             return {"module": value.__name__}
         if value is patching.cuda_module():
             return {"module": "numba.cuda"}
-        raise NotPackable(f"kernel {fn!r} uses the module {name!r} ({value.__name__}): only numba, numba.cuda, "
-                          f"math, cmath and numpy reach a GPU")
+        raise NotPackable(f"kernel {fn!r} uses the module {name!r} ({value.__name__}): only numba, numba.cuda "
+                          f"(its fp16, random and cg), math, cmath and numpy reach a GPU")
     if value is None or isinstance(value, (bool, int, float, complex, str)):
         if isinstance(value, complex):
             return {"complex": [value.real, value.imag]}
