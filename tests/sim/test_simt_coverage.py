@@ -325,3 +325,41 @@ def test_atomics_device_functions_and_types_passed_as_values(kernel):
     for b in bins:
         expect[b] = expect[b] + 3 if kernel is passes_functions else 5
     np.testing.assert_array_equal(out[0], expect)
+
+
+# ---------------------------------------------------------------- an array chosen per step
+@cuda.jit
+def ping_pong(buf_0, buf_1, steps):
+    i = cuda.grid(1)
+    if i >= buf_0.size:
+        return  # these lanes are gone: the choice below is uniform among the lanes left
+    for step in range(steps):
+        if step % 2 == 0:
+            data, out = buf_0, buf_1
+        else:
+            data, out = buf_1, buf_0
+        out[i] = data[i] + 1.0
+        cuda.syncthreads()
+
+
+@cuda.jit
+def chosen_per_lane(buf_0, buf_1, out):
+    i = cuda.grid(1)
+    if i % 2 == 0:
+        data = buf_0
+    else:
+        data = buf_1
+    out[i] = data[i]
+
+
+def test_an_array_chosen_in_a_branch_uniform_among_the_live_lanes_runs_lockstep():
+    """Lanes that returned do not make a uniform choice of array divergent (numba-cuda's laplace
+    example); a choice that really differs between lanes still falls back, saying so."""
+    make = lambda: [dev(np.zeros(100, np.float32)), dev(np.zeros(100, np.float32)), 7]  # noqa: E731
+    out = lockstep(run_both(ping_pong, 1, 128, make))
+    assert (out[0] == 6).all() and (out[1] == 7).all()
+    runs_lockstep_under_auto(ping_pong, 1, 128, make)
+    with sim.installed(executor="auto"), sim.trace() as records:
+        chosen_per_lane[1, 32](dev(np.zeros(32, np.float32)), dev(np.ones(32, np.float32)),
+                               dev(np.zeros(32, np.float32)))
+    assert records[0].executor == "thread" and "choosing an array per lane" in records[0].fallback_reason

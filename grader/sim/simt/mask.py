@@ -215,6 +215,9 @@ class MaskStack:
                                   for vn, vo in ((new.consts, old.consts),
                                                  (new.shape, old.shape))))
             if new is not old:
+                live = self.live
+                if live is not None and not (live & ~mask).any():
+                    return new  # every lane left out has returned: the choice is uniform
                 raise SimtUnsupported("choosing an array per lane (array assigned in a divergent "
                                       "branch)", self.line)
             return new
