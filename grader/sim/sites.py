@@ -26,14 +26,34 @@ def reported_site(site: tuple[str, int] | None):
         _REPORTED_SITE.reset(token)
 
 
+def _libraries() -> tuple[str, ...]:
+    return _LIBRARY_DIRS + tuple(
+        os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
+        for name in ("numba", "numba_cuda") if getattr(sys.modules.get(name), "__file__", None))
+
+
+def in_library(filename: str) -> bool:
+    """`filename` is numba's, numba-cuda's or grader's (not code a student wrote)."""
+    return os.path.abspath(filename).startswith(_libraries())
+
+
+def caller_in(filename: str) -> int | None:
+    """The line of the innermost frame running code of `filename` (the kernel's line that called
+    the library device function a finding is in), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == filename:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
 def launch_site() -> tuple[str, int] | None:
     """(file, line) of the student's call, or None when no frame is the student's."""
     reported = _REPORTED_SITE.get()
     if reported is not None:
         return reported
-    libraries = _LIBRARY_DIRS + tuple(
-        os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
-        for name in ("numba", "numba_cuda") if getattr(sys.modules.get(name), "__file__", None))
+    libraries = _libraries()
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

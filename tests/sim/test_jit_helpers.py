@@ -136,8 +136,12 @@ def test_every_thread_drawing_from_one_state_is_a_race(executor):
         out[i] = nbrandom.xoroshiro128p_uniform_float32(states, 0)
 
     states = nbrandom.create_xoroshiro128p_states(64, seed=1)
-    with pytest.raises(sim.RaceError, match="'states' at index 0"):
+    with pytest.raises(sim.RaceError, match="'states' at index 0") as found:
         kernel[2, 32](states, cuda.device_array(64, np.float32))
+    # the student's line that called numba's generator, not a line of numba's random.py
+    line = kernel.py_func.__code__.co_firstlineno + 3
+    assert (found.value.filename, found.value.line) == (__file__, line)
+    assert f"{__file__}:{line}" in str(found.value) and "(in random.py:" in str(found.value)
 
 
 def test_a_monte_carlo_estimate_of_pi(executor):

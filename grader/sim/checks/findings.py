@@ -4,7 +4,10 @@ raises it or downgrades it to a warning."""
 
 from __future__ import annotations
 
+import os
+
 from ..errors import where
+from ..sites import caller_in, in_library
 
 
 class Findings:
@@ -14,6 +17,13 @@ class Findings:
               array=None, index=None) -> None:
         b, t = self.config.block_xyz(int(block)), self.config.thread_xyz(int(thread))
         fn = filename or self.filename
+        if fn != self.filename and in_library(fn):
+            # inside numba's own device code (numba.cuda.random's generators): the finding is
+            # the student's line that called it, the library's line said
+            called_at = caller_in(self.filename)
+            if called_at is not None:
+                what = f"{what} (in {os.path.basename(fn)}:{line}, which this line calls)"
+                fn, line = self.filename, called_at
         err = cls(f"{where(self.kernel, fn, line, b, t)}: {what}", kernel=self.kernel,
                   filename=fn, line=line, block=b, thread=t, array=array, index=index)
         self.checks.report(err, self.warnings)

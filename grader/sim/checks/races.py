@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RaceError
+from ..sites import in_library
 from ..geometry import WARP, Lanes
 from .silent_stores import quiet_lanes, same_bits_recorder
 from .uninitialised import flags_view
@@ -127,6 +128,8 @@ class RaceChecks:
         else:
             ob, ot = divmod(int(other), self.tpb)
             who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
+        if filename and filename != self.filename and in_library(filename):
+            other_line = 0  # lines of numba's own code: the finding names the student's call
         same_block = other <= -2 or int(other) // self.tpb == block
         if not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
