@@ -235,3 +235,21 @@ def test_returns_from_inside_a_compacted_loop_of_a_device_function():
         np.testing.assert_array_equal(runs["simt"][0], runs[other][0])
         for key in COUNTERS:
             assert runs["simt"][1].counters[key] == runs[other][1].counters[key], (other, key)
+
+
+@cuda.jit
+def sum_into_first(a, n):
+    i = cuda.grid(1)
+    if i == 0:
+        for k in range(1, n):  # no iteration when n == 1 (numba-cuda's cuda.reduce on a partial block)
+            a[0] += a[k]
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_a_compactable_loop_that_runs_no_iteration(n):
+    make = lambda: [cuda.to_device(np.arange(8, dtype=np.float32)), n]  # noqa: E731
+    with sim.installed(executor="auto"), sim.trace() as records:
+        a = make()[0]
+        sum_into_first[1, 32](a, n)
+    assert records[0].executor == "simt" and records[0].fallback_reason is None
+    assert a.copy_to_host()[0] == sum(range(n))

@@ -321,7 +321,9 @@ class Transformer:
         body = self.compaction(carried) + self.store_to(node.target, _name(var), node) + \
             self.block(node.body)
         loop = ast.For(_name(var, True), _ctx("range", *[self.expr(a) for a in it.args]), body, [])
-        return [ast.Expr(_ctx("loop_push")), loop, *self.expansion(carried),
+        # (the counter is carried: bound before the loop, which may run no iteration)
+        start = [ast.Assign([_name(var, True)], ast.Constant(None))] if carried else []
+        return [*start, ast.Expr(_ctx("loop_push")), loop, *self.expansion(carried),
                 ast.Expr(_ctx("loop_pop"))]
 
     @staticmethod
