@@ -253,42 +253,42 @@ class Runner:
         """NCCL's in-place float32 all-reduce (CuPy), rank r on GPU r, timed as `time_ranks` times
         the student's: for the reference runner (trusted) only; "unavailable" where CuPy, NCCL or
         enough GPUs are missing, or on the simulator."""
-        from ..backends.collective_timing import TimingUnavailable, time_nccl_allreduce
+        from ..backends.collective_timing import time_nccl_allreduce
 
         try:
             ranks, count, warmup, timed = self._collective_request(request)
         except ValueError as exc:
             return error_reply("protocol", "ProtocolError", f"nccl_allreduce: {exc}")
+        def measure():
+            seconds, devices = time_nccl_allreduce(ranks, count, warmup, timed)
+            return {"ok": True, "seconds": seconds, "devices": devices}
+        return self._on_gpu("NCCL", measure)
+
+    def _on_gpu(self, what: str, measure) -> dict:
+        """`measure()` (the reply) on the gpu backend only: "unavailable" on another backend or
+        where this machine cannot time it (TimingUnavailable: no CuPy, NCCL, GPUs)."""
+        from ..backends.collective_timing import TimingUnavailable
+
         if self.backend.kind != Kind.GPU:
-            return error_reply("unavailable", "Unavailable", f"NCCL is timed on the gpu backend only, "
+            return error_reply("unavailable", "Unavailable", f"{what} is timed on the gpu backend only, "
                                                              f"not on the {self.backend.kind} backend")
         try:
-            seconds, devices = time_nccl_allreduce(ranks, count, warmup, timed)
+            return measure()
         except TimingUnavailable as exc:
             return error_reply("unavailable", "Unavailable", exc.reason)
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "error": self._error(exc, importing=False)}
-        return {"ok": True, "seconds": seconds, "devices": devices}
 
     def library_time(self, request: dict) -> dict:
         """A library's median ms on the same problem (cuBLAS SGEMM, CuPy's sum; through CuPy): for
         the reference runner (trusted) only; "unavailable" without CuPy or a GPU, or on the simulator."""
-        from ..backends.collective_timing import TimingUnavailable
         from ..backends.library_baselines import check_request, library_ms
 
         try:
             what, shape = str(request.get("what")), check_request(str(request.get("what")), request.get("shape"))
         except ValueError as exc:
             return error_reply("protocol", "ProtocolError", f"library_time: {exc}")
-        if self.backend.kind != Kind.GPU:
-            return error_reply("unavailable", "Unavailable", f"library baselines are timed on the gpu backend only, "
-                                                             f"not on the {self.backend.kind} backend")
-        try:
-            return {"ok": True, "ms": library_ms(what, shape)}
-        except TimingUnavailable as exc:
-            return error_reply("unavailable", "Unavailable", exc.reason)
-        except BaseException as exc:  # noqa: BLE001
-            return {"ok": False, "error": self._error(exc, importing=False)}
+        return self._on_gpu("a library baseline", lambda: {"ok": True, "ms": library_ms(what, shape)})
 
     def rank_devices(self) -> dict:
         """How many GPUs (or virtual devices) an all-reduce's ranks can be spread over."""

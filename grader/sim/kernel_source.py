@@ -225,7 +225,7 @@ def rebind(func, fake_cuda, cache: dict | None = None, mark_end: bool = False, t
         cells = tuple(types.CellType(_constant(cells_frozen[n], n, fake_cuda)) if n in cells_frozen
                       else types.CellType(_replacement(c.cell_contents, fake_cuda, cache,
                                                        real_attrs, names))
-                      if _has_contents(c) else c
+                      if has_contents(c) else c
                       for n, c in zip(func.__code__.co_freevars, closure))
         if wrapper:
             fn.closure = cells
@@ -264,7 +264,7 @@ def _constant(value, name, fake_cuda):
     return value
 
 
-def _has_contents(cell) -> bool:
+def has_contents(cell) -> bool:
     try:
         cell.cell_contents
     except ValueError:

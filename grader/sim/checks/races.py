@@ -101,16 +101,24 @@ class RaceChecks:
             self._race_vec(space, units, kind, flat, lanes, line, filename, pat, values)
             return
         if values is not None and flat.shape[0]:
-            dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else None
-            quiet = quiet_lanes(handle, flat, values, dups)
-            if quiet is not None:
-                keep = np.flatnonzero(~quiet)
-                if keep.shape[0] == 0:
-                    return
-                lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
-                flat = flat[keep]
+            kept = self._loud(handle, flat, lanes, values, pat)
+            if kept is None:
+                return
+            flat, lanes, _, _ = kept
         for j in range(r):
             self._race_vec(space, units, kind, flat * r + j, lanes, line, filename)
+
+    def _loud(self, handle, flat, lanes, values, pat):
+        """The lanes of a store that change what memory holds: (flat, lanes, pat, dups) with the
+        silent lanes (silent_stores.quiet_lanes) left out, or None when every lane is silent."""
+        dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else None
+        quiet = quiet_lanes(handle, flat, values, dups)
+        if quiet is None:
+            return flat, lanes, pat, dups
+        keep = np.flatnonzero(~quiet)
+        if keep.shape[0] == 0:
+            return None
+        return flat[keep], Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb), None, None
 
     def _race_units1(self, space, handle, kind, flat, block, g, line, filename):
         """`_race1` for a view of dynamic shared memory (the caller left out silent stores)."""
@@ -200,15 +208,10 @@ class RaceChecks:
         lanes (silent_stores.quiet_lanes) are left out of the rule and of the shadow."""
         dups = None
         if values is not None and flat.shape[0]:
-            if flat.shape[0] > 1:
-                dups = duplicate_lanes(flat, lanes, pat)
-            quiet = quiet_lanes(handle, flat, values, dups)
-            if quiet is not None:
-                keep = np.flatnonzero(~quiet)
-                if keep.shape[0] == 0:
-                    return
-                lanes = Lanes(lanes.block[keep], lanes.thread[keep], self.tpb, self.wpb)
-                flat, pat, dups = flat[keep], None, None
+            kept = self._loud(handle, flat, lanes, values, pat)
+            if kept is None:
+                return
+            flat, lanes, pat, dups = kept
         sh = self._shadow(handle)
         block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
         ep, wep = self._lane_epochs(lanes)

@@ -31,6 +31,7 @@ from ..ast_tools import (COMPARE, SCOPES, arguments, define, index_parts, parse_
                          stored_names)
 from ..ast_tools import name_node as _name
 from ..kernel_graph import is_numba_dispatcher
+from ..kernel_source import has_contents
 from . import intrinsics
 from .intrinsics import Intrinsic
 from .typing import BINOPS, FunctionTypes, as_dtype, is_function_value
@@ -78,7 +79,7 @@ class Transformer:
         if py_func.__closure__:
             self.env.update((name, cell.cell_contents) for name, cell in
                             zip(py_func.__code__.co_freevars, py_func.__closure__)
-                            if _has_contents(cell))
+                            if has_contents(cell))
         self.module_constants = {}
         if constants is not None:  # what numba froze at this signature's compile (frozen.py)
             self.env.update(constants.globals)
@@ -765,14 +766,6 @@ def _number_tuple(obj) -> bool:
     """Whether `obj` is a non-empty tuple of numbers of one type (numba's UniTuple)."""
     return type(obj) is tuple and len(obj) > 0 and len({type(v) for v in obj}) == 1 and \
         isinstance(obj[0], (bool, int, float, np.number, np.bool_))
-
-
-def _has_contents(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 class _Object:
