@@ -24,3 +24,14 @@ def thread_sim(request):
         yield s
     finally:
         sim.uninstall()
+
+
+@pytest.fixture(params=["simt", "thread"])
+def executor(request):
+    """The simulator installed with each executor in turn (a test module's parametrize of the
+    same name takes precedence)."""
+    sim.install(executor=request.param)
+    try:
+        yield request.param
+    finally:
+        sim.uninstall()

@@ -16,15 +16,6 @@ import grader.sim as sim
 from grader.sim import patching
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 # ---------------------------------------------------------------- eager signatures (B2)
 def _clz(ary, c):
     ary[0] = cuda.clz(c)

@@ -15,15 +15,6 @@ WEIGHTS = (0.25, 0.5, 0.75)
 SCALE = 2
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 @pytest.fixture
 def table():
     saved = TABLE.copy()

@@ -13,15 +13,6 @@ from grader.sim.compile_check import toolchain
 from grader.sim.cooperative import uses_grid_sync
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 def _launch(kernel, grid, block, *args):
     with sim.trace() as launches:
         kernel[grid, block](*args)

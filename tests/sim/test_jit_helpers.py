@@ -16,15 +16,6 @@ import grader.sim as sim
 from grader.sim import patching
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 @numba.njit
 def _scaled(x, i, factor):
     return x[i] * factor

@@ -11,15 +11,6 @@ import grader.sim as sim
 from grader.sim.errors import CompileError
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 def _launch(kernel, grid, block, *args):
     with sim.trace() as records:
         kernel[grid, block](*args)

@@ -10,15 +10,6 @@ from numba import cuda, int32
 import grader.sim as sim
 
 
-@pytest.fixture(params=["simt", "thread"])
-def executor(request):
-    sim.install(executor=request.param)
-    try:
-        yield request.param
-    finally:
-        sim.uninstall()
-
-
 def line_of(kernel, text):
     """Absolute line number of the first source line of `kernel` containing `text`."""
     import inspect
