@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from . import cooperative, frozen, patching
 from .argtypes import argtypes_for, declared_argtypes, fits_declared, to_declared
 from .kernel_graph import device_dispatchers
@@ -129,8 +131,22 @@ class Signatures:
         declared signature the arguments fit); unchanged without a declared signature."""
         for argtypes in self._declared.get(dispatcher, ()):
             if fits_declared(argtypes, args):
-                return tuple(to_declared(v, t) for v, t in zip(args, argtypes))
+                return tuple(_pointed(to_declared(v, t), t) for v, t in zip(args, argtypes))
         return tuple(args)
+
+
+def _pointed(value, nbtype):
+    """A raw pointer argument (`types.CPointer(T)`, an integer address) as the array it points
+    into (host.pointer_view); any other value unchanged."""
+    from numba.core import types
+
+    if isinstance(nbtype, types.CPointer) and isinstance(value, (int, np.integer)):
+        from numba.np import numpy_support
+
+        from .host import pointer_view
+
+        return pointer_view(int(value), numpy_support.as_dtype(nbtype.dtype))
+    return value
 
 
 class Overload:

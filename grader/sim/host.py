@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -37,6 +38,10 @@ def _as_dtype(dtype) -> np.dtype:
         return numpy_support.as_dtype(dtype)
 
 
+# the live allocations by id, for a raw pointer's lookup (`pointer_view`)
+_live: "weakref.WeakValueDictionary[int, Allocation]" = weakref.WeakValueDictionary()
+
+
 class Allocation:
     """One device allocation: flat store, initialised flags, device, unique id, byte address."""
 
@@ -51,6 +56,24 @@ class Allocation:
             self.address = _next_address[0]
             nbytes = max(self.store.nbytes, 1)
             _next_address[0] += (nbytes + _ADDRESS_ALIGN - 1) // _ADDRESS_ALIGN * _ADDRESS_ALIGN
+        _live[self.id] = self
+
+
+def pointer_view(address: int, dtype: np.dtype) -> "SimDeviceArray":
+    """A kernel's raw pointer argument (`types.CPointer(T)`: an integer from
+    `__cuda_array_interface__`) as the 1-D array of `dtype` from that address to the end of its
+    allocation: indexing past the end is an out-of-bounds access, as past the allocation on a GPU."""
+    dtype = np.dtype(dtype)
+    for alloc in list(_live.values()):
+        offset = int(address) - alloc.address
+        if 0 <= offset < max(alloc.store.nbytes, 1):
+            break
+    else:
+        raise NotSimulatedError(f"a pointer argument 0x{int(address):x} that points into no simulated "
+                                f"allocation (pass the address from an array's __cuda_array_interface__)")
+    if dtype != alloc.dtype or offset % dtype.itemsize:
+        raise NotSimulatedError(f"a pointer to {dtype} into an allocation of {alloc.dtype} (at byte {offset})")
+    return SimDeviceArray(alloc, alloc.store[offset // dtype.itemsize:])
 
 
 def _layout(view: np.ndarray, alloc: Allocation) -> tuple[int, tuple[int, ...]]:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from numba import types
 
+import grader.sim as sim
 from grader.sim import argtypes
 
 
@@ -42,3 +43,27 @@ def test_scalar_dtype_of_numba_types():
     assert argtypes.scalar_dtype(types.float32[:]) is None
     assert str(argtypes.array_type(np.float32, 2, "A", readonly=True)) == \
         "readonly array(float32, 2d, A)"
+
+
+def test_a_raw_pointer_argument_is_the_array_it_points_into(executor):
+    """numba-cuda's cpointer example: `types.CPointer(types.uint8)` given the address from
+    `__cuda_array_interface__`; past the allocation's end is out of bounds, as on a GPU."""
+    from numba import cuda
+    from numba.cuda import types as cuda_types
+
+    @cuda.jit(cuda_types.void(cuda_types.CPointer(cuda_types.uint8), cuda_types.uint32))
+    def add_one(x, n):
+        i = cuda.grid(1)
+        if i < n:
+            x[i] += 1
+
+    x = cuda.to_device(np.arange(10, dtype=np.uint8))
+    address = x.__cuda_array_interface__["data"][0]
+    add_one[1, 32](address, len(x))
+    assert (x.copy_to_host() == np.arange(1, 11)).all()
+    add_one[1, 32](address + 4, 6)  # a pointer into the middle
+    assert (x.copy_to_host() == np.r_[1:5, 6:12]).all()
+    with pytest.raises(sim.OutOfBoundsError):
+        add_one[1, 32](address + 4, 7)
+    with pytest.raises(sim.NotSimulatedError, match="points into no simulated allocation"):
+        add_one[1, 32](12345, 1)
