@@ -33,7 +33,8 @@ DOC = ROOT / "docs" / "CONFORMANCE.md"
 
 MODULES = ("test_warp_ops", "test_sync", "test_atomics", "test_sm", "test_localmem",
            "test_reduction", "test_array_args", "test_intrinsics", "test_laplace",
-           "test_montecarlo", "test_idiv", "test_multigpu")
+           "test_montecarlo", "test_idiv", "test_multigpu", "test_random", "test_globals",
+           "test_constmem", "test_ufuncs")
 # numba-cuda's documentation examples (`tests/doc_examples/`), named with their folder
 DOC_MODULES = tuple(f"doc_examples/{m}" for m in (
     "test_cg", "test_cpointer", "test_cpu_gpu_compat", "test_ffi", "test_globals",
@@ -48,10 +49,11 @@ STOCK_REFERENCE = {"test_warp_ops": 0, "test_localmem": 0, "test_multigpu": 0, "
 # never run on grader.sim: 5.7e9 threads (see reasons.py)
 ALWAYS_DESELECT = ("test_intrinsics.py::TestCudaIntrinsic::test_issue_9229",)
 # left out of the timed set (tests/sim/test_conformance.py); `--full` runs them
-SLOW_MODULES = ("test_laplace", "doc_examples/test_laplace")
+SLOW_MODULES = ("test_laplace", "doc_examples/test_laplace", "doc_examples/test_random")
 SLOW_TESTS = ("test_reduction.py::TestReduction::test_sum_reduce",)
 # test_atomics alone takes about as long as all the others together; the laplace modules (full
-# runs only) take minutes (the documentation's: 10,000 grid syncs, per-thread executor)
+# runs only) take minutes (the documentation's: 10,000 grid syncs, per-thread executor), the
+# documentation's random example two (2M threads drawing 453M numbers)
 GROUPS = (("doc_examples/test_laplace",), ("test_laplace",), ("test_atomics",))
 # a test running longer than this fails (pytest-timeout), the others go on
 TEST_TIMEOUT = 600

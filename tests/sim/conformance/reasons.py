@@ -45,22 +45,6 @@ REASONS: list[tuple[str, str, str]] = [
      "because the threads that skip it exit, which is undefined behaviour; the test would pass "
      "with the barrier checker downgraded to a warning"),
     # --- gaps
-    ("doc_examples/test_cpointer.py::*", "gap",
-     "a kernel taking a raw device pointer (`types.CPointer(types.uint8)`, the integer address "
-     "from `__cuda_array_interface__`): simulated arrays have no device address a kernel can "
-     "dereference"),
-    ("doc_examples/test_globals.py::*::test_ex_globals_constant_capture", "gap",
-     "a global NumPy array is read at every launch; numba freezes it as a constant at the first "
-     "compile, so the example's change between launches is not seen there (issue 15, item 5)"),
-    ("doc_examples/test_montecarlo.py::*", "gap",
-     "numba.cuda.random (`xoroshiro128p_uniform_float32`): CPU-jitted helpers called from a "
-     "kernel with an array argument fail typing (issue 15, item 3)"),
-    ("doc_examples/test_random.py::*", "gap",
-     "numba.cuda.random (`xoroshiro128p_uniform_float32`): CPU-jitted helpers called from a "
-     "kernel with an array argument fail typing (issue 15, item 3)"),
-    ("doc_examples/test_ufunc.py::*", "gap",
-     "a NumPy ufunc on arrays inside a kernel (`np.sin(x, out)`): 'return arrays must be of "
-     "ArrayType' (issue 15, item 4)"),
     ("test_localmem.py::*::test_struct_model_type_arr", "gap",
      "local arrays of a StructModel extension type cannot be represented as a NumPy dtype"),
 ]
@@ -94,6 +78,14 @@ reproducers are in this file's git history.
   SIMT executor now refuses it before typing, and auto falls back to the per-thread executor.
 - B7 (per-thread): `cuda.activemask()` in the two branches of a divergent if returned every
   lane in both. Fixed: the lanes waiting at the same call (line) make the mask.
+- B8 (SIMT, doc_examples/test_montecarlo): a compactable for-range loop that ran no iteration
+  (numba-cuda's `cuda.reduce` on a partial block) read its unbound counter at the loop's end
+  (UnboundLocalError). Fixed: the counter is bound before the loop
+  (tests/sim/test_simt_compaction.py).
+- B9 (auto, doc_examples/test_laplace): an array chosen in a branch every live lane takes
+  (`data = buf_0` when `step % 2 == 0`, after some threads returned) was taken as chosen per
+  lane, so the kernel fell back to the per-thread executor (hundreds of seconds). Fixed: lanes
+  that returned keep no claim on it (tests/sim/test_simt_coverage.py).
 
 ## Checker refinements the suite prompted
 
