@@ -69,7 +69,7 @@ class Signatures:
         if not isinstance(overloads, dict) or argtypes in overloads or \
                 (getattr(dispatcher, "targetoptions", None) or {}).get("device"):
             return
-        overloads[argtypes] = Overload(self, dispatcher, argtypes)
+        patching.put_overload(dispatcher, argtypes, Overload(self, dispatcher, argtypes))
         self._entries.append((weakref.ref(dispatcher), argtypes))
 
     def launched(self, dispatcher, args) -> None:
@@ -91,7 +91,7 @@ class Signatures:
             dispatcher = ref()
             overloads = getattr(dispatcher, "overloads", None)
             if isinstance(overloads, dict) and isinstance(overloads.get(argtypes), Overload):
-                del overloads[argtypes]
+                patching.take_overload(dispatcher, argtypes)
         self._entries.clear()
         self._launched = weakref.WeakKeyDictionary()
 

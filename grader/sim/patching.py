@@ -487,3 +487,14 @@ def checking_device_copies(check):
         yield
     finally:
         scope.restore()
+
+
+def put_overload(dispatcher, argtypes: tuple, overload) -> None:
+    """The simulator's stand-in for a compiled kernel in numba's `dispatcher.overloads` (what
+    `kernel.overloads[sig]` answers on a GPU; grader.sim.eager.Overload); taken out again by
+    `take_overload` when the simulator is uninstalled."""
+    dispatcher.overloads[argtypes] = overload
+
+
+def take_overload(dispatcher, argtypes: tuple) -> None:
+    dispatcher.overloads.pop(argtypes, None)
