@@ -12,7 +12,7 @@ from .banks import BANK_SHIFT, BANKS
 from .coalescing import SECTOR_SHIFT
 
 # the lanes examined when a sample is taken (the first requests of the access): bounded cost
-SAMPLE_LANES = 4096
+SAMPLE_LANES = 1024
 
 
 class LineCounts:
@@ -79,15 +79,14 @@ def worst_request(space: str, req, lane, addr, itemsize: int) -> dict | None:
     addr = np.asarray(addr, np.int64).reshape(-1)[:n]
     _, r = np.unique(req, return_inverse=True)
     r = r.reshape(-1)
-    if space == "global":
-        pairs = np.unique(np.stack([r, addr >> SECTOR_SHIFT]), axis=1)  # distinct (req, sector)
-        cost = np.bincount(pairs[0])
-    else:
-        word = addr >> BANK_SHIFT
-        pairs = np.unique(np.stack([r, word % BANKS, word]), axis=1)  # distinct (req, bank, word)
-        per_bank = np.unique(pairs[:2], axis=1, return_counts=True)
-        cost = np.zeros(int(r.max()) + 1, np.int64)
-        np.maximum.at(cost, per_bank[0][0], per_bank[1])
+    if space == "global":  # distinct (request, sector) pairs, as one int64 key each
+        keys = np.unique((r << 40) | (addr >> SECTOR_SHIFT))
+        cost = np.bincount(keys >> 40)
+    else:  # distinct (request, word); then words per (request, bank); the worst bank per request
+        words = np.unique((r << 40) | (addr >> BANK_SHIFT))
+        per_bank = np.bincount((words >> 40) * BANKS + (words & ((1 << 40) - 1)) % BANKS,
+                               minlength=(int(r.max()) + 1) * BANKS)
+        cost = per_bank.reshape(-1, BANKS).max(axis=1)
     worst = int(np.argmax(cost))
     pick = np.flatnonzero(r == worst)[:WARP]
     a = addr[pick]
