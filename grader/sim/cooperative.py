@@ -16,6 +16,7 @@ import weakref
 
 from .errors import LaunchConfigError
 from .kernel_graph import code_names, device_dispatchers
+from .kernel_source import has_contents
 from .occupancy import Occupancy, occupancy
 
 __all__ = ["uses_grid_sync", "grid_occupancy", "max_cooperative_grid_blocks", "check_launch"]
@@ -40,8 +41,8 @@ def uses_grid_sync(py_func) -> bool:
         hit = False
         for f in [py_func] + [d.py_func for d in device_dispatchers(py_func)]:
             names = code_names(f.__code__)
-            cells = dict(zip(f.__code__.co_freevars,
-                             (c.cell_contents for c in f.__closure__ or ())))
+            cells = dict(zip(f.__code__.co_freevars,  # (an empty cell: a name not bound yet)
+                             (c.cell_contents if has_contents(c) else None for c in f.__closure__ or ())))
             if "this_grid" in names or this_grid is not None and any(
                     f.__globals__.get(n, cells.get(n)) is this_grid
                     for n in names + list(cells)):
