@@ -56,8 +56,9 @@ def launch_site() -> tuple[str, int] | None:
     libraries = _libraries()
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(libraries) and not frame.f_code.co_filename.startswith("<"):
-            return frame.f_code.co_filename, frame.f_lineno
+        name = frame.f_code.co_filename  # (absolute for imported modules: abspath only if not)
+        path = name if name.startswith(os.sep) else os.path.abspath(name)
+        if not path.startswith(libraries) and not name.startswith("<"):
+            return name, frame.f_lineno
         frame = frame.f_back
     return None
