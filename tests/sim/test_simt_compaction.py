@@ -64,7 +64,10 @@ def make(n=1000, limit=10**6):
     return args
 
 
-def run(executor, make_args, compact=True, monkeypatch=None):
+def run(executor, make_args, compact=True, kernel=None):
+    """`kernel` (default divergent_steps) on `make_args()` under `executor`, compacting or not:
+    (the device arrays' contents after, the launch record, the lane counts compacted to)."""
+    kernel = kernel or divergent_steps
     calls = []
     original = compaction.Compaction.compact
 
@@ -78,7 +81,7 @@ def run(executor, make_args, compact=True, monkeypatch=None):
         mp.setattr(compaction, "MIN_LANES", 64 if compact else 1 << 40)
         with sim.installed(executor=executor), sim.trace() as records:
             args = make_args()
-            divergent_steps[GRID, BLOCK](*args)
+            kernel[GRID, BLOCK](*args)
             outputs = [a.copy_to_host() for a in args if hasattr(a, "copy_to_host")]
     (record,) = records
     assert record.executor == executor
@@ -178,16 +181,8 @@ def test_a_for_loop_with_per_lane_bounds_compacts_and_agrees():
     runs = {}
     for name, executor, compact in (("simt", "simt", True), ("plain", "simt", False),
                                     ("thread", "thread", True)):
-        calls = []
-        original = compaction.Compaction.compact
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(compaction.Compaction, "compact",
-                       lambda self, values: calls.append(self.n) or original(self, values))
-            mp.setattr(compaction, "MIN_LANES", 64 if compact else 1 << 40)
-            with sim.installed(executor=executor), sim.trace() as records:
-                a = args()
-                sparse_rows[GRID, BLOCK](*a)
-                runs[name] = (a[-1].copy_to_host(), records[0], calls)
+        outputs, record, calls = run(executor, args, compact, sparse_rows)
+        runs[name] = (outputs[-1], record, calls)
     assert runs["simt"][2] and not runs["plain"][2]
     for other in ("plain", "thread"):
         np.testing.assert_array_equal(runs["simt"][0], runs[other][0])
@@ -216,20 +211,13 @@ def calls_a_compacting_function(start, out, cap):
 
 
 def test_returns_from_inside_a_compacted_loop_of_a_device_function():
+    def args():
+        return [dev(np.arange(1, 1001, dtype=np.int64)), cuda.device_array(1000, np.int64), np.int64(100)]
     runs = {}
     for name, executor, compact in (("simt", "simt", True), ("plain", "simt", False),
                                     ("thread", "thread", True)):
-        calls = []
-        original = compaction.Compaction.compact
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(compaction.Compaction, "compact",
-                       lambda self, values: calls.append(self.n) or original(self, values))
-            mp.setattr(compaction, "MIN_LANES", 64 if compact else 1 << 40)
-            with sim.installed(executor=executor), sim.trace() as records:
-                out = cuda.device_array(1000, np.int64)
-                calls_a_compacting_function[GRID, BLOCK](
-                    dev(np.arange(1, 1001, dtype=np.int64)), out, np.int64(100))
-                runs[name] = (out.copy_to_host(), records[0], calls)
+        outputs, record, calls = run(executor, args, compact, calls_a_compacting_function)
+        runs[name] = (outputs[-1], record, calls)
     assert len(runs["simt"][2]) >= 2 and not runs["plain"][2]
     for other in ("plain", "thread"):
         np.testing.assert_array_equal(runs["simt"][0], runs[other][0])
