@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
 # The device check, prepared for a session lent a GPU (the device tool's `run`, from the
 # repository root; nothing to explore there first):
-#     run(command="bash benchmarks/gpu_check.sh", timeout_s=540)
-# On the GPU machine, each step's output goes to $OUT (the tool brings it back):
+#     bash benchmarks/gpu_wheels.sh          # here, once: the wheels the image lacks, into .whl
+#     run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=560)
+# It ends within GPU_CHECK_BUDGET_S (default 500 s): each step gets what is left, in this order of
+# value, and one that would start with under 20 s left is skipped and says so. The tool brings back
+# at most 8 files from $OUT, so the step files are packed into $OUT/gpu_check.tar.gz, and
+# $OUT/summary.md (also printed last, so the reply's output tail has it) is the section for
+# docs/BENCHMARKS.md, made by benchmarks/gpu_summary.py. The steps:
+#   0. env.txt         benchmarks/gpu_env.py: an environment of the image's Python, the carried wheels
+#                      and this checkout (runners start as `python -I`, which ignores PYTHONPATH)
 #   1. doctor.txt      `gpugrade doctor`: what grading sees there (GPU, numba-cuda, toolchain)
 #   2. solutions.*     the reference solutions graded on --backend gpu, performance included
 #                      (each perf test times the kernels with the harness against the reference
 #                      itself, in another runner: full marks expected; the JSON holds each test's
 #                      median, spread, repeats, GB/s and fraction of the measured copy bandwidth)
-#   3. noise.*         `gpugrade bench --reference` 5 times: per perf test, the coefficient of
-#                      variation of the harness's median over the runs (target <= 2%)
-#   4. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu:
-#                      which lose their points on real hardware (races may not show there, and
-#                      the counter criteria are the simulator's)
-#   5. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
+#   3. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's
-#   6. allreduce_gpus.* benchmarks/allreduce_gpus.py: the all-reduce references on N GPUs beside
+#   4. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu,
+#                      one at a time (timings never share the GPU): which lose their points on real
+#                      hardware (the counter criteria and the data-flow proof are the simulator's)
+#   5. allreduce_gpus.* benchmarks/allreduce_gpus.py: the all-reduce references on N GPUs beside
 #                      NCCL (algbw, busbw, ratio to NCCL); on one GPU it only reports the GPU and
 #                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
 #                      without a GPU, as in the dry run, it says so and exits 0)
-# Commit the numbers to docs/BENCHMARKS.md ("On a GPU"). The device image has numba-cuda,
-# numpy, pytest, rich and CuPy; grading there needs nothing else (--sandbox none: the code
-# graded is the course's own). If a module is missing, carry wheels in .whl (the device
-# README) and name ".whl" in `carry`: they are installed first.
+#   6. noise.*         `gpugrade bench --reference` up to 10 times in the time left: per perf test,
+#                      the coefficient of variation of the harness's median over the runs (<= 2%)
+# Commit summary.md to docs/BENCHMARKS.md ("On a GPU"). The device image has numba, numba-cuda,
+# numpy, pytest, rich and CuPy, not greenlet; --sandbox none (the code graded is the course's own).
 #
 # Without a GPU, `GPU_CHECK_BACKEND=sim PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh`
 # runs the same steps on the simulator (a dry run of this script).
@@ -30,39 +35,58 @@ set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/.gpu_check}
 mkdir -p "$out"
-py=${PYTHON:-python3}
+work=$(mktemp -d /tmp/gpu_check.XXXXXX)
+deadline=$((SECONDS + ${GPU_CHECK_BUDGET_S:-500}))
 backend=${GPU_CHECK_BACKEND:-gpu}
-if ls .whl/*.whl >/dev/null 2>&1; then
-    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-gpugrade=("$py" -c 'import sys; from grader.cli import main; sys.exit(main())')
+export PYTHONUNBUFFERED=1
 status=0
-step() {  # step NAME LIMIT_S COMMAND...: run it with a time limit, log its output and exit code
+finish() {  # the summary and the pack, whatever happened above
+    "$py" benchmarks/gpu_summary.py "$work" >"$work/summary.md" 2>&1 || status=1
+    cp "$work/summary.md" "$out/summary.md"
+    tar -czf "$out/gpu_check.tar.gz" -C "$work" .
+    echo "== summary (also $out/summary.md; every step's files in $out/gpu_check.tar.gz)"
+    cat "$work/summary.md"
+}
+py=${PYTHON:-python3}
+{ nvidia-smi -L; "$py" --version; } >"$work/machine.txt" 2>&1
+"$py" benchmarks/gpu_env.py --wheels "${GPU_CHECK_WHEELS:-.whl}" --env /tmp/gpugrade-env >"$work/env.txt" 2>&1
+rc=$?
+cat "$work/env.txt"
+if [ "$rc" -ne 0 ]; then
+    finish
+    exit 1
+fi
+py=$(tail -n 1 "$work/env.txt")
+gpugrade=("$py" -m grader)
+step() {  # step NAME LIMIT_S COMMAND...: within its limit and the time left; output logged, tail shown
     local name=$1 limit=$2
     shift 2
-    local t0=$SECONDS
+    local left=$((deadline - SECONDS - 15))
+    [ "$left" -lt "$limit" ] && limit=$left
     echo "== $name"
-    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    if [ "$limit" -lt 20 ]; then
+        echo "skipped: $limit s left of the budget" | tee "$work/$name.txt"
+        status=1
+        return
+    fi
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$work/$name.txt" 2>&1
     local rc=$?
-    echo "   exit $rc after $((SECONDS - t0)) s (log: $name.txt)"
+    echo "   exit $rc after $((SECONDS - t0)) s (limit $limit s)"
     [ "$rc" -eq 0 ] || status=1
-    tail -n 25 "$out/$name.txt"
+    tail -n 8 "$work/$name.txt"
 }
-{ nvidia-smi -L; "$py" --version; } >"$out/machine.txt" 2>&1
-step doctor 120 "${gpugrade[@]}" doctor
-step solutions 240 "${gpugrade[@]}" grade solutions --backend "$backend" --sandbox none \
-    --format json --output "$out/solutions.json"
-step noise 300 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 5 --out "$out"
-step validate 300 "${gpugrade[@]}" validate --backend "$backend" --sandbox none
-if [ "$backend" = sim ]; then
-    step bench_gpu 240 "$py" benchmarks/bench_gpu.py --sim --json "$out/bench_gpu.json" \
-        --markdown "$out/bench_gpu.md"
-else
-    step bench_gpu 240 "$py" benchmarks/bench_gpu.py --json "$out/bench_gpu.json" \
-        --markdown "$out/bench_gpu.md"
-fi
-step allreduce_gpus 240 "$py" benchmarks/allreduce_gpus.py --json "$out/allreduce_gpus.json"
+step doctor 60 "${gpugrade[@]}" doctor
+step solutions 200 "${gpugrade[@]}" grade solutions --backend "$backend" --sandbox none \
+    --format json --output "$work/solutions.json"
+sim=()
+[ "$backend" = sim ] && sim=(--sim)
+step bench_gpu 120 "$py" benchmarks/bench_gpu.py "${sim[@]}" --json "$work/bench_gpu.json" \
+    --markdown "$work/bench_gpu.md"
+step validate 200 "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs 1
+step allreduce_gpus 60 "$py" benchmarks/allreduce_gpus.py --json "$work/allreduce_gpus.json"
+noise_left=$((deadline - SECONDS - 30))
+step noise "$noise_left" "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 \
+    --budget-s $((noise_left - 20)) --out "$work"
+finish
 exit $status

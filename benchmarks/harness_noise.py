@@ -3,6 +3,9 @@ test the coefficient of variation of its median over the runs (issue 11's target
 
     python3 benchmarks/harness_noise.py --backend gpu --runs 10 --out DIR     # on a GPU machine
     .venv/bin/python benchmarks/harness_noise.py --backend sim --runs 2       # dry run (modelled: 0%)
+
+`--budget-s`: start no run that would end past it (judged from the runs so far; at least 2 runs,
+the CV needs them). DIR/noise.json holds the result (benchmarks/gpu_summary.py reads it).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,26 +25,34 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="gpu")
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--budget-s", type=float, default=None, help="stop starting runs that would end after this")
     ap.add_argument("--out", default=None, help="folder for each run's JSON (default: a temporary one)")
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="harness-noise-"))
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs, began = [], time.monotonic()
     for i in range(args.runs):
+        elapsed = time.monotonic() - began
+        if args.budget_s and len(runs) >= 2 and elapsed + elapsed / len(runs) > args.budget_s:
+            print(f"stopped after {len(runs)} runs: another would end past the {args.budget_s:g} s budget")
+            break
         path = out / f"noise.{i + 1}.json"
         done = subprocess.run([sys.executable, "-m", "grader", "bench", "--reference", "--backend", args.backend,
                                "--sandbox", "none", "--json", str(path)], cwd=ROOT)
         if done.returncode != 0:
             return done.returncode
         runs.append(json.loads(path.read_text()))
-    worst = 0.0
+    worst, tests = 0.0, {}
     for row in runs[0]:
         medians = [next(r["seconds"] for r in run if r["test"] == row["test"]) for run in runs]
         cv = statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else 0.0
         worst = max(worst, cv)
+        tests[row["test"]] = {"source": row["source"], "gpu": row["gpu"], "median_s": statistics.median(medians),
+                              "runs": len(medians), "cv": cv}
         print(f"{row['test']}: {row['source']} on {row['gpu']}: median {statistics.median(medians) * 1e6:.4g} us "
               f"over {len(medians)} runs, CV {cv:.2%}")
+    (out / "noise.json").write_text(json.dumps({"runs": len(runs), "worst_cv": worst, "tests": tests}, indent=1))
     print(f"worst CV: {worst:.2%} (target <= 2%)")
     return 0
 

@@ -1,10 +1,14 @@
 """The prepared GPU check (benchmarks/gpu_check.sh, bench_gpu.py) stays runnable without a GPU:
 a session lent one must spend its minutes measuring, not fixing the script."""
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,3 +29,86 @@ def test_bench_gpu_dry_run_on_the_simulator(tmp_path):
 
 def test_gpu_check_script_parses():
     subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], check=True)
+
+
+def _benchmark(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_env_carries_only_wheels_whose_requirements_hold_in_the_image():
+    """numba 0.68 needs llvmlite 0.50 (57 MiB: it never travels): over an image with another
+    llvmlite it stays out and the image's numba grades; numba-cuda still goes in where the image's
+    numba satisfies it; what the image has in the same version is not reinstalled."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    env = _benchmark("gpu_env")
+    wheel = lambda name, version, *reqs: env.Wheel(Path(f"{name}.whl"), name, Version(version),  # noqa: E731
+                                                   [Requirement(r) for r in reqs])
+    wheels = [wheel("greenlet", "3.5.6"), wheel("numba", "0.68.1", "llvmlite<0.51,>=0.50.0dev0", "numpy<2.6"),
+              wheel("numba-cuda", "0.30.4", "numba>=0.60.0", "cuda-core<2,>=0.5.1"),
+              wheel("cuda-core", "1.2.2", "numpy")]
+    image = {"numba": Version("0.66.0"), "llvmlite": Version("0.48.0"), "numpy": Version("2.5.2"),
+             "cuda-core": Version("1.2.2"), "numba-cuda": Version("0.22.0")}
+    chosen, why = env.choose(wheels, image)
+    assert [w.name for w in chosen] == ["greenlet", "numba-cuda"]
+    assert "llvmlite<0.51,>=0.50.0dev0 (has 0.48.0)" in why["numba"] and "the image has it" in why["cuda-core"]
+    # an image whose llvmlite fits takes numba too; one whose numba is too old for numba-cuda
+    # takes neither
+    chosen, _ = env.choose(wheels, image | {"llvmlite": Version("0.50.0")})
+    assert [w.name for w in chosen] == ["greenlet", "numba", "numba-cuda"]
+    chosen, why = env.choose(wheels, image | {"numba": Version("0.59.0")})
+    assert [w.name for w in chosen] == ["greenlet"] and "numba>=0.60.0 (has 0.59.0)" in why["numba-cuda"]
+
+
+@pytest.mark.slow
+def test_gpu_env_makes_an_environment_isolated_runners_start_in(tmp_path):
+    """Runners and the device process start as `python -I` (PYTHONPATH ignored): the environment
+    made for the GPU machine must import grader from this checkout and the image's packages, or
+    every test would fail there with "No module named 'grader'"."""
+    made = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_env.py"), "--fresh",
+                           "--wheels", str(tmp_path / "no-wheels"), "--env", str(tmp_path / "env")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert made.returncode == 0, made.stdout + made.stderr
+    python = made.stdout.strip().splitlines()[-1]
+    assert python == str(tmp_path / "env" / "bin" / "python") and "grading with numba" in made.stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    graded = subprocess.run([python, "-m", "grader", "grade", "solutions", "vector_add", "--backend", "sim",
+                             "--sandbox", "none", "--format", "json", "--output", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["score"] == result["max_score"] > 0, graded.stdout[-2000:] + graded.stderr[-2000:]
+
+
+def test_gpu_summary_checks_issue_11s_targets(tmp_path):
+    """The summary a GPU session commits: each target met or missed from the measurements, and a
+    step that did not finish said so."""
+    def test(name, fraction, **more):
+        return {"name": name, "status": "passed", "score": 2, "max_score": 2,
+                "timing": {"source": "measured", "gpu": "NVIDIA H200", "seconds": 1e-4, "global_bytes": 2e8,
+                           "bandwidth_fraction": fraction, "copy_bandwidth_gbs": 4000.0, "ratio": 1.01,
+                           "reference_seconds": 1e-4, "repeats": 40, "spread": 0.004, **more}}
+    tests = [test("vector_add::keeps_up_with_the_reference", 0.91),
+             test("reduction::grid_stride_atomics_and_coalescing", 0.72),
+             test("matmul::tiled_reuses_shared_memory", 0.1,
+                  library={"name": "cuBLAS SGEMM (CuPy)", "shape": [2048, 2048, 2048], "seconds": 4e-5,
+                           "ratio": 2.5},
+                  model={"gpu": "H200", "seconds": 1e-6, "reference_seconds": 1e-6, "ratio": 1.1})]
+    (tmp_path / "solutions.json").write_text(json.dumps({"backend": "gpu", "score": 6, "max_score": 6,
+                                                         "execution_time": 80, "tests": tests}))
+    (tmp_path / "noise.json").write_text(json.dumps({"runs": 10, "worst_cv": 0.013, "tests": {}}))
+    (tmp_path / "validate.txt").write_text("...\nvalidate: ok\n")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_summary.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "over 10 runs of `gpugrade bench --reference`: 1.30% (target <= 2%: met)" in text
+    assert "keeps_up_with_the_reference 91% (target >= 85%: met)" in text
+    assert "grid_stride_atomics_and_coalescing 72% (target >= 80%: MISSED)" in text
+    assert "tiled_reuses_shared_memory: 40% of cuBLAS SGEMM (CuPy)'s speed" in text
+    assert "largest error +8.9% (matmul::tiled_reuses_shared_memory: modelled 1.100x, measured 1.010x)" in text
+    assert "validate: ok" in text and "(bench_gpu did not finish)" in text
