@@ -51,6 +51,13 @@ def _bubblewrap() -> Fact:
     return Fact("process sandbox", f"bubblewrap works ({how}): --sandbox process works")
 
 
+def _runners() -> Fact:
+    from .sandbox.process import isolated_import_problem
+
+    problem = isolated_import_problem()
+    return Fact("runners", problem or "start with this grader (python -I imports it)", ok=problem is None)
+
+
 def _toolchain() -> list[Fact]:
     try:
         from .sim.compile_check import toolchain_status
@@ -74,4 +81,4 @@ def facts() -> list[Fact]:
         Fact("GPU", "available" if gpu else "none visible to numba-cuda", ok=gpu),
         Fact("backend auto picks", resolve("auto")),
     ]
-    return found + _toolchain() + [_bubblewrap(), _docker()]
+    return found + _toolchain() + [_runners(), _bubblewrap(), _docker()]

@@ -124,6 +124,24 @@ def test_doctor_says_which_backend_auto_picks():
     assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout
 
 
+def test_grading_refuses_a_python_whose_isolated_runners_would_not_import_this_grader(tmp_path):
+    """The grader on PYTHONPATH of a Python that has none installed: runners start as `python -I`
+    (PYTHONPATH ignored), so every test would fail with "No module named 'grader'". Said once,
+    before any runner starts, with what to do."""
+    import sysconfig
+    import venv
+
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "bare")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]])}
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run([str(tmp_path / "bare" / "bin" / "python"), "-m", "grader", "grade", "solutions",
+                           "vector_add", "--backend", "sim", "--sandbox", "none"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout[-1500:] + done.stderr[-1500:]
+    assert "ignores PYTHONPATH" in done.stderr and "cannot import grader" in done.stderr
+    assert "pip install -e ." in done.stderr and "Total:" not in done.stdout
+
+
 @pytest.mark.slow
 def test_validate_the_course_references_full_stubs_zero_known_wrong_exact():
     """What CI must hold for the whole course: every stage, every known-wrong submission."""

@@ -36,6 +36,12 @@ class SandboxSpec:
             raise UsageError("--gpus applies to --sandbox docker only (other sandboxes see the machine's GPUs)")
         if self.name == "docker" and backend == Kind.GPU and not self.gpus:
             raise UsageError("--backend gpu in the docker sandbox needs --gpus (e.g. --gpus all)")
+        if self.name in ("process", "none"):  # docker: the image's own Python and grader
+            from .process import isolated_import_problem
+
+            problem = isolated_import_problem()
+            if problem is not None:
+                raise UsageError(problem)
         if self.name == "process":
             from .bubblewrap import unavailable
 

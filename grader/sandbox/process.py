@@ -12,6 +12,7 @@ the cgroup is emptied on close. Its output is drained through a pipe, only the t
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import signal
@@ -28,6 +29,28 @@ from ..backends import Kind
 from ..errors import RunnerError
 from . import bubblewrap, cgroups
 from .base import Limits, death_reason, exchange_within, runner_uid
+
+
+@functools.cache
+def isolated_import_problem() -> str | None:
+    """Why a runner started here (`python -I -m grader.runner`: -I ignores PYTHONPATH and the
+    current folder) would not run this grader, or None. Without it every test fails with the
+    runner's "No module named 'grader'", or runs another installed copy's code."""
+    import grader
+
+    mine = os.path.dirname(os.path.realpath(grader.__file__))
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", "import grader, os; print(os.path.realpath(grader.__file__))"],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{sys.executable} could not start: {exc}"
+    theirs = os.path.dirname(done.stdout.strip()) if done.returncode == 0 else ""
+    if theirs == mine:
+        return None
+    found = (f"imports another grader ({theirs}) than this one ({mine})" if theirs
+             else f"cannot import grader (this one is at {mine})")
+    return (f"runners start as `{sys.executable} -I -m grader.runner`, which ignores PYTHONPATH, and that "
+            f"way this Python {found}: install this checkout into it (`pip install -e .`, or `make setup`)")
 
 
 def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str) -> None:
