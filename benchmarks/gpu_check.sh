@@ -17,9 +17,10 @@
 #                      median, spread, repeats, GB/s and fraction of the measured copy bandwidth)
 #   3. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's
-#   4. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu,
-#                      one at a time (timings never share the GPU): which lose their points on real
-#                      hardware (the counter criteria and the data-flow proof are the simulator's)
+#   4. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu
+#                      (up to 4 at once; their timings take turns: grader/judge/gpu_lock.py): which
+#                      lose their points on real hardware (the counter criteria and the data-flow
+#                      proof are the simulator's)
 #   5. allreduce_gpus.* benchmarks/allreduce_gpus.py: the all-reduce references on N GPUs beside
 #                      NCCL (algbw, busbw, ratio to NCCL); on one GPU it only reports the GPU and
 #                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
@@ -83,7 +84,7 @@ sim=()
 [ "$backend" = sim ] && sim=(--sim)
 step bench_gpu 120 "$py" benchmarks/bench_gpu.py "${sim[@]}" --json "$work/bench_gpu.json" \
     --markdown "$work/bench_gpu.md"
-step validate 200 "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs 1
+step validate 200 "${gpugrade[@]}" validate --backend "$backend" --sandbox none
 step allreduce_gpus 60 "$py" benchmarks/allreduce_gpus.py --json "$work/allreduce_gpus.json"
 noise_left=$((deadline - SECONDS - 30))
 step noise "$noise_left" "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 \

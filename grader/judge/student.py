@@ -3,6 +3,7 @@ outputs back. Tests use it through the `student` fixture; the score is decided h
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
 from ..errors import ProtocolError, RunnerError, StudentCodeError, Unavailable
 from ..wire.messages import MAX_RANK_DEVICES
+from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
 
@@ -143,9 +145,21 @@ class RunnerConnection:
         reply, _ = self.call(message, timeout, bounds, parse, report=False)
         return reply
 
+    def alone(self):
+        """On a GPU: the machine's GPUs to this block alone (a timing: grader.judge.gpu_lock)."""
+        return gpu_lock.holding(alone=True) if self.backend == Kind.GPU else contextlib.nullcontext(0.0)
+
     def call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool = True):
         """(the runner's reply, the device process's report of the call or None). The device
-        is told where the call begins and ends, and reports what its kernels did in between."""
+        is told where the call begins and ends, and reports what its kernels did in between.
+        On a GPU the call holds the machine's GPU lock shared with other grades' calls (a timing
+        in `alone()` has it to itself)."""
+        if self.backend != Kind.GPU:
+            return self._call(message, timeout, bounds, parse, report)
+        with gpu_lock.holding():
+            return self._call(message, timeout, bounds, parse, report)
+
+    def _call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool):
         runner = self.start()
         device = self._device if report else None
         try:
@@ -299,11 +313,12 @@ class Student:
         arg_bytes = sum(a.nbytes for inputs in sets for a in inputs if isinstance(a, np.ndarray))
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=arg_bytes + len(sets) * (
             returns.nbytes if returns is not None else DEFAULT_RETURN_BYTES))
-        started = time.monotonic()
-        reply, _ = self._timed(lambda t: self.connection.call(
-            {"op": "time", "module": self.module, "function": function, "input_sets": sets, "options": options},
-            t, bounds, lambda doc: wire.TimingReply.parse(doc, len(sets)), report=False), timeout)
-        wall = time.monotonic() - started
+        with self.connection.alone():  # no other grade's kernels on the GPU meanwhile
+            started = time.monotonic()
+            reply, _ = self._timed(lambda t: self.connection.call(
+                {"op": "time", "module": self.module, "function": function, "input_sets": sets, "options": options},
+                t, bounds, lambda doc: wire.TimingReply.parse(doc, len(sets)), report=False), timeout)
+            wall = time.monotonic() - started
         self._raise_for(reply)
         if sum(reply.times_ms) / 1e3 > wall:
             self.connection.close()
@@ -340,10 +355,12 @@ class Student:
         self._import(timeout)
         message = {"op": "time_ranks", "module": self.module, "function": function, "ranks": ranks,
                    "count": count, "warmup": warmup, "timed": timed}
-        started = time.monotonic()
-        reply, _ = self._timed(lambda t: self.connection.call(
-            message, t, SMALL_REPLY, lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks), report=False), timeout)
-        wall = time.monotonic() - started
+        with self.connection.alone():
+            started = time.monotonic()
+            reply, _ = self._timed(lambda t: self.connection.call(
+                message, t, SMALL_REPLY, lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks), report=False),
+                timeout)
+            wall = time.monotonic() - started
         if not reply.ok and reply.error.kind == "unavailable":
             raise Unavailable(f"the student's all-reduce cannot be timed here: {reply.error.message}")
         self._raise_for(reply)
@@ -362,10 +379,11 @@ class Student:
             raise ValueError("NCCL is timed only in the trusted reference runner (the `reference` fixture), "
                              "never in the student's")
         message = {"op": "nccl_allreduce", "ranks": ranks, "count": count, "warmup": warmup, "timed": timed}
-        started = time.monotonic()
-        reply = self._timed(lambda t: self.connection.request(
-            message, timeout=t, parse=lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks)), timeout)
-        wall = time.monotonic() - started
+        with self.connection.alone():
+            started = time.monotonic()
+            reply = self._timed(lambda t: self.connection.request(
+                message, timeout=t, parse=lambda doc: wire.RanksTimingReply.parse(doc, timed, ranks)), timeout)
+            wall = time.monotonic() - started
         if not reply.ok:
             if reply.error.kind == "unavailable":
                 raise Unavailable(f"NCCL's all-reduce cannot be timed here: {reply.error.message}")
@@ -389,8 +407,10 @@ class Student:
         simulator; RunnerError if the library itself fails."""
         if not self.connection.trusted:
             raise ValueError("library baselines are timed only in the trusted reference runner")
-        base, doc = self.connection.request({"op": "library_time", "what": what, "shape": [int(d) for d in shape]},
-                                            parse=lambda doc: (wire.Reply.parse(doc), doc))
+        with self.connection.alone():
+            base, doc = self.connection.request({"op": "library_time", "what": what,
+                                                 "shape": [int(d) for d in shape]},
+                                                parse=lambda doc: (wire.Reply.parse(doc), doc))
         if not base.ok:
             if base.error.kind == "unavailable":
                 raise Unavailable(f"the {what} library baseline cannot be timed here: {base.error.message}")
@@ -402,8 +422,9 @@ class Student:
 
     def copy_bandwidth(self, nbytes: int) -> float:
         """Bytes per second of a device-to-device copy of `nbytes` on this runner's GPU (read + write)."""
-        base, doc = self.connection.request({"op": "copy_bandwidth", "nbytes": int(nbytes)},
-                                            parse=lambda doc: (wire.Reply.parse(doc), doc))
+        with self.connection.alone():
+            base, doc = self.connection.request({"op": "copy_bandwidth", "nbytes": int(nbytes)},
+                                                parse=lambda doc: (wire.Reply.parse(doc), doc))
         if not base.ok:
             raise RunnerError(f"the copy-bandwidth baseline failed: {base.error.message}")
         ms = doc.get("ms")
