@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("exercise", nargs="?", help="one exercise (default: all)")
     bench.add_argument("--stage", type=int, default=None, help="only this stage")
     bench.add_argument("--reference", action="store_true", help="time the reference solutions instead of exercises/")
-    JudgeSettings.add_cli_option(bench, "model_gpu")
+    JudgeSettings.add_cli_option(bench, "model_gpu", "--gpu-model")
     bench.add_argument("--json", help="also write the rows as JSON to this file")
     common(bench)
 
@@ -124,6 +125,22 @@ def _need_batch_extra() -> None:
     except ImportError as exc:
         raise UsageError(f"batch grading needs the batch extra ({exc.name} is missing): "
                          f"pip install 'gpugrade[batch]'") from None
+
+
+@contextlib.contextmanager
+def _progress(what: str):
+    """A progress bar on the terminal (stderr, gone when done) while the judge runs: yields the
+    `on_test` callback of grade(), or None where stderr is not a terminal (logs, CI, pipes)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[last]}"), console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(what, total=None, last="")
+        yield lambda done, total, name: progress.update(task, completed=done, total=total, last=name)
 
 
 def _batch(args, course: Course, backend: Kind) -> int:
@@ -263,9 +280,11 @@ def run(argv: list[str] | None = None) -> int:
         exercises = [args.exercise] if args.exercise else None
 
         def check_now():
-            return grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
-                         timeout=args.timeout, submission_timeout=args.submission_timeout, name="your exercises/",
-                         stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator)
+            with _progress("checking") as on_test:
+                return grade(course.root / "exercises", exercises, backend=backend, course=course, seed=args.seed,
+                             timeout=args.timeout, submission_timeout=args.submission_timeout,
+                             name="your exercises/", stages=[args.stage] if args.stage else None, sandbox=sandbox,
+                             simulator=args.simulator, on_test=on_test)
 
         if args.watch:
             from .course.watch import watch
@@ -290,11 +309,12 @@ def run(argv: list[str] | None = None) -> int:
         from .report import bench as bench_report
 
         folder = course.root / ("solutions" if args.reference else "exercises")
-        results = grade(folder, [args.exercise] if args.exercise else None, backend=backend, course=course,
-                        seed=args.seed, timeout=args.timeout, submission_timeout=args.submission_timeout,
-                        name="reference solutions" if args.reference else "your exercises/",
-                        stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator,
-                        only="perf", model_gpu=args.model_gpu)
+        with _progress("timing") as on_test:
+            results = grade(folder, [args.exercise] if args.exercise else None, backend=backend, course=course,
+                            seed=args.seed, timeout=args.timeout, submission_timeout=args.submission_timeout,
+                            name="reference solutions" if args.reference else "your exercises/",
+                            stages=[args.stage] if args.stage else None, sandbox=sandbox, simulator=args.simulator,
+                            only="perf", model_gpu=args.model_gpu, on_test=on_test)
         _emit(bench_report.table(results), None)
         if args.json:
             import json
@@ -302,9 +322,10 @@ def run(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(bench_report.rows(results), indent=1) + "\n")
         return 0 if not results.errors else results.exit_code
     try:
-        results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
-                        timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox,
-                        simulator=args.simulator)
+        with _progress("grading") as on_test:
+            results = grade(args.submission, args.exercises, backend=backend, course=course, seed=args.seed,
+                            timeout=args.timeout, submission_timeout=args.submission_timeout, sandbox=sandbox,
+                            simulator=args.simulator, on_test=on_test)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - a results file is always written (Gradescope: "autograder failed")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from .backends import Kind
 from .course import Course, make_workspace, submission_modules
@@ -25,8 +28,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
           name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
           record_reference: str | os.PathLike | None = None,
           submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S, simulator: str = "device",
-          only: str = "", model_gpu: str = "") -> Results:
-    """Grade the exercise modules found in `submission` against the course's grading tests."""
+          only: str = "", model_gpu: str = "", on_test: Callable[[int, int, str], None] | None = None) -> Results:
+    """Grade the exercise modules found in `submission` against the course's grading tests.
+    `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar."""
     course = course or Course.find()
     sandbox.check(backend)
     if sandbox.name == "docker":
@@ -60,6 +64,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         judge = subprocess.Popen(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)
         timed_out = False
+        watch = _watch_progress(results_path, judge, on_test) if on_test else None
         try:
             output, _ = judge.communicate(timeout=submission_timeout)
         except subprocess.TimeoutExpired:
@@ -71,6 +76,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             except subprocess.TimeoutExpired:
                 judge.kill()
                 output, _ = judge.communicate()
+        finally:
+            if watch is not None:
+                watch.join()
         if results_path.is_file():
             results = Results.load(str(results_path))
         else:
@@ -84,3 +92,29 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             results.errors.append(f"the judge exited with code {judge.returncode}:\n{output[-4000:]}")
     results.execution_time = round(time.monotonic() - started, 3)
     return results
+
+
+def _watch_progress(results_path: Path, judge: subprocess.Popen, on_test: Callable[[int, int, str], None],
+                    every_s: float = 0.25) -> threading.Thread:
+    """Follow the results file the judge rewrites after every test (whole each time: Results.dump)
+    and report each change, until the judge ends."""
+    def follow() -> None:
+        seen = -1
+        while True:
+            ended = judge.poll() is not None
+            try:
+                tests = json.loads(results_path.read_text()).get("tests", [])
+            except (OSError, ValueError, AttributeError):
+                tests = None
+            if isinstance(tests, list):
+                done = [t for t in tests if isinstance(t, dict) and t.get("output") != NOT_RUN]
+                if len(done) != seen:
+                    seen = len(done)
+                    on_test(seen, len(tests), str(done[-1].get("name", "")) if done else "")
+            if ended:
+                return
+            time.sleep(every_s)
+
+    thread = threading.Thread(target=follow, name="gpugrade-progress", daemon=True)
+    thread.start()
+    return thread

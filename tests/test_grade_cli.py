@@ -124,6 +124,27 @@ def test_doctor_says_which_backend_auto_picks():
     assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout
 
 
+def test_grade_reports_its_progress_as_tests_finish():
+    """What the progress bar of `gpugrade grade / check / bench` shows on a terminal: tests done
+    of the total, rising to the total, named as the results name them."""
+    from grader.grading import grade
+
+    seen = []
+    results = grade(ROOT / "solutions", ["vector_add"], backend="sim", stages=[1],
+                    on_test=lambda done, total, name: seen.append((done, total, name)))
+    total = len(results.tests)
+    assert total > 1 and seen and seen[-1][:2] == (total, total)
+    assert [d for d, _, _ in seen] == sorted({d for d, _, _ in seen}) and all(t == total for _, t, _ in seen)
+    assert {name for *_, name in seen if name} <= {t.name for t in results.tests}
+
+
+def test_bench_takes_the_gpu_preset_as_gpu_model_too():
+    from grader.cli import _parser
+
+    assert _parser().parse_args(["bench", "--gpu-model", "L4"]).model_gpu == "L4"
+    assert _parser().parse_args(["bench", "--model-gpu", "T4"]).model_gpu == "T4"
+
+
 def test_grading_refuses_a_python_whose_isolated_runners_would_not_import_this_grader(tmp_path):
     """The grader on PYTHONPATH of a Python that has none installed: runners start as `python -I`
     (PYTHONPATH ignored), so every test would fail with "No module named 'grader'". Said once,

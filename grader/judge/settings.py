@@ -68,11 +68,11 @@ class JudgeSettings:
             group.addoption(cls.flag(f.name), **_argparse_kwargs(f))
 
     @classmethod
-    def add_cli_option(cls, parser, name: str) -> None:
-        """The same setting as an option of the `gpugrade` command (`--<name>`): declared once here,
-        offered by both front ends."""
+    def add_cli_option(cls, parser, name: str, *aliases: str) -> None:
+        """The same setting as an option of the `gpugrade` command (`--<name>`, and `aliases`):
+        declared once here, offered by both front ends."""
         f = next(f for f in fields(cls) if f.name == name)
-        parser.add_argument("--" + name.replace("_", "-"), **_argparse_kwargs(f))
+        parser.add_argument("--" + name.replace("_", "-"), *aliases, dest=name, **_argparse_kwargs(f))
 
     @classmethod
     def from_config(cls, config) -> "JudgeSettings":

@@ -8,6 +8,7 @@ from test outcomes and points, never from parsing printed text.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
@@ -117,8 +118,12 @@ class Results:
                    seed=str(data.get("seed", "")), backend_note=str(data.get("backend_note", "")))
 
     def dump(self, path: str) -> None:
-        with open(path, "w") as f:
+        """Written whole or not at all (the judge rewrites it after every test, and may be killed
+        at the submission's time limit while it does): a temporary file beside it, then renamed."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
             json.dump(self.to_dict(), f, indent=1)
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str) -> "Results":
