@@ -103,6 +103,18 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--course", help="course folder (default: found from the current folder upwards)")
 
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
+
+    run = sub.add_parser("run", help="run a script of yours on the simulator: findings, and what each launch did",
+                         description="Run SCRIPT as `python SCRIPT ARGS...` would, with its kernels on the "
+                                     "simulator: a race, an out-of-bounds access or a barrier some threads miss "
+                                     "stops it with the finding; then a table of its launches. Not grading.")
+    run.add_argument("script")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    run.add_argument("--devices", type=int, default=1, help="simulated GPUs (default: 1)")
+    run.add_argument("--seed", type=int, default=None,
+                     help="shuffle the order threads run in with this seed (order-dependent bugs)")
+    JudgeSettings.add_cli_option(run, "model_gpu", "--gpu-model")
+    run.add_argument("--no-summary", action="store_true", help="no table of launches at the end")
     return p
 
 
@@ -245,6 +257,11 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "export":
         return _export(args)
+    if args.command == "run":
+        from .run_script import run as run_script
+
+        return run_script(args.script, args.args, devices=args.devices, seed=args.seed, gpu_key=args.model_gpu,
+                          summary=not args.no_summary)
     course = _course(args)
     if args.command == "release":
         from .course.release import release

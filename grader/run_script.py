@@ -1,0 +1,131 @@
+"""`gpugrade run SCRIPT [ARGS...]`: a student's own numba-cuda script on the simulator, with its
+checkers, and what each kernel launch did.
+
+For trying a kernel out at midnight on a laptop: `python script.py` needs a GPU, and numba's own
+`NUMBA_ENABLE_CUDASIM=1` runs kernels a thread at a time in Python and finds no race. Here the
+script runs as `__main__` in this process (it is the student's own code on the student's own
+machine: no sandbox, exactly as `python script.py` would run it) with grader.sim installed: a race,
+an out-of-bounds access, a barrier some threads miss stop it with the finding and the source
+lines around it; at the end a table of its launches (configuration, executor, coalescing, bank
+conflicts, atomics, the modelled time on a GPU preset). Not grading: nothing here is a score.
+"""
+
+from __future__ import annotations
+
+import linecache
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from . import perf_model
+
+# the simulator's counters the table shows, as the feedback names them
+_SECTORS = ("global_load_sectors", "global_store_sectors")
+_REQUESTS = ("global_load_requests", "global_store_requests")
+
+
+def _ratio(counters: dict, num: tuple[str, ...], den: tuple[str, ...]) -> float | None:
+    d = sum(counters.get(k, 0) for k in den)
+    return sum(counters.get(k, 0) for k in num) / d if d else None
+
+
+def launch_rows(launches: list[dict], gpu_key: str) -> list[dict]:
+    """One row per launch: what the table prints (and `--json` would hold)."""
+    g = perf_model.gpu(gpu_key)
+    rows = []
+    for launch in launches:
+        c = launch.get("counters") or {}
+        modelled = perf_model.launch_time(launch, g)
+        rows.append({
+            "kernel": launch.get("kernel", "?"), "grid": tuple(launch.get("grid") or ()),
+            "block": tuple(launch.get("block") or ()), "executor": launch.get("executor", ""),
+            "fallback": launch.get("fallback_reason"),
+            "sectors_per_request": _ratio(c, _SECTORS, _REQUESTS),
+            "wavefronts_per_shared_request": _ratio(c, ("bank_conflict_wavefronts",), ("shared_requests",)),
+            "atomics": int(c.get("atomics", 0)), "seconds": modelled.seconds, "bound": modelled.bound,
+        })
+    return rows
+
+
+def _dims(dims: tuple) -> str:
+    """(256, 1, 1) as 256, (16, 16, 1) as 16x16."""
+    kept = list(dims)
+    while len(kept) > 1 and kept[-1] == 1:
+        kept.pop()
+    return "x".join(str(d) for d in kept)
+
+
+def _table(rows: list[dict], gpu_key: str) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kernel launches (modelled on {gpu_key}, as launched: this size, launch overhead included)")
+    for name in ("kernel", "blocks / threads", "executor", "sectors / request", "shared passes / request",
+                 "atomics", "modelled time", "bound by"):
+        table.add_column(name, overflow="fold")
+    fmt = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
+    for r in rows:
+        executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
+        table.add_row(r["kernel"], f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
+                      fmt(r["wavefronts_per_shared_request"]), str(r["atomics"] or ""),
+                      f"{r['seconds'] * 1e6:.3g} us", r["bound"])
+    console = Console(file=sys.stdout, width=max(100, Console().width))
+    with console.capture() as out:
+        console.print(table)
+    return out.get()
+
+
+def _around(filename: str | None, line: int | None, context: int = 2) -> str:
+    """The source lines around a finding, the line itself marked."""
+    if not filename or not line:
+        return ""
+    lines = []
+    for n in range(max(1, line - context), line + context + 1):
+        text = linecache.getline(filename, n)
+        if text:
+            lines.append(f"{'>' if n == line else ' '} {n:4} | {text.rstrip()}")
+    return "\n".join(lines)
+
+
+def run(script: str, args: list[str], devices: int = 1, seed: int | None = None, gpu_key: str = "",
+        summary: bool = True) -> int:
+    """Run `script` with `args` as `python script args` would, on the simulator; 0, the script's
+    own exit status, or 1 on a finding or an uncaught exception."""
+    from . import sim
+    from .sim.errors import SimError
+
+    path = Path(script)
+    if not path.is_file():
+        print(f"gpugrade run: no such script: {script}", file=sys.stderr)
+        return 2
+    gpu_key = gpu_key or perf_model.DEFAULT_GPU
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path.resolve().parent))
+    launches: list = []
+    status, found = 0, False
+    try:
+        with sim.installed(devices=devices, seed=seed), sim.trace() as records:
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except SimError as exc:
+                print(f"\ngpugrade run: {exc}", file=sys.stderr)
+                excerpt = _around(exc.filename, exc.line)
+                if excerpt:
+                    print(excerpt, file=sys.stderr)
+                status, found = 1, True
+            except Exception:  # the script's own error: its traceback, as Python would print it
+                traceback.print_exc()
+                status = 1
+            launches = [r.summary() for r in records]
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    if summary and launches:
+        print(_table(launch_rows(launches, gpu_key), gpu_key), end="")
+    elif summary and not found:
+        print("no kernel was launched", file=sys.stderr)
+    return status
+

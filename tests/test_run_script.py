@@ -1,0 +1,97 @@
+"""`gpugrade run SCRIPT ARGS...`: a student's own script on the simulator, as `python SCRIPT ARGS`
+would run it, findings stopping it with the source around them, then a table of its launches."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KERNELS = '''
+import sys
+import numpy as np
+from numba import cuda, float32
+
+@cuda.jit
+def add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+@cuda.jit
+def add_unguarded(a, b, out):
+    i = cuda.grid(1)
+    out[i] = a[i] + b[i]
+
+@cuda.jit
+def block_sum(x, out):
+    cache = cuda.shared.array(128, float32)
+    t = cuda.threadIdx.x
+    cache[t] = x[cuda.grid(1)]
+    s = 64
+    while s > 0:
+        if t < s:
+            cache[t] += cache[t + s]
+        s //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = cache[0]
+
+n = int(sys.argv[2])
+a, b = np.arange(n, dtype=np.float32), np.ones(n, dtype=np.float32)
+out = np.zeros(n, dtype=np.float32)
+what = sys.argv[1]
+if what == "good":
+    add[(n + 255) // 256, 256](a, b, out)
+    assert (out == a + b).all()
+    print("right for n =", n)
+elif what == "oob":
+    add_unguarded[(n + 255) // 256, 256](a, b, out)
+elif what == "race":
+    block_sum[n // 128, 128](a, out)
+elif what == "raise":
+    raise ValueError("the script's own mistake")
+elif what == "exit":
+    sys.exit(3)
+'''
+
+
+def _run(tmp_path, *args):
+    script = tmp_path / "mine.py"
+    script.write_text(KERNELS)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, "-m", "grader", "run", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_right_script_runs_with_its_arguments_and_its_launches_are_tabled(tmp_path):
+    done = _run(tmp_path, "mine.py", "good", "1000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "right for n = 1000" in done.stdout
+    assert "kernel launches (modelled on H100" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("│ add "))
+    assert "4 / 256" in row and "simt" in row
+
+
+def test_a_finding_stops_the_script_with_the_lines_around_it(tmp_path):
+    oob = _run(tmp_path, "mine.py", "oob", "1000")
+    assert oob.returncode == 1
+    assert "gpugrade run: kernel 'add_unguarded' at mine.py:15" in oob.stderr
+    assert "out-of-bounds access to global array 'a' of shape 1000 at index 1000" in oob.stderr
+    assert ">   15 |     out[i] = a[i] + b[i]" in oob.stderr
+    race = _run(tmp_path, "mine.py", "race", "1024")
+    assert race.returncode == 1 and "data race on shared array 'cache'" in race.stderr
+    assert "no syncthreads() between lines" in race.stderr
+
+
+def test_the_scripts_own_errors_and_exit_status_are_its_own(tmp_path):
+    raised = _run(tmp_path, "mine.py", "raise", "10")
+    assert raised.returncode == 1 and "ValueError: the script's own mistake" in raised.stderr
+    assert "Traceback" in raised.stderr
+    exited = _run(tmp_path, "mine.py", "exit", "10")
+    assert exited.returncode == 3
+    # options before the script are gpugrade's; after it, the script's own
+    quiet = _run(tmp_path, "--no-summary", "mine.py", "good", "100")
+    assert quiet.returncode == 0 and "kernel launches" not in quiet.stdout
+    missing = _run(tmp_path, "nothere.py")
+    assert missing.returncode == 2 and "no such script: nothere.py" in missing.stderr
