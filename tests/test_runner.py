@@ -289,3 +289,23 @@ def test_a_lost_cuda_context_costs_that_call_and_later_calls_get_a_fresh_runner(
     assert "later tests ran in a fresh process" in summary
     after = s.call("process").value
     assert after != before, "the poisoned runner was replaced"
+
+
+def test_the_sandbox_shows_site_directories_a_pth_file_added_and_no_other_folder(tmp_path, monkeypatch):
+    """A venv over another's packages (the device check makes one: its .pth adds the image's
+    site-packages) must run in the process sandbox too; the folders on sys.path that are not site
+    directories (the current folder: maybe the course's, with its solutions) stay out of view."""
+    import site
+    import sys
+
+    from grader.sandbox.bubblewrap import runtime_paths
+
+    image = tmp_path / "image" / "lib" / "python3" / "site-packages"
+    course = tmp_path / "course"
+    image.mkdir(parents=True)
+    course.mkdir()
+    monkeypatch.setattr(sys, "path", [str(course), *sys.path, str(image)])
+    shown = runtime_paths()
+    assert str(image.resolve()) in shown and not any(p.startswith(str(course.resolve())) for p in shown)
+    if site.ENABLE_USER_SITE:
+        assert site.getusersitepackages() not in shown

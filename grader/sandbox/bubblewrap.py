@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import site
 import shutil
 import subprocess
 import sys
@@ -68,11 +69,16 @@ def unavailable() -> str | None:
 
 
 def runtime_paths() -> list[str]:
-    """What the runner's interpreter needs: its prefixes, site-packages and the grader package."""
+    """What the runner's interpreter needs: its prefixes, site-packages and the grader package,
+    and site directories a .pth file added (a venv over another's packages, as the device check
+    makes one); never other folders on sys.path (the current folder may be the course's)."""
     import grader
 
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              os.path.dirname(os.path.abspath(grader.__file__))}
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None  # -I leaves it out anyway
+    paths.update(p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages", "dist-packages")
+                 and p != user_site)
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         paths.add(sysconfig.get_paths()[key])
     real = {os.path.realpath(p) for p in paths if os.path.exists(p)}
