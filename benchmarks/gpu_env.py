@@ -124,6 +124,17 @@ def make_env(env: Path, chosen: list[Wheel]) -> Path:
     return python
 
 
+def into_this_python(chosen: list[Wheel]) -> Path:
+    """The fallback on a machine that is thrown away after the check: the chosen wheels over this
+    Python's own packages, and a .pth naming this checkout."""
+    purelib = sysconfig.get_paths()["purelib"]
+    if chosen:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--upgrade", *map(str, (w.path for w in chosen))], check=True)
+    Path(purelib, "_gpugrade_checkout.pth").write_text(f"{ROOT}\n")
+    return Path(sys.executable)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wheels", default=str(ROOT / ".whl"))
@@ -140,7 +151,11 @@ def main(argv=None) -> int:
         print(f"install {w.name} {w.version} ({w.path.name})")
     for reason in why.values():
         print(reason)
-    python = make_env(Path(args.env), chosen)
+    try:
+        python = make_env(Path(args.env), chosen)
+    except (OSError, subprocess.CalledProcessError) as exc:  # no venv module there, say
+        print(f"no environment of its own ({exc}): into this Python's own site-packages instead")
+        python = into_this_python(chosen)
     probe = (f"{CHECK}; import importlib.metadata as m\n"
              "def v(n):\n    try: return m.version(n)\n    except m.PackageNotFoundError: return 'missing'\n"
              "print('grading with', ', '.join(f'{n} {v(n)}' for n in ('numba', 'numba-cuda', 'llvmlite', "
