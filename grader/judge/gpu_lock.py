@@ -40,8 +40,13 @@ def lock_path() -> str:
 
 
 def _open(path: str) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    with contextlib.suppress(OSError):  # another user's judges lock it too
+    # O_CREAT only when missing: with fs.protected_regular, O_CREAT on a file another user
+    # created in sticky /tmp is refused even where its mode allows the open
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    with contextlib.suppress(OSError):  # other users' judges lock it too
         os.fchmod(fd, 0o666)
     return fd
 
