@@ -48,7 +48,8 @@ def measurement_table(rows: list[dict]) -> list[str]:
         lib_text = (f"{lib['name']}: {lib['ratio']:.2f}x its time" if "ratio" in lib
                     else (f"{lib.get('name', '')}: {lib['unavailable']}" if "unavailable" in lib else ""))
         model = m.get("model") or {}
-        model_text = f"{model['ratio']:.2f}x on {model['gpu']}" if model else ""
+        model_text = (f"{model['ratio']:.2f}x on {model['gpu']}"
+                      + (f", {model['gbs']:,.0f} GB/s" if model.get("gbs") else "") if model else "")
         of = (f"{m['copy_bandwidth_gbs']:,.0f} GB/s copy" if m.get("copy_bandwidth_gbs")
               else "its memory (modelled)")
         lines.append(f"| {t['name']} | {t['status']} {t['score']:g}/{t['max_score']:g} | {secs * 1e6:.4g} us | "
@@ -92,6 +93,14 @@ def targets(rows: list[dict], noise: dict | None) -> list[str]:
         out.append(f"- the model beside the measurement (student/reference time ratio, the quantity graded): "
                    f"largest error {worst[1] / worst[2] - 1:+.1%} ({worst[0]}: modelled {worst[1]:.3f}x, "
                    f"measured {worst[2]:.3f}x)")
+    bandwidth = [(n, m["model"]["gbs"], m["global_bytes"] / m["seconds"] / 1e9) for n, m in by.items()
+                 if (m.get("model") or {}).get("bound") == "memory" and m["model"].get("gbs")
+                 and m.get("global_bytes") and m.get("seconds")]
+    if bandwidth:
+        worst = max(bandwidth, key=lambda e: abs(e[1] / e[2] - 1))
+        out.append(f"- the model's bandwidth against the measured (memory-bound tests, steady state): largest "
+                   f"error {worst[1] / worst[2] - 1:+.1%} ({worst[0]}: modelled {worst[1]:,.0f} GB/s, measured "
+                   f"{worst[2]:,.0f} GB/s)")
     return out
 
 

@@ -92,7 +92,9 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
                 "timing": {"source": "measured", "gpu": "NVIDIA H200", "seconds": 1e-4, "global_bytes": 2e8,
                            "bandwidth_fraction": fraction, "copy_bandwidth_gbs": 4000.0, "ratio": 1.01,
                            "reference_seconds": 1e-4, "repeats": 40, "spread": 0.004, **more}}
-    tests = [test("vector_add::keeps_up_with_the_reference", 0.91),
+    tests = [test("vector_add::keeps_up_with_the_reference", 0.91,
+                  model={"gpu": "H200", "seconds": 1e-6, "reference_seconds": 1e-6, "ratio": 1.0,
+                         "bound": "memory", "gbs": 4800.0}),
              test("reduction::grid_stride_atomics_and_coalescing", 0.72),
              test("matmul::tiled_reuses_shared_memory", 0.1,
                   library={"name": "cuBLAS SGEMM (CuPy)", "shape": [2048, 2048, 2048], "seconds": 4e-5,
@@ -111,4 +113,6 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
     assert "grid_stride_atomics_and_coalescing 72% (target >= 80%: MISSED)" in text
     assert "tiled_reuses_shared_memory: 40% of cuBLAS SGEMM (CuPy)'s speed" in text
     assert "largest error +8.9% (matmul::tiled_reuses_shared_memory: modelled 1.100x, measured 1.010x)" in text
+    assert ("model's bandwidth against the measured (memory-bound tests, steady state): largest error +140.0% "
+            "(vector_add::keeps_up_with_the_reference: modelled 4,800 GB/s, measured 2,000 GB/s)") in text
     assert "validate: ok" in text and "(bench_gpu did not finish)" in text

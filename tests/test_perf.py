@@ -95,6 +95,8 @@ def test_on_a_gpu_the_models_prediction_is_kept_beside_the_measurement():
     expect_performance(stage, [STRIDED], [COALESCED], modelled=False)  # the simulator's launches, beside
     model = perf.model_beside(stage, "NVIDIA H200")
     assert model["gpu"] == "H200" and model["ratio"] > 1 and model["seconds"] > model["reference_seconds"]
+    # memory-bound at steady state: the modelled bandwidth is the preset's DRAM bandwidth
+    assert model["bound"] == "memory" and model["gbs"] == round(perf_model.gpu("H200").dram_bps / 1e9, 1)
     assert perf.model_beside(stage, "NVIDIA H200") is None, "used once"
     expect_performance(stage, [STRIDED], [COALESCED], modelled=False)
     perf.take_timing()  # a new test starts: nothing of the last one's

@@ -221,8 +221,11 @@ def model_beside(stage: Stage, device_name: str) -> dict | None:
     _beside = None
     g = perf_model.preset_for(device_name) or perf_model.gpu(stage.gpu.model_gpu)
     a, b = perf_model.call_time(mine, g, steady=True), perf_model.call_time(theirs, g, steady=True)
+    # the modelled bandwidth (steady state: independent of the simulator's smaller problem), for
+    # the model's absolute error against the measured GB/s
     return {"gpu": g.key, "seconds": a.seconds, "reference_seconds": b.seconds,
-            "ratio": round(a.seconds / b.seconds, 4) if b.seconds > 0 else 1.0}
+            "ratio": round(a.seconds / b.seconds, 4) if b.seconds > 0 else 1.0, "bound": a.bound,
+            "gbs": round(a.global_bytes / a.seconds / 1e9, 1) if a.seconds > 0 else 0.0}
 
 
 def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets: list, check,
