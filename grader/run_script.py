@@ -38,7 +38,8 @@ def launch_rows(launches: list[dict], gpu_key: str) -> list[dict]:
         c = launch.get("counters") or {}
         modelled = perf_model.launch_time(launch, g)
         rows.append({
-            "kernel": launch.get("kernel", "?"), "grid": tuple(launch.get("grid") or ()),
+            "kernel": launch.get("kernel", "?"), "device": int(launch.get("device") or 0),
+            "grid": tuple(launch.get("grid") or ()),
             "block": tuple(launch.get("block") or ()), "executor": launch.get("executor", ""),
             "fallback": launch.get("fallback_reason"),
             "sectors_per_request": _ratio(c, _SECTORS, _REQUESTS),
@@ -63,11 +64,12 @@ def _table(rows: list[dict], gpu_key: str) -> str:
     table = Table(title=f"kernel launches (modelled on {gpu_key}, as launched: this size, launch overhead included)")
     for name in ("kernel", "blocks / threads", "executor", "sectors / request", "shared passes / request",
                  "atomics", "modelled time", "bound by"):
-        table.add_column(name, overflow="fold")
+        table.add_column(name, overflow="fold", no_wrap=name == "kernel")
     fmt = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
+    several = any(r["device"] for r in rows)
     for r in rows:
         executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
-        table.add_row(r["kernel"], f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
+        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else ""), f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
                       fmt(r["wavefronts_per_shared_request"]), str(r["atomics"] or ""),
                       f"{r['seconds'] * 1e6:.3g} us", r["bound"])
     console = Console(file=sys.stdout, width=max(100, Console().width))

@@ -95,3 +95,29 @@ def test_the_scripts_own_errors_and_exit_status_are_its_own(tmp_path):
     assert quiet.returncode == 0 and "kernel launches" not in quiet.stdout
     missing = _run(tmp_path, "nothere.py")
     assert missing.returncode == 2 and "no such script: nothere.py" in missing.stderr
+
+
+def test_several_simulated_gpus_and_which_ran_each_launch(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text('''
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def fill(out, v):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = v
+
+sums = []
+for d in range(len(cuda.gpus)):
+    cuda.select_device(d)
+    o = cuda.device_array(100, dtype=np.float32)
+    fill[1, 128](o, d + 1)
+    sums.append(float(o.copy_to_host().sum()))
+print("sums", sums)
+''')
+    done = subprocess.run([sys.executable, "-m", "grader", "run", "--devices", "2", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "sums [100.0, 200.0]" in done.stdout and "fill (GPU 1)" in done.stdout
