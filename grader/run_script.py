@@ -20,30 +20,23 @@ from pathlib import Path
 
 from . import perf_model
 
-# the simulator's counters the table shows, as the feedback names them
-_SECTORS = ("global_load_sectors", "global_store_sectors")
-_REQUESTS = ("global_load_requests", "global_store_requests")
-
-
-def _ratio(counters: dict, num: tuple[str, ...], den: tuple[str, ...]) -> float | None:
-    d = sum(counters.get(k, 0) for k in den)
-    return sum(counters.get(k, 0) for k in num) / d if d else None
-
-
 def launch_rows(launches: list[dict], gpu_key: str) -> list[dict]:
-    """One row per launch: what the table prints (and `--json` would hold)."""
+    """One row per launch: what the table prints. The ratios are grading's own (perf.totals); a
+    launch without requests of a kind has none (None: a blank cell)."""
+    from .judge.perf import totals
+
     g = perf_model.gpu(gpu_key)
     rows = []
     for launch in launches:
-        c = launch.get("counters") or {}
+        c = totals([launch])
         modelled = perf_model.launch_time(launch, g)
         rows.append({
             "kernel": launch.get("kernel", "?"), "device": int(launch.get("device") or 0),
             "grid": tuple(launch.get("grid") or ()),
             "block": tuple(launch.get("block") or ()), "executor": launch.get("executor", ""),
             "fallback": launch.get("fallback_reason"),
-            "sectors_per_request": _ratio(c, _SECTORS, _REQUESTS),
-            "wavefronts_per_shared_request": _ratio(c, ("bank_conflict_wavefronts",), ("shared_requests",)),
+            "sectors_per_request": c["sectors_per_request"] or None,  # 0 only without requests
+            "wavefronts_per_shared_request": c["wavefronts_per_shared_request"] or None,
             "atomics": int(c.get("atomics", 0)), "seconds": modelled.seconds, "bound": modelled.bound,
         })
     return rows
