@@ -99,11 +99,17 @@ def installed_versions() -> dict[str, Version]:
     return out
 
 
-def ready_here(python: str) -> bool:
-    """`python -I` already imports grader from this checkout and everything grading needs (the
-    dry run with .venv/bin/python)."""
-    probe = f"{CHECK}; import sys; sys.exit(0 if grader.__file__.startswith({str(ROOT)!r}) else 1)"
-    return subprocess.run([python, "-I", "-c", probe], capture_output=True).returncode == 0
+def ready_here() -> bool:
+    """This Python already grades from this checkout: its isolated runners import this grader
+    (the check `gpugrade grade` makes itself) and everything grading needs (the dry run with
+    .venv/bin/python)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from grader.sandbox.process import isolated_import_problem
+    except ImportError:  # not even the judge's side imports here
+        return False
+    return (isolated_import_problem() is None
+            and subprocess.run([sys.executable, "-I", "-c", CHECK], capture_output=True).returncode == 0)
 
 
 def make_env(env: Path, chosen: list[Wheel]) -> Path:
@@ -141,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--env", default="/tmp/gpugrade-env")
     ap.add_argument("--fresh", action="store_true", help="make the environment even where this Python grades already")
     args = ap.parse_args(argv)
-    if not args.fresh and ready_here(sys.executable):
+    if not args.fresh and ready_here():
         print(f"{sys.executable} already grades from this checkout")
         print(sys.executable)
         return 0
