@@ -137,16 +137,19 @@ def _plain(tmp: Path, text: str) -> Path:
 
 
 def _stored(out: Path) -> int:
+    """Results stored so far: 0 until the batch has made its store (the file may exist before
+    its table does: a loaded machine catches it in between)."""
     try:
         with sqlite3.connect(out / "store.sqlite", timeout=5) as db:
-            return db.execute("select count(*) from " + _table(db)).fetchone()[0]
+            table = _table(db)
+            return db.execute("select count(*) from " + table).fetchone()[0] if table else 0
     except sqlite3.Error:
         return 0
 
 
-def _table(db) -> str:
+def _table(db) -> str | None:
     names = [r[0] for r in db.execute("select name from sqlite_master where type = 'table'")]
-    return names[0]
+    return names[0] if names else None
 
 
 def test_kill_9_midway_then_the_same_command_gives_the_csv_of_an_uninterrupted_run(course, tmp_path):
