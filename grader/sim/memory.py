@@ -59,7 +59,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.per_thread = {k: np.zeros(nb * self.tpb, np.int64) for k in PER_THREAD}
         self.written: set[str] = set()
-        self.read: set[str] = set()  # global arrays some thread loaded from (the data flow)
+        self.read: set[str] = set()  # global arrays some thread loaded from or updated atomically (the data flow)
         self._init_bounds()
         self._init_ordering(nb)
         self._init_races()
@@ -169,6 +169,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             if kind == "atomic":
                 if self.uninit and not handle.initialised[flat]:
                     self._uninit(space, handle, flat, block, thread, line, filename)
+                if space == "global":  # a read-modify-write: what it leaves depends on what was there
+                    self.read.add(handle.name)
             elif value is not None and self.races and handle.initialised[flat]:
                 silent = same_bits1(handle.flat, flat, value)
             handle.initialised[flat] = True

@@ -34,7 +34,7 @@ class VectorCounts:
     def _count_vec(self, space, handle, kind, flat, lanes, last=None):
         """Count one instruction's access by `lanes` at positions `flat` (None: only with a
         known pattern, `last` = (flat, pattern, base) from `index_lanes`)."""
-        if kind == "load" and space == "global":
+        if space == "global" and kind != "store":  # loads, and atomics (read-modify-write)
             self.read.add(handle.name)
         n = lanes.n
         if kind == "atomic":
