@@ -291,3 +291,121 @@ def test_a_grid_sync_kernel_works_through_the_device_process(device_student):
             return a.copy_to_host()
     """)
     assert (s.call("run").value == (np.arange(256) + 1) % 256).all()
+
+
+# ------------------------------------------------ data the host made, laundered through a kernel
+# Each attack computes a + b on the host and gets it past a data flow that follows allocations:
+# a kernel touches the inputs, or rewrites one element, and the memory then counts as its work.
+FIX_FIRST = """
+    @cuda.jit
+    def fix_first(a, b, out):
+        if cuda.grid(1) == 0:
+            out[0] = a[0] + b[0]
+"""
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+@pytest.mark.parametrize("how", [
+    # a view of a larger upload: the kernel writes the element past the answer
+    """d_big = cuda.to_device(np.concatenate([a + b, np.ones(1, np.float32)]))
+       fix_first[1, 32](d_a, d_b, d_big[a.size:])
+       return d_big[:a.size].copy_to_host()""",
+    # uploaded in pieces, element 0 spoilt, then computed by the kernel
+    """d_out = cuda.device_array_like(d_a)
+       host = a + b
+       host[0] = 0
+       d_out[:500] = host[:500]
+       d_out[500:] = host[500:]
+       fix_first[1, 32](d_a, d_b, d_out)
+       return d_out.copy_to_host()""",
+    # copied device to device first
+    """host = a + b
+       host[0] = 0
+       d_host = cuda.to_device(host)
+       d_out = cuda.device_array_like(d_a)
+       d_out.copy_to_device(d_host)
+       fix_first[1, 32](d_a, d_b, d_out)
+       return d_out.copy_to_host()""",
+    # a host array handed to the kernel (numba copies it in and back)
+    """out = a + b
+       out[0] = 0
+       fix_first[1, 32](d_a, d_b, out)
+       return out""",
+], ids=["view", "pieces", "device_copy", "host_argument"])
+def test_a_host_answer_a_kernel_touched_up_is_still_the_hosts(device_student, how):
+    body = "\n".join("            " + line.strip() for line in how.splitlines())
+    s = device_student(textwrap.dedent(FIX_FIRST) + textwrap.dedent(f"""
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+{body}
+    """))
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    with pytest.raises(WrongAnswer, match="the answer is bytes the host wrote to the GPU .* that no kernel rewrote"):
+        require_kernel_launch(result, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_a_scalar_the_host_computed_does_not_pass_through_an_accumulator(device_student):
+    s = device_student("""
+        @cuda.jit
+        def touch(x, out):
+            i = cuda.grid(1)
+            if i < x.size:
+                cuda.atomic.add(out, 0, x[i] * 0.0)
+
+        def total(x):
+            d_x, d_out = cuda.to_device(x), cuda.to_device(np.array([x.sum()], np.float32))
+            touch[(x.size + 127) // 128, 128](d_x, d_out)
+            return d_out[0]
+    """)
+    x, _ = _inputs()
+    result = s.call("total", x)
+    with pytest.raises(WrongAnswer, match="computed from data the host made.*copied to the GPU at ex.py:"):
+        require_kernel_launch(result, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_start_values_garbage_and_random_states_are_not_the_hosts_answer(device_student):
+    """What honest host code uploads beside the inputs: an accumulator's zeros, an output array
+    of leftover memory that the kernel overwrites, numba's random number states."""
+    s = device_student("""
+        from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float32
+
+        @cuda.jit
+        def noisy_sum(x, states, partial):
+            i = cuda.grid(1)
+            if i < x.size:
+                cuda.atomic.add(partial, 0, x[i] + xoroshiro128p_uniform_float32(states, i) * 0.0)
+
+        def total(x):
+            d_x, d_sum = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
+            noisy_sum[(x.size + 127) // 128, 128](d_x, create_xoroshiro128p_states(x.size, seed=3), d_sum)
+            return d_sum.copy_to_host()
+
+        def vector_add(a, b):
+            d_out = cuda.to_device(np.random.default_rng(1).standard_normal(a.size).astype(np.float32))
+            add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    require_kernel_launch(s.call("vector_add", a, b), "sim")
+    summed = s.call("total", a)
+    require_kernel_launch(summed, "sim")
+    assert np.isclose(summed.value[0], a.sum(), atol=1e-2)
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_more_copies_than_the_device_records_fail_the_call(device_student):
+    """A host answer uploaded after 10000 decoys would be beyond the record the judge checks."""
+    s = device_student("""
+        def vector_add(a, b):
+            decoys = [cuda.to_device(np.ones(1, np.float32)) for _ in range(10001)]
+            d_out = cuda.device_array_like(a)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    with pytest.raises(StudentCodeError, match="more than 10000 uploads"):
+        s.call("vector_add", a, b)

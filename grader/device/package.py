@@ -148,6 +148,23 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
                       f"functions reach a GPU")
 
 
+def constant_arrays(package: dict) -> list[tuple[str, str, np.ndarray]]:
+    """(function, global or closure name, array) for every array a package's functions take
+    as a constant (numba copies them into the kernel): data the host made, as an upload is."""
+    found = []
+
+    def walk(fn: str, name: str, spec: dict) -> None:
+        if isinstance(spec.get("value"), np.ndarray):
+            found.append((fn, name, spec["value"]))
+        for item in spec.get("tuple", ()):
+            walk(fn, name, item)
+
+    for function in package["functions"].values():
+        for name, spec in function["values"].items():
+            walk(function["name"], name, spec)
+    return found
+
+
 _ATTRIBUTES: dict[int, list[str]] | None = None
 
 
@@ -223,6 +240,7 @@ class Builder:
     def __init__(self, cuda):
         self.cuda = cuda
         self._kernels: dict[str, Any] = {}
+        self._constants: dict[str, list] = {}
         self._trees: dict[str, ast.Module] = {}
 
     def cached(self, package_id: str):
@@ -231,6 +249,10 @@ class Builder:
         if kernel is None:
             raise NotPackable("a kernel launched by id that was never sent to this device")
         return kernel
+
+    def constants(self, package_id: str) -> list[tuple[str, str, np.ndarray]]:
+        """`constant_arrays` of a package built before."""
+        return self._constants.get(str(package_id), [])
 
     @staticmethod
     def params(kernel) -> list[str]:
@@ -269,6 +291,7 @@ class Builder:
                 namespace[name] = self._decode(value, jitted)
         kernel = jitted[package["kernel"]]
         self._kernels[package["id"]] = kernel
+        self._constants[package["id"]] = constant_arrays(package)
         return kernel
 
     def _define(self, spec: dict, namespace: dict):

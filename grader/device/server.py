@@ -29,8 +29,9 @@ from .. import wire
 from ..wire import dtypes, shared
 from ..wire.messages import digest, error_reply
 from ..sim.host import SimEvent, SimStream
-from ..sim.sites import reported_site
-from .package import Builder, NotPackable
+from ..sim.sites import launch_site, reported_site
+from .host_bytes import HostBytes, carried_elements, is_neutral
+from .package import Builder, NotPackable, constant_arrays
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
@@ -50,10 +51,18 @@ class CallLog:
         entries = getattr(self, kind)
         if len(entries) < MAX_RECORDS:
             entries.append(entry)
+        elif kind != "findings" and len(entries) == MAX_RECORDS:
+            # what is not recorded cannot be checked (a host answer uploaded after 10000 decoys):
+            # the call fails, once per kind
+            entries.append(None)
+            self.findings.append({"kind": "simulator", "type": "NotSimulatedError", "message": (
+                f"this call made more than {MAX_RECORDS} {kind[:-1]}s: the simulated GPU stops recording "
+                f"there, so the call cannot be graded (copy whole arrays, launch fewer kernels)")})
 
     def report(self, timeline: list, truncated: bool) -> dict:
-        return {"ok": True, "call": self.call, "launches": self.launches, "findings": self.findings,
-                "uploads": self.uploads, "downloads": self.downloads, "timeline": timeline,
+        return {"ok": True, "call": self.call, "launches": self.launches[:MAX_RECORDS],
+                "findings": self.findings, "uploads": self.uploads[:MAX_RECORDS],
+                "downloads": self.downloads[:MAX_RECORDS], "timeline": timeline,
                 "timeline_truncated": truncated}
 
 
@@ -73,7 +82,9 @@ class Device:
         self._next = 1
         self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
         self.sources: dict[int, frozenset[int]] = {}  # allocation id -> the uploads its contents came from
+        self.host_bytes = HostBytes()  # what the host wrote, element by element
         self._uploads = 0
+        self._constants: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
         self.log = CallLog(None)
 
     # -- the judge's channel ------------------------------------------------------------------
@@ -86,6 +97,7 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
+            self._constants = {}
             self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
@@ -176,28 +188,36 @@ class Device:
                 "address": array._alloc.address + array.offset * array.dtype.itemsize,
                 "c_contiguous": bool(view.flags.c_contiguous), "f_contiguous": bool(view.flags.f_contiguous)}
 
-    def _upload(self, data: np.ndarray) -> int:
-        """Log an upload; its number (what the memory it fills is computed from)."""
+    def _upload(self, data: np.ndarray, what: str | None = None) -> int:
+        """Log an upload; its number (what the memory it fills is computed from). `what`: how
+        the judge names it (default: where the student's host code copied it)."""
         self._uploads += 1
-        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes), "id": self._uploads})
+        if what is None:
+            site = launch_site()
+            what = self._relative(f"the array copied to the GPU at {site[0]}:{site[1]}" if site
+                                  else "an array copied to the GPU")
+        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes), "id": self._uploads,
+                                 "neutral": is_neutral(data), "what": what})
         return self._uploads
 
-    def _uploaded(self, data: np.ndarray, into, whole: bool = True) -> None:
+    def _uploaded(self, data: np.ndarray, into, whole: bool = True, key=None) -> None:
         upload = self._upload(data)
         alloc = into._alloc.id
         self.kernel_writes[alloc] = None  # what the host wrote is no kernel's work
         self.sources[alloc] = frozenset({upload}) | (frozenset() if whole else self.sources.get(alloc, frozenset()))
+        self.host_bytes.host_wrote(into, upload, None if whole else key)
 
-    def _download(self, data: np.ndarray, kernel_written: bool, sources) -> None:
+    def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(0, ())) -> None:
         flat = np.ascontiguousarray(data).reshape(-1)
         self.log.add("downloads", {"digest": digest(data), "nbytes": int(data.nbytes),
                                    "kernel_written": kernel_written, "sources": sorted(sources),
-                                   "head": flat[:HEAD].copy()})
+                                   "head": flat[:HEAD].copy(), "carried": carried[0],
+                                   "carried_from": list(carried[1])})
 
-    def _downloaded(self, data: np.ndarray, source) -> None:
+    def _downloaded(self, data: np.ndarray, source, key=None) -> None:
         alloc = source._alloc.id
         self._download(data, self.log.call is not None and self.kernel_writes.get(alloc) == self.log.call,
-                       self.sources.get(alloc, ()))
+                       self.sources.get(alloc, ()), self.host_bytes.carried(source, key))
 
     def op_alloc(self, request: dict) -> dict:
         host = self.sim.host
@@ -228,16 +248,18 @@ class Device:
         target, source = self._array(request), self._array(request, "source")
         with self._current(request):
             target.copy_to_device(source, stream=self._stream(request))
+        self.host_bytes.device_copied(target, source)
         self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
         self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
         return {"ok": True}
 
     def op_view(self, request: dict) -> dict:
         array = self._array(request)
-        view = array[_index(request["key"])]
+        key = _index(request["key"])
+        view = array[key]
         if not hasattr(view, "_alloc"):
             value = np.asarray(view)
-            self._downloaded(value, array)
+            self._downloaded(value, array, key)
             return {"ok": True, "scalar": value[()]}
         return self._register(view)
 
@@ -245,16 +267,19 @@ class Device:
         array = self._array(request)
         if "source" in request:  # a[...] = b of two device arrays: on the device, as numba does
             source = self._array(request, "source")
+            key = _index(request["key"])
             with self._current(request):
-                array[_index(request["key"])] = source
+                array[key] = source
+            self.host_bytes.device_copied(array, source, key)
             self.kernel_writes[array._alloc.id] = self.kernel_writes.get(source._alloc.id)
             self.sources[array._alloc.id] = self.sources.get(array._alloc.id, frozenset()) | \
                 self.sources.get(source._alloc.id, frozenset())
             return {"ok": True}
         data = np.asarray(request["data"])
+        key = _index(request["key"])
         with self._current(request):
-            array[_index(request["key"])] = data
-        self._uploaded(data, array, whole=False)
+            array[key] = data
+        self._uploaded(data, array, whole=False, key=key)
         return {"ok": True}
 
     # -- streams and events (what they order is the simulator's StreamOrder) ---------------------
@@ -304,6 +329,7 @@ class Device:
         kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
         hosts: list = []
         args = [self._arg(a, hosts) for a in request["args"]]
+        before = [host.copy() if host is not None and wants else None for host, wants, _ in hosts]
         grid, block = _dims(request["grid"]), _dims(request["block"])
         with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
@@ -319,19 +345,34 @@ class Device:
                 origin[name] = self.sources.get(value._alloc.id, frozenset())
             elif host is not None:
                 origin[name] = frozenset({upload})
-        # what a kernel writes is computed from what it read
-        derived = frozenset().union(*(origin.get(name, frozenset()) for name in read))
+        # what a kernel writes is computed from what it read, its constant arrays included
+        derived = frozenset().union(*(origin.get(name, frozenset()) for name in read),
+                                    self._constant_uploads(package["id"]))
         for name, value in zip(names, args):
             if name in written and hasattr(value, "_alloc"):
                 self.kernel_writes[value._alloc.id] = self.log.call
                 self.sources[value._alloc.id] = derived
         back = []
-        for name, (host, wants, _) in zip(names, hosts):
+        for name, (host, wants, upload), old in zip(names, hosts, before):
             if host is not None and wants:
                 back.append(host)
                 if name in written:  # numba copies it back: a download of what the kernel wrote
-                    self._download(host, self.log.call is not None, derived)
+                    kept = carried_elements(old, host)
+                    self._download(host, self.log.call is not None, derived, (kept, [upload] if kept else []))
         return {"ok": True, "writeback": back}
+
+    def _constant_uploads(self, package_id: str) -> frozenset[int]:
+        """The kernel's constant arrays, each logged once per call as an upload (data the host
+        made that the kernel reads)."""
+        ids = []
+        for function, name, array in self.builder.constants(package_id):
+            key = (package_id, function, name)
+            if key not in self._constants:
+                self._constants[key] = self._upload(array, f"the array {name!r} that {function!r} takes as a "
+                                                           f"constant (a global or closure array numba copies "
+                                                           f"into the kernel)")
+            ids.append(self._constants[key])
+        return frozenset(ids)
 
     def _arg(self, spec, hosts: list):
         if "handle" in spec:

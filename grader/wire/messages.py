@@ -431,6 +431,10 @@ class Transfer:
     head: np.ndarray | None = None   # downloads: the first values (a returned scalar is one of them)
     id: int = 0                      # uploads: the device's number for it
     sources: tuple[int, ...] = ()    # downloads: the uploads the memory was computed from
+    neutral: bool = False            # uploads: carries no answer (one start value everywhere: 0, 1, inf...; RNG states)
+    what: str = ""                   # uploads: what it was, in the student's terms (feedback only)
+    carried: int = 0                 # downloads: elements still the bytes the host wrote there
+    carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -441,10 +445,15 @@ class Transfer:
         kernel_written = doc.get("kernel_written", False)
         if not isinstance(kernel_written, bool):
             raise ProtocolError(f"{where}.kernel_written: expected true or false")
-        sources = tuple(_int(u, f"{where}.sources[{i}]")
-                        for i, u in enumerate(_list(doc.get("sources", []), f"{where}.sources")))
+        neutral = doc.get("neutral", False)
+        if not isinstance(neutral, bool):
+            raise ProtocolError(f"{where}.neutral: expected true or false")
+        ids = {key: tuple(_int(u, f"{where}.{key}[{i}]") for i, u in enumerate(_list(doc.get(key, []), f"{where}.{key}")))
+               for key in ("sources", "carried_from")}
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
-                   kernel_written, head if download else None, _int(doc.get("id", 0), f"{where}.id"), sources)
+                   kernel_written, head if download else None, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
+                   neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
+                   ids["carried_from"])
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})

@@ -1,0 +1,158 @@
+"""What the host wrote into device memory, element by element, and what of it is still there.
+
+The data flow follows allocations (`server.Device.sources`): memory a kernel writes counts as
+computed from what that kernel read. Alone, that launders a host-computed answer: upload it, let
+a kernel rewrite one element from the inputs, and the whole array would count as the kernel's.
+So the device keeps, per allocation, a copy of the elements the host wrote and the uploads that
+wrote them; a download then says how many of its elements still hold those bytes (`carried`),
+whichever kernels ran in between. The judge decides what that means (grader/judge/dataflow.py).
+
+Also here: `is_neutral`, an upload that carries no answer (an accumulator's start value
+everywhere, random number states).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+
+class _Shadow:
+    """The host's bytes for one allocation: its elements as the host last wrote them, which
+    of them it wrote, and the uploads that did."""
+
+    __slots__ = ("items", "mask", "uploads")
+
+    def __init__(self, alloc):
+        self.items = alloc.store.copy()
+        self.mask = np.zeros(alloc.store.shape, bool)
+        self.uploads: set[int] = set()
+
+
+def _region(flat: np.ndarray, array) -> np.ndarray:
+    """The elements of `flat` (an allocation-sized array) that the handle `array` views."""
+    return np.lib.stride_tricks.as_strided(flat[array.offset:], array.shape,
+                                           tuple(e * flat.itemsize for e in array.estrides))
+
+
+class HostBytes:
+    """Per allocation (held weakly: freed with it), the host's bytes (see module doc)."""
+
+    def __init__(self):
+        self._shadows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _of(self, array, create: bool = False) -> _Shadow | None:
+        alloc = array._alloc
+        if array.dtype != alloc.store.dtype:
+            return None
+        shadow = self._shadows.get(alloc)
+        if shadow is None and create:
+            shadow = self._shadows[alloc] = _Shadow(alloc)
+        return shadow
+
+    def host_wrote(self, array, upload: int, key=None) -> None:
+        """The host wrote `array` (or `array[key]`) with upload number `upload`."""
+        shadow = self._of(array, create=True)
+        if shadow is None:
+            return
+        key = ... if key is None else key
+        _region(shadow.items, array)[key] = array._view[key]
+        _region(shadow.mask, array)[key] = True
+        shadow.uploads.add(upload)
+
+    def device_copied(self, target, source, key=None) -> None:
+        """`target` (or `target[key]`) now holds a copy of `source` (device to device): the
+        host's bytes in `source` travel with it. (What a copy or a kernel overwrites needs no
+        bookkeeping: `carried` compares bytes, and those no longer match.)"""
+        theirs = self._of(source)
+        mine = self._of(target, create=theirs is not None)
+        if theirs is None or mine is None:
+            return
+        items, mask = _region(theirs.items, source).copy(), _region(theirs.mask, source).copy()
+        try:
+            if key is None:
+                key, items, mask = ..., items.reshape(target.shape), mask.reshape(target.shape)
+            _region(mine.items, target)[key] = items
+            _region(mine.mask, target)[key] = mask
+        except ValueError:  # shapes numpy cannot line up: stop following this allocation
+            self._shadows.pop(target._alloc, None)
+            return
+        mine.uploads |= theirs.uploads
+
+    def carried(self, array, key=None) -> tuple[int, list[int]]:
+        """(elements of `array` (or `array[key]`) still holding the host's bytes, the uploads
+        that wrote them)."""
+        shadow = self._of(array)
+        if shadow is None:
+            return 0, []
+        key = ... if key is None else key
+        items, mask = _region(shadow.items, array)[key], _region(shadow.mask, array)[key]
+        count = carried_elements(np.asarray(items), np.asarray(array._view[key]), np.asarray(mask))
+        return count, sorted(shadow.uploads) if count else []
+
+
+def carried_elements(before: np.ndarray, after: np.ndarray, mask: np.ndarray | None = None) -> int:
+    """How many elements of `after` hold exactly the bytes of `before` (where `mask`)."""
+    if before.size == 0 or before.shape != after.shape or before.dtype != after.dtype:
+        return 0
+    width = before.dtype.itemsize
+    same = (np.ascontiguousarray(before).view(np.uint8).reshape(-1, width)
+            == np.ascontiguousarray(after).view(np.uint8).reshape(-1, width)).all(axis=1)
+    if mask is not None:
+        same &= mask.reshape(-1)
+    return int(same.sum())
+
+
+def is_neutral(data: np.ndarray) -> bool:
+    """Data that carries no answer: every element one value an accumulator starts from (0, 1,
+    -1, +-inf, NaN, the type's largest or smallest; a bool array: any one value), or the states
+    of numba's random number generators (`create_xoroshiro128p_states`, made on the host: each a
+    fixed jump from the one before, so only the first, a seed, is free)."""
+    flat = np.asarray(data).reshape(-1)
+    if flat.size == 0:
+        return True
+    if flat.dtype.names is not None:
+        return _random_states(flat)
+    if flat.dtype.kind not in "biufc":
+        return False
+    first = flat[0]
+    if flat.dtype.kind in "fc" and np.isnan(first):
+        uniform = bool(np.isnan(flat).all())
+    else:
+        uniform = bool((flat == first).all())
+    if not uniform or flat.dtype.kind == "b":
+        return uniform
+    if flat.dtype.kind in "fc":
+        value = complex(first)
+        real = value.real
+        return value.imag == 0 and (real != real or real in (0.0, 1.0, -1.0, float("inf"), float("-inf"))
+                                    or abs(real) == float(np.finfo(flat.dtype).max))
+    info = np.iinfo(flat.dtype)
+    return int(first) in (0, 1, -1, info.min, info.max)
+
+
+def _random_states(flat: np.ndarray) -> bool:
+    from numba.cuda.random import xoroshiro128p_dtype
+
+    if flat.dtype != xoroshiro128p_dtype:
+        return False
+    chain = flat.copy()
+    _jump_chain(chain)
+    return bool(np.array_equal(chain, flat))
+
+
+def _jump_chain(states: np.ndarray) -> None:
+    """states[i] = states[i - 1] jumped 2**64 steps, for i >= 1 (what numba's host init does)."""
+    global _jump_chain
+    from numba import njit
+    from numba.cuda.random import xoroshiro128p_jump
+
+    @njit(cache=False)
+    def chain(states):
+        for i in range(1, states.shape[0]):
+            states[i] = states[i - 1]
+            xoroshiro128p_jump(states, i)
+
+    _jump_chain = chain  # compiled once per process
+    chain(states)
