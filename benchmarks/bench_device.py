@@ -2,8 +2,10 @@
 
     .venv/bin/python benchmarks/bench_device.py [--rounds 3]
 
-1. A full self-check of every stage of the reference solutions (`gpugrade grade solutions`),
-   `--simulator device` and `--simulator inline` interleaved, median (and fastest) wall time.
+1. A full self-check of every stage of the reference solutions of the single-GPU exercises
+   (`gpugrade grade solutions vector_add matmul reduction`; all-reduce's traffic and timeline tests
+   are not gradable inline), `--simulator device` and `--simulator inline` interleaved, median
+   (and fastest) wall time.
 2. Launch overhead: one call that launches a one-block kernel 200 times (arguments already on the
    device) and one that copies 4 MiB to the device and back, in each mode, warm, median.
 Both in the default process sandbox, side by side in one run.
@@ -47,9 +49,12 @@ def round_trip(a):
 """
 
 
+EXERCISES = ("vector_add", "matmul", "reduction")  # what both modes grade in full
+
+
 def grade_seconds(simulator: str) -> float:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", "solutions", "--backend", "sim",
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "solutions", *EXERCISES, "--backend", "sim",
                            "--simulator", simulator], cwd=ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -81,7 +86,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode in grades:
             grades[mode].append(grade_seconds(mode))
-    print("full self-check of the reference solutions (all stages), seconds, median (fastest):")
+    print(f"full self-check of the reference solutions ({', '.join(EXERCISES)}: all stages), seconds, median (fastest):")
     for mode, times in grades.items():
         print(f"  --simulator {mode:6s} {fmt(times)}")
     ratio = statistics.median(grades["device"]) / statistics.median(grades["inline"])

@@ -25,7 +25,7 @@ class _Shadow:
     __slots__ = ("items", "mask", "uploads")
 
     def __init__(self, alloc):
-        self.items = alloc.store.copy()
+        self.items = np.empty_like(alloc.store)  # meaningful where `mask`
         self.mask = np.zeros(alloc.store.shape, bool)
         self.uploads: set[int] = set()
 
@@ -97,8 +97,12 @@ def carried_elements(before: np.ndarray, after: np.ndarray, mask: np.ndarray | N
     if before.size == 0 or before.shape != after.shape or before.dtype != after.dtype:
         return 0
     width = before.dtype.itemsize
-    same = (np.ascontiguousarray(before).view(np.uint8).reshape(-1, width)
-            == np.ascontiguousarray(after).view(np.uint8).reshape(-1, width)).all(axis=1)
+    if width in (1, 2, 4, 8):  # bytes compared as one unsigned integer per element (NaN == NaN)
+        as_int = np.dtype(f"u{width}")
+        same = np.ascontiguousarray(before).view(as_int).reshape(-1) == np.ascontiguousarray(after).view(as_int).reshape(-1)
+    else:
+        same = (np.ascontiguousarray(before).view(np.uint8).reshape(-1, width)
+                == np.ascontiguousarray(after).view(np.uint8).reshape(-1, width)).all(axis=1)
     if mask is not None:
         same &= mask.reshape(-1)
     return int(same.sum())
@@ -117,6 +121,8 @@ def is_neutral(data: np.ndarray) -> bool:
     if flat.dtype.kind not in "biufc":
         return False
     first = flat[0]
+    if flat[-1] != first and not (flat.dtype.kind in "fc" and np.isnan(first) and np.isnan(flat[-1])):
+        return False  # most uploads: told at once
     if flat.dtype.kind in "fc" and np.isnan(first):
         uniform = bool(np.isnan(flat).all())
     else:
