@@ -10,7 +10,7 @@ import pytest
 from grader import sim, wire
 from grader.backends.ranks import Ranks, devices_for
 from grader.judge.collective import (Traffic, expect_allreduced, expect_no_host_traffic, expect_pipelined,
-                                     expect_ring_traffic, expect_total_traffic, rank_inputs, ring_bound)
+                                     expect_ring_traffic, expect_total_traffic, rank_inputs, ring_bound, timeline_of)
 from grader.judge.correctness import WrongAnswer
 from grader.judge.perf import PartialCredit, PerformanceShortfall
 from grader.judge.student import CallResult
@@ -171,3 +171,13 @@ def test_a_measured_busbw_far_above_nccls_is_a_forged_timing():
 
     with pytest.raises(RunnerError, match="forged"):
         expect_busbw(400e9, 200e9, 0.35, "measured on 4 GPUs", "4 GPUs", 4)
+
+
+def test_without_the_device_report_traffic_and_timeline_tests_are_not_gradable():
+    """`--simulator inline` (debugging: no device process, so no report of the call): the tests
+    that read the report skip, which the plugin reports as not gradable with their points."""
+    inline = CallResult([], [], [], None, [], ranks=True)
+    for read in (lambda: Traffic.of(inline, 2), lambda: timeline_of(inline, "h100", 4096)):
+        with pytest.raises(pytest.skip.Exception, match="device process, and this run has none"):
+            read()
+    assert Traffic.of(inline, 2, required=False) is None
