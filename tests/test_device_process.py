@@ -409,3 +409,25 @@ def test_more_copies_than_the_device_records_fail_the_call(device_student):
     a, b = _inputs()
     with pytest.raises(StudentCodeError, match="more than 10000 uploads"):
         s.call("vector_add", a, b)
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_inputs_uploaded_in_pieces_are_the_inputs(device_student):
+    """Chunks copied on streams into views of one allocation, or written with `d[i:j] = ...`:
+    once every element is there the allocation counts as the input, uploaded whole."""
+    s = device_student("""
+        def vector_add(a, b):
+            d_a, d_b = cuda.device_array_like(a), cuda.device_array_like(b)
+            streams = [cuda.stream(), cuda.stream()]
+            for k, i in enumerate(range(0, a.size, 300)):
+                d_a[i:i + 300].copy_to_device(a[i:i + 300], stream=streams[k % 2])
+                d_b[i:i + 300] = b[i:i + 300]
+            cuda.synchronize()
+            d_out = cuda.device_array_like(d_a)
+            add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    require_kernel_launch(result, "sim")

@@ -22,12 +22,14 @@ class _Shadow:
     """The host's bytes for one allocation: its elements as the host last wrote them, which
     of them it wrote, and the uploads that did."""
 
-    __slots__ = ("items", "mask", "uploads")
+    __slots__ = ("items", "mask", "uploads", "shape", "written")
 
-    def __init__(self, alloc):
-        self.items = np.empty_like(alloc.store)  # meaningful where `mask`
-        self.mask = np.zeros(alloc.store.shape, bool)
+    def __init__(self, shape=None):
+        self.shape = shape  # (shape, order) the allocation was made with, when known
+        self.items: np.ndarray | None = None  # made at the host's first write; meaningful where `mask`
+        self.mask: np.ndarray | None = None
         self.uploads: set[int] = set()
+        self.written = 0  # about how many elements `mask` holds (exact, or more with repeated indices)
 
 
 def _region(flat: np.ndarray, array) -> np.ndarray:
@@ -42,14 +44,38 @@ class HostBytes:
     def __init__(self):
         self._shadows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+    def allocated(self, array) -> None:
+        """`array` is a new allocation, whole: its shape is what an upload assembled from
+        pieces is compared in."""
+        self._shadows[array._alloc] = _Shadow(
+            (array.shape, "F" if array.is_f_contiguous() and not array.is_c_contiguous() else "C"))
+
+    def assembled(self, array) -> np.ndarray | None:
+        """The allocation of `array` as it was made (its shape), when the host wrote every one of
+        its elements and no kernel changed any: an array uploaded in pieces, whole again."""
+        shadow = self._shadows.get(array._alloc)
+        if shadow is None or shadow.shape is None or shadow.mask is None or shadow.written < shadow.mask.size:
+            return None  # (most partial writes: told without a pass over the allocation)
+        if not shadow.mask.all():
+            shadow.written = int(np.count_nonzero(shadow.mask))
+            return None
+        store = array._alloc.store
+        if carried_elements(shadow.items, store) != store.size:
+            return None
+        shape, order = shadow.shape
+        return store.reshape(shape, order=order)
+
     def _of(self, array, create: bool = False) -> _Shadow | None:
         alloc = array._alloc
         if array.dtype != alloc.store.dtype:
             return None
         shadow = self._shadows.get(alloc)
-        if shadow is None and create:
-            shadow = self._shadows[alloc] = _Shadow(alloc)
-        return shadow
+        if create:
+            if shadow is None:
+                shadow = self._shadows[alloc] = _Shadow()
+            if shadow.items is None:
+                shadow.items, shadow.mask = np.empty_like(alloc.store), np.zeros(alloc.store.shape, bool)
+        return shadow if shadow is not None and shadow.items is not None else None
 
     def host_wrote(self, array, upload: int, key=None) -> None:
         """The host wrote `array` (or `array[key]`) with upload number `upload`."""
@@ -58,7 +84,10 @@ class HostBytes:
             return
         key = ... if key is None else key
         _region(shadow.items, array)[key] = array._view[key]
-        _region(shadow.mask, array)[key] = True
+        mask = _region(shadow.mask, array)
+        before = int(np.count_nonzero(mask[key]))
+        mask[key] = True
+        shadow.written += int(np.count_nonzero(mask[key])) - before
         shadow.uploads.add(upload)
 
     def device_copied(self, target, source, key=None) -> None:
@@ -79,6 +108,7 @@ class HostBytes:
             self._shadows.pop(target._alloc, None)
             return
         mine.uploads |= theirs.uploads
+        mine.written = int(np.count_nonzero(mine.mask))
 
     def carried(self, array, key=None) -> tuple[int, list[int]]:
         """(elements of `array` (or `array[key]`) still holding the host's bytes, the uploads

@@ -200,12 +200,19 @@ class Device:
                                  "neutral": is_neutral(data), "what": what})
         return self._uploads
 
-    def _uploaded(self, data: np.ndarray, into, whole: bool = True, key=None) -> None:
+    def _uploaded(self, data: np.ndarray, into, key=None) -> None:
+        """The host wrote `into` (or `into[key]`) with `data`."""
         upload = self._upload(data)
         alloc = into._alloc.id
         self.kernel_writes[alloc] = None  # what the host wrote is no kernel's work
-        self.sources[alloc] = frozenset({upload}) | (frozenset() if whole else self.sources.get(alloc, frozenset()))
-        self.host_bytes.host_wrote(into, upload, None if whole else key)
+        self.host_bytes.host_wrote(into, upload, key)
+        if key is None and into.size == into._alloc.store.size:
+            self.sources[alloc] = frozenset({upload})
+            return
+        self.sources[alloc] = self.sources.get(alloc, frozenset()) | {upload}
+        whole = self.host_bytes.assembled(into)
+        if whole is not None:  # an array uploaded in pieces (chunks on streams): one upload again
+            self.sources[alloc] = frozenset({self._upload(whole, "an array copied to the GPU in pieces")})
 
     def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(0, ())) -> None:
         flat = np.ascontiguousarray(data).reshape(-1)
@@ -225,6 +232,7 @@ class Device:
         with self.sim.gpus[int(request.get("device", 0))]:
             array = host._new(shape, dtypes.parse(request["dtype"]), bool(request.get("initialised")),
                               "F" if request.get("order") == "F" else "C")
+        self.host_bytes.allocated(array)
         if "data" in request:
             data = _host_array(request["data"], array.shape, array.dtype)
             array.copy_to_device(data)
@@ -279,7 +287,7 @@ class Device:
         key = _index(request["key"])
         with self._current(request):
             array[key] = data
-        self._uploaded(data, array, whole=False, key=key)
+        self._uploaded(data, array, key)
         return {"ok": True}
 
     # -- streams and events (what they order is the simulator's StreamOrder) ---------------------

@@ -3,7 +3,8 @@
 The device process reports every copy of a call (grader.wire.DeviceReport): a digest of each
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
-- every input array was copied to the device, whole, during the call;
+- every input array was copied to the device, whole, during the call (or in pieces into one
+  allocation: the device logs it as one upload once every element is there);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
   returned, from memory a kernel of this call wrote, computed (through the arrays the kernels
   loaded from, launch after launch) from every input;
