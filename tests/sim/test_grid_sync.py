@@ -116,6 +116,30 @@ def rotate_block_barrier(a):
     a[i] = left
 
 
+@cuda.jit
+def waits_for_the_last_block(flag, out):
+    """Block 0 spins on a flag the grid's last block sets: legal in a cooperative launch, whose
+    blocks CUDA keeps resident together (the simulator runs block 0 first)."""
+    g = cuda.cg.this_grid()
+    if cuda.blockIdx.x == cuda.gridDim.x - 1 and cuda.threadIdx.x == 0:
+        out[0] = 42
+        cuda.threadfence()
+        cuda.atomic.exch(flag, 0, 1)
+    if cuda.blockIdx.x == 0:
+        while cuda.atomic.add(flag, 0, 0) == 0:
+            pass
+        out[1 + cuda.threadIdx.x] = out[0]
+    g.sync()
+
+
+@cuda.jit
+def every_block_waits_for_a_flag_nobody_sets(flag):
+    g = cuda.cg.this_grid()
+    while flag[0] == 0:
+        pass
+    g.sync()
+
+
 # ---------------------------------------------------------------- the grid sync
 @pytest.mark.parametrize("kernel", [rotate, rotate_chained, rotate_device_sync])
 def test_grid_sync_waits_for_every_block(executor, kernel):
@@ -294,3 +318,18 @@ def test_grid_sync_against_a_block_barrier_is_a_finding(executor):
     a = np.zeros(64, np.int32)
     with pytest.raises(sim.BarrierDivergenceError):
         grid_sync_or_block_barrier[2, 32](a)
+
+
+def test_a_block_may_spin_on_another_resident_blocks_flag(executor):
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    out = cuda.to_device(np.zeros(1 + 32, np.int32))
+    _launch(waits_for_the_last_block, 4, 32, flag, out)
+    np.testing.assert_array_equal(out.copy_to_host(), 42)
+
+
+def test_a_grid_of_blocks_all_spinning_is_a_deadlock(simulator, monkeypatch):
+    from grader.sim.thread import executor as thread_executor
+
+    monkeypatch.setattr(thread_executor, "IDLE_LOAD_YIELDS", 256)
+    with pytest.raises(sim.DeadlockError, match="none of them made progress"):
+        every_block_waits_for_a_flag_nobody_sets[4, 32](cuda.to_device(np.zeros(1, np.int32)))

@@ -40,6 +40,9 @@ from .cuda import ThreadCuda
 # completed barrier / warp op. This many yields without progress is a deadlock:
 IDLE_SYNC_YIELDS = 256  # atomic / fence yields in a row
 IDLE_LOAD_YIELDS = 16384  # loop / load-budget yields in a row (4M without any store)
+# A cooperative launch's blocks are all resident: a block whose threads spin this many yields
+# without progress hands over to the next block (the flag it waits for may be another block's)
+GRID_TURN_YIELDS = 16
 _SYNC = ("sync", None)  # the request of a plain syncthreads()
 # the executor's own frames between a yielding call and the student's code that made it
 _OWN_FILES = frozenset((__file__, _arrays.__file__, _cuda.__file__))
@@ -137,7 +140,8 @@ class ThreadExecutor:
         self.hub = greenlet.getcurrent()
         pool = self.pool
         runnable = self.runnable = deque(threads[t] for t in order)
-        self.progress = 0
+        if not self.cooperative:  # (a cooperative launch counts progress over the whole grid)
+            self.progress = 0
         seen = -1  # progress at the last yield
         idle_sync = idle_loads = 0
         completed = False
@@ -171,6 +175,9 @@ class ThreadExecutor:
                         if idle_sync > IDLE_SYNC_YIELDS or idle_loads > IDLE_LOAD_YIELDS:
                             self._no_progress()
                         runnable.append(st)
+                        if self.cooperative and (idle_sync + idle_loads) % GRID_TURN_YIELDS == 0 \
+                                and idle_sync + idle_loads:
+                            self._turn(st)
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in threads):
                     completed = True
@@ -197,15 +204,25 @@ class ThreadExecutor:
         finishes or all its live threads wait at the grid sync; once no block can go on, the
         grid sync completes (or the blocks that finished without it are reported)."""
         self._grid_hub = greenlet.getcurrent()
+        self.progress = 0
         runners = [(b, greenlet(self._run_block)) for b in blocks]
         while runners:
             waiting, finished = [], []
-            for b, runner in runners:
-                event = runner.switch(b)
-                if runner.dead:
-                    finished.append(self.block)
-                else:
-                    waiting.append((b, runner, event[1]))
+            turn, idle_rounds = runners, 0
+            while turn:  # every block in turn until it finishes or waits at the grid sync
+                spinning, seen = [], self.progress
+                for b, runner in turn:
+                    event = runner.switch(b)
+                    if runner.dead:
+                        finished.append(self.block)
+                    elif event[0] == "grid":
+                        waiting.append((b, runner, event[1]))
+                    else:
+                        spinning.append((b, runner))
+                idle_rounds = idle_rounds + 1 if spinning and self.progress == seen else 0
+                if idle_rounds * GRID_TURN_YIELDS * len(spinning) > IDLE_LOAD_YIELDS:
+                    spinning[0][1].switch("deadlock")  # raises there: no block makes progress
+                turn = spinning
             if not waiting:
                 return
             first = waiting[0][2]
@@ -229,16 +246,28 @@ class ThreadExecutor:
             self.inst.grid_sync(l1)
             runners = [(b, runner) for b, runner, _ in waiting]
 
+    def _hand_back(self, event):
+        """In a block's scheduler: switch to the grid's with `event`; what it sends back once
+        this block runs again."""
+        state = (self.bid, self.bidx, self.block, self.hub, self.runnable, self.cur,
+                 dict(vars(self.spaces)))
+        self.cur = None
+        reply = self._grid_hub.switch(event)
+        self.bid, self.bidx, self.block, self.hub, self.runnable, self.cur, spaces = state
+        vars(self.spaces).update(spaces)
+        return reply
+
+    def _turn(self, st: ThreadState) -> None:
+        """A block of a cooperative launch spins without progress: the other blocks run first;
+        when none of them made progress either for long enough, the grid is deadlocked."""
+        if self._hand_back(("spin", self.block)) == "deadlock":
+            self.cur = st
+            self._no_progress()
+
     def _await_grid(self, blk: Block, runnable) -> None:
         """In a block's scheduler: its live threads all wait at the grid sync. Hand back to
         the grid's scheduler until the sync completes, then they go on."""
-        state = (self.bid, self.bidx, self.block, self.hub, self.runnable, self.progress,
-                 dict(vars(self.spaces)))
-        self.cur = None
-        self._grid_hub.switch(("grid", blk))
-        (self.bid, self.bidx, self.block, self.hub, self.runnable, self.progress,
-         spaces) = state
-        vars(self.spaces).update(spaces)
+        self._hand_back(("grid", blk))
         for t in blk.order:
             st = blk.threads[t]
             if st.status == "grid":
@@ -321,12 +350,15 @@ class ThreadExecutor:
             frame = frame.f_back  # the student's frame that called the yielding operation
         fn = frame.f_code.co_filename if frame is not None else self.launch.kernel.filename
         line = frame.f_lineno if frame is not None else self.launch.kernel.firstlineno
+        why = (" Every block of this cooperative launch is resident, and none of them made progress "
+               "either" if self.cooperative else
+               " If a later block would do it: the simulator runs blocks one after another; a GPU "
+               "runs them at the same time only while they fit on it together, which CUDA does not "
+               "promise (a cooperative launch does), so the kernel can hang there too (split the work "
+               "into two launches)")
         raise DeadlockError(
             f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress: threads "
             f"spin waiting for something no running thread will do (a lock never released, a "
-            f"flag never set). If a later block would do it: the simulator runs blocks one "
-            f"after another; a GPU runs them at the same time only while they fit on it "
-            f"together, which CUDA does not promise, so the kernel can hang there too (split "
-            f"the work into two launches)", kernel=self.name, filename=fn, line=line,
+            f"flag never set).{why}", kernel=self.name, filename=fn, line=line,
             block=tuple(self.bidx),
             thread=tuple(st.idx))
