@@ -407,7 +407,7 @@ def test_more_copies_than_the_device_records_fail_the_call(device_student):
             return d_out.copy_to_host()
     """)
     a, b = _inputs()
-    with pytest.raises(StudentCodeError, match="more than 10000 uploads"):
+    with pytest.raises(StudentCodeError, match="more than 10000 copies to the GPU"):
         s.call("vector_add", a, b)
 
 

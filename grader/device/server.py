@@ -31,12 +31,13 @@ from ..wire.messages import digest, error_reply
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import launch_site, reported_site
 from .host_bytes import HostBytes, carried_elements, is_neutral
-from .package import Builder, NotPackable, constant_arrays
+from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
 HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
 MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
+_RECORDED = {"uploads": "copies to the GPU", "downloads": "copies from the GPU", "launches": "kernel launches"}
 
 
 class CallLog:
@@ -56,7 +57,7 @@ class CallLog:
             # the call fails, once per kind
             entries.append(None)
             self.findings.append({"kind": "simulator", "type": "NotSimulatedError", "message": (
-                f"this call made more than {MAX_RECORDS} {kind[:-1]}s: the simulated GPU stops recording "
+                f"this call made more than {MAX_RECORDS} {_RECORDED[kind]}: the simulated GPU stops recording "
                 f"there, so the call cannot be graded (copy whole arrays, launch fewer kernels)")})
 
     def report(self, timeline: list, truncated: bool) -> dict:
