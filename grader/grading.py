@@ -32,7 +32,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     """Grade the exercise modules found in `submission` against the course's grading tests.
     `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar."""
     course = course or Course.find()
-    sandbox.check(backend)
+    sandbox.check(backend, simulator)
     if sandbox.name == "docker":
         from .sandbox.container import check_available
 

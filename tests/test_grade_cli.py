@@ -109,6 +109,16 @@ def test_usage_errors_exit_2():
     assert gpugrade("grade", "/no/such/folder").returncode == 2
 
 
+def test_the_docker_sandbox_without_bubblewrap_is_refused_not_run_in_the_students_process(tmp_path):
+    """Its runners reach the simulated GPU's device process on this host, confined by bubblewrap;
+    without bubblewrap the simulator would run inside the student's container, unsaid."""
+    no_bwrap = dict(os.environ, PATH=str(tmp_path))  # a PATH with no bwrap on it
+    done = subprocess.run([*GPUGRADE, "grade", "solutions", "vector_add", "--sandbox", "docker"], cwd=ROOT,
+                          env=no_bwrap, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "bubblewrap" in done.stderr and "--simulator inline" in done.stderr
+
+
 def test_check_grades_the_students_own_exercises_folder(tmp_path):
     course = tmp_path / "course"
     shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")

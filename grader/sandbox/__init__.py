@@ -29,7 +29,10 @@ class SandboxSpec:
     docker_image: str = "gpugrade-runner:latest"
     gpus: str = ""  # docker only: "" = no GPU device request, "all" or device ids "0,1"
 
-    def check(self, backend: str) -> None:
+    def check(self, backend: str, simulator: str = "device") -> None:
+        """UsageError where this sandbox cannot grade here. `simulator`: "device" (the default)
+        runs the simulated GPU as a process of its own, on this host in bubblewrap whatever the
+        sandbox (docker's runners reach it through a socket)."""
         if self.name not in SANDBOXES:
             raise UsageError(f"unknown sandbox {self.name!r}; choose one of {', '.join(SANDBOXES)}")
         if self.gpus and self.name != "docker":
@@ -48,6 +51,15 @@ class SandboxSpec:
             reason = unavailable()
             if reason is not None:
                 raise UsageError(reason)
+        if self.name == "docker" and simulator == "device":
+            from .bubblewrap import unavailable
+
+            reason = unavailable()
+            if reason is not None:  # else the simulator would run in the student's container, unsaid
+                raise UsageError(f"--sandbox docker confines the simulated GPU's device process on this host "
+                                 f"with bubblewrap, and here {reason}. To grade without it: --simulator inline "
+                                 f"(debugging only: launch records and counters then come from the student's "
+                                 f"own process)")
 
 
 def make_sandbox(spec: SandboxSpec, limits: Limits) -> Sandbox:
