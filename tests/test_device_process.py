@@ -431,3 +431,37 @@ def test_inputs_uploaded_in_pieces_are_the_inputs(device_student):
     result = s.call("vector_add", a, b)
     assert np.array_equal(result.value, a + b)
     require_kernel_launch(result, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_a_pipeline_of_chunks_on_streams_is_the_gpus_work(device_student):
+    """The classic overlap of copies and kernels: each chunk of the inputs to its own
+    allocation on its own stream, a kernel per chunk, each result copied back into a slice of
+    the host's answer. Pieces are found in the inputs and the answer by their first values and
+    confirmed by their digests."""
+    s = device_student("""
+        def vector_add(a, b):
+            out = np.empty_like(a)
+            streams = [cuda.stream() for _ in range(3)]
+            for k, i in enumerate(range(0, a.size, 256)):
+                stream = streams[k % 3]
+                d_a = cuda.to_device(a[i:i + 256], stream=stream)
+                d_b = cuda.to_device(b[i:i + 256], stream=stream)
+                d_out = cuda.device_array(d_a.size, np.float32, stream=stream)
+                add[2, 128, stream](d_a, d_b, d_out)
+                d_out.copy_to_host(out[i:i + 256], stream=stream)
+            cuda.synchronize()
+            return out
+
+        def vector_add_last_chunk_on_the_host(a, b):
+            cuda.to_device(a), cuda.to_device(b)  # the inputs copied whole too, to no use
+            out = vector_add(a[:768], b[:768])
+            return np.concatenate([out, a[768:] + b[768:]])
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    require_kernel_launch(result, "sim")
+    cheat = s.call("vector_add_last_chunk_on_the_host", a, b)
+    with pytest.raises(WrongAnswer, match="not copied back from GPU memory written by a kernel"):
+        require_kernel_launch(cheat, "sim")

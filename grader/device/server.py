@@ -198,7 +198,8 @@ class Device:
             what = self._relative(f"the array copied to the GPU at {site[0]}:{site[1]}" if site
                                   else "an array copied to the GPU")
         self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes), "id": self._uploads,
-                                 "neutral": is_neutral(data), "what": what})
+                                 "neutral": is_neutral(data), "what": what, "shape": list(np.shape(data)),
+                                 "head": np.ascontiguousarray(data).reshape(-1)[:HEAD].copy()})
         return self._uploads
 
     def _uploaded(self, data: np.ndarray, into, key=None) -> None:
@@ -220,7 +221,7 @@ class Device:
         self.log.add("downloads", {"digest": digest(data), "nbytes": int(data.nbytes),
                                    "kernel_written": kernel_written, "sources": sorted(sources),
                                    "head": flat[:HEAD].copy(), "carried": carried[0],
-                                   "carried_from": list(carried[1])})
+                                   "carried_from": list(carried[1]), "shape": list(np.shape(data))})
 
     def _downloaded(self, data: np.ndarray, source, key=None) -> None:
         alloc = source._alloc.id

@@ -3,11 +3,13 @@
 The device process reports every copy of a call (grader.wire.DeviceReport): a digest of each
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
-- every input array was copied to the device, whole, during the call (or in pieces into one
-  allocation: the device logs it as one upload once every element is there);
+- every input array was copied to the device, whole, during the call (in pieces into one
+  allocation: the device logs it as one upload once every element is there; or in pieces into
+  several: each piece found in the input by its first values and confirmed by its digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
-  returned, from memory a kernel of this call wrote, computed (through the arrays the kernels
-  loaded from, launch after launch) from every input;
+  returned (or downloads of pieces of it, found the same way: chunks on streams), from memory a
+  kernel of this call wrote, computed (through the arrays the kernels loaded from, launch after
+  launch) from every input;
 - the answer is not bytes the host copied to the device in this call (an answer computed on the
   host, then copied through the GPU by a copy kernel or returned as uploaded);
 - no data the host made went into it: every upload the answer was computed from (the kernels'
@@ -30,23 +32,34 @@ from ..wire import DeviceReport, Transfer
 from ..wire.messages import digest
 
 
+MAX_PIECES = 4096  # copies of one call tried as pieces of one array
+_TRIED_STARTS = 64  # places a piece's first value is tried at (values repeat in few arrays)
+
+
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None,
            sent: list[np.ndarray] | None = None) -> None:
     """`labels`: how the messages name each input (default: "input array k"); `sent`: every
-    array of the call (default: the inputs): copies of them are not data the host made."""
+    array of the call (default: the inputs): copies of them, whole or in pieces, are not data
+    the host made."""
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     uploaded = {t.digest for t in report.uploads}
-    given = {digest(a) for a in (inputs if sent is None else sent)} | {digest(a) for a in inputs}
-    host_made = {t.id: t for t in report.uploads if not t.neutral and t.digest not in given}
-    copies: list[set[int]] = []  # per input: the uploads of it in this call
-    for i, array in enumerate(inputs):
+    others = [a for a in sent or () if not any(a is b for b in inputs)]
+    given: set[int] = set()  # uploads that are the call's own arrays, or pieces of them
+    copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
+    for i, array in enumerate(list(inputs) + others):
         key = digest(array)
-        ids = {t.id for t in report.uploads if t.digest == key}
+        whole = {t.id for t in report.uploads if t.digest == key}
+        pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
+        given |= whole | {t.id for *_, t in pieces}
+        if i >= len(inputs):
+            continue
+        ids = whole or {t.id for t in _covering(pieces, array.size) or ()}
         if not ids:
             raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
                               f"during the call: the kernels must read the inputs (copy each whole array with "
                               f"cuda.to_device, or pass it to the kernel)")
         copies.append(ids)
+    host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}
     for value in output if isinstance(output, (list, tuple)) else [output]:
         _answer(report, value, uploaded, copies, inputs, labels, host_made)
 
@@ -58,41 +71,83 @@ def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[s
     written = [t for t in report.downloads if t.kernel_written]
     if isinstance(value, np.ndarray):
         key = digest(value)
-        if key in uploaded:
+        found = [[t] for t in written if t.digest == key]  # each way the answer came back: its copies
+        if not found:  # copied back in pieces (chunks on streams) into one host array?
+            pieces = _covering(_pieces(value, written), value.size)
+            found = [pieces] if pieces else []
+        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
-        found = [t for t in written if t.digest == key]
     elif isinstance(value, (bool, int, float, complex, np.generic)):
-        found = [t for t in written if _holds(t.head, value)]
+        found = [[t] for t in written if _holds(t.head, value)]
     else:
         return
     if not found:
         raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
                           "(was it computed on the host?)")
     size = int(np.size(value))
-    reasons = [_host_made(t, host_made, size) for t in found]
+    reasons = [_host_made(copied, host_made, size) for copied in found]
     if all(reasons):
         raise WrongAnswer(reasons[0])
-    found = [t for t, reason in zip(found, reasons) if not reason]
+    found = [copied for copied, reason in zip(found, reasons) if not reason]
     for i, ids in enumerate(copies):
-        if not any(ids & set(t.sources) for t in found):
+        if not any(ids & {u for t in copied for u in t.sources} for copied in found):
             raise WrongAnswer(f"the answer was not computed from {labels[i]} "
                               f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
 
 
-def _host_made(download: Transfer, host_made: dict[int, Transfer], size: int) -> str | None:
-    """Why this download of the answer is data the host made, or None."""
-    for upload in download.sources:
+def _host_made(copied: list[Transfer], host_made: dict[int, Transfer], size: int) -> str | None:
+    """Why the answer, as these downloads brought it back, is data the host made, or None."""
+    for upload in (u for t in copied for u in t.sources):
         if upload in host_made:
             return (f"the answer was computed from data the host made, not only from the inputs: "
                     f"{host_made[upload].what or 'an array copied to the GPU'}; the kernels must compute it "
                     f"from the inputs alone")
-    carriers = [host_made[u] for u in download.carried_from if u in host_made]
-    if carriers and download.carried >= max(1, -(-size // 16)):
-        return (f"the answer is bytes the host wrote to the GPU ({carriers[0].what or 'an array copied to the GPU'}) "
-                f"that no kernel rewrote: it was computed on the host\n{download.carried} of its {size} elements "
-                f"are those bytes, unchanged")
+    carriers = [(t, [host_made[u] for u in t.carried_from if u in host_made]) for t in copied]
+    carried = sum(t.carried for t, made in carriers if made)
+    if carried >= max(1, -(-size // 16)):
+        what = next(made[0].what for _, made in carriers if made) or "an array copied to the GPU"
+        return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
+                f"the host\n{carried} of its {size} elements are those bytes, unchanged")
     return None
+
+
+def _pieces(array: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int, Transfer]]:
+    """The copies smaller than `array` whose bytes are a run of its elements (C order): found
+    by their first values, confirmed by their digests; (start, stop, copy) each."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    width = flat.dtype.itemsize
+    candidates = [t for t in transfers if t.head is not None and t.head.size and t.shape is not None
+                  and t.head.dtype == flat.dtype and 0 < t.nbytes < flat.nbytes][:MAX_PIECES]
+    if not candidates or width not in (1, 2, 4, 8):
+        return []
+    as_int = np.dtype(f"u{width}")  # bytes compared, NaNs included
+    keys = flat.view(as_int)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    found = []
+    for t in candidates:
+        head, n = np.ascontiguousarray(t.head).view(as_int), t.nbytes // width
+        if int(np.prod(t.shape, dtype=np.int64)) != n:
+            continue
+        lo, hi = np.searchsorted(ordered, head[0], "left"), np.searchsorted(ordered, head[0], "right")
+        for start in order[lo:hi][:_TRIED_STARTS].tolist():
+            stop = start + n
+            if stop <= flat.size and np.array_equal(keys[start:start + head.size], head) \
+                    and digest(flat[start:stop].reshape(t.shape)) == t.digest:
+                found.append((start, stop, t))
+                break
+    return found
+
+
+def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transfer] | None:
+    """The pieces' copies, when together they hold every element of an array of `size`."""
+    reach = 0
+    for start, stop, _ in sorted(pieces, key=lambda piece: piece[:2]):
+        if start > reach:
+            return None
+        reach = max(reach, stop)
+    return [t for *_, t in pieces] if pieces and reach >= size else None
 
 
 def _holds(head: np.ndarray | None, value: Any) -> bool:

@@ -428,20 +428,24 @@ class Transfer:
     digest: str
     nbytes: int
     kernel_written: bool = False     # downloads: the memory was last written by a kernel of this call
-    head: np.ndarray | None = None   # downloads: the first values (a returned scalar is one of them)
+    head: np.ndarray | None = None   # the first values (a returned scalar is one of them; where a piece lies)
     id: int = 0                      # uploads: the device's number for it
     sources: tuple[int, ...] = ()    # downloads: the uploads the memory was computed from
     neutral: bool = False            # uploads: carries no answer (one start value everywhere: 0, 1, inf...; RNG states)
     what: str = ""                   # uploads: what it was, in the student's terms (feedback only)
     carried: int = 0                 # downloads: elements still the bytes the host wrote there
     carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
+    shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
         doc = _dict(doc, where)
         head = doc.get("head")
-        if download and not (isinstance(head, np.ndarray) and head.ndim == 1 and head.size <= 64):
-            raise ProtocolError(f"{where}.head: expected the first values of the download")
+        if (download or head is not None) and not (isinstance(head, np.ndarray) and head.ndim == 1 and head.size <= 64):
+            raise ProtocolError(f"{where}.head: expected the first values of the copy")
+        shape = doc.get("shape")
+        if shape is not None:
+            shape = tuple(_int(d, f"{where}.shape[{i}]") for i, d in enumerate(_list(shape, f"{where}.shape", 32)))
         kernel_written = doc.get("kernel_written", False)
         if not isinstance(kernel_written, bool):
             raise ProtocolError(f"{where}.kernel_written: expected true or false")
@@ -451,9 +455,9 @@ class Transfer:
         ids = {key: tuple(_int(u, f"{where}.{key}[{i}]") for i, u in enumerate(_list(doc.get(key, []), f"{where}.{key}")))
                for key in ("sources", "carried_from")}
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
-                   kernel_written, head if download else None, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
+                   kernel_written, head, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
                    neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
-                   ids["carried_from"])
+                   ids["carried_from"], shape)
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})
