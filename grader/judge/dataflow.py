@@ -33,7 +33,8 @@ from ..wire.messages import digest
 
 
 MAX_PIECES = 4096  # copies of one call tried as pieces of one array
-_TRIED_STARTS = 64  # places a piece's first value is tried at (values repeat in few arrays)
+_TRIED_STARTS = 64  # places a piece's first values are tried at
+_RUN = 16  # first values of a piece looked for together (as many as a copy reports)
 
 
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None,
@@ -123,21 +124,39 @@ def _pieces(array: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int
         return []
     as_int = np.dtype(f"u{width}")  # bytes compared, NaNs included
     keys = flat.view(as_int)
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
+    # each place keyed by a hash of the values from it (as many as the piece's first values), so
+    # that a value repeated all over the array (zeros of an int array) still tells places apart
+    indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     found = []
     for t in candidates:
         head, n = np.ascontiguousarray(t.head).view(as_int), t.nbytes // width
         if int(np.prod(t.shape, dtype=np.int64)) != n:
             continue
-        lo, hi = np.searchsorted(ordered, head[0], "left"), np.searchsorted(ordered, head[0], "right")
-        for start in order[lo:hi][:_TRIED_STARTS].tolist():
+        run = min(_RUN, head.size, n)
+        if run not in indexes:
+            places = _run_hashes(keys, run)
+            order = np.argsort(places, kind="stable")
+            indexes[run] = order, places[order]
+        order, ordered = indexes[run]
+        key = _run_hashes(head[:run], run)[0]
+        lo, hi = np.searchsorted(ordered, key, "left"), np.searchsorted(ordered, key, "right")
+        for start in order[lo:hi][:_TRIED_STARTS].tolist():  # every place it is (a short piece: several)
             stop = start + n
             if stop <= flat.size and np.array_equal(keys[start:start + head.size], head) \
                     and digest(flat[start:stop].reshape(t.shape)) == t.digest:
                 found.append((start, stop, t))
-                break
     return found
+
+
+def _run_hashes(keys: np.ndarray, run: int) -> np.ndarray:
+    """For each place of `keys` with `run` values from it, a hash of those values (uint64,
+    wrapping: a match is confirmed by digest)."""
+    n = keys.size - run + 1
+    hashes = np.zeros(max(n, 0), np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(run):
+            hashes = hashes * np.uint64(1_000_003) + keys[j:j + n].astype(np.uint64)
+    return hashes
 
 
 def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transfer] | None:

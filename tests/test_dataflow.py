@@ -1,0 +1,39 @@
+"""Pieces of an array among a call's copies (grader/judge/dataflow.py): an input copied, or an
+answer copied back, in chunks of their own allocations. A piece is found by its first values
+and confirmed by its digest; the pieces must cover the array."""
+
+import numpy as np
+
+from grader.judge.dataflow import _covering, _pieces
+from grader.wire import Transfer
+from grader.wire.messages import digest
+
+
+def _copy(piece: np.ndarray, head: np.ndarray | None = None) -> Transfer:
+    flat = piece.reshape(-1)
+    return Transfer(digest(piece), piece.nbytes, head=(flat[:16] if head is None else head).copy(), shape=piece.shape)
+
+
+def _chunks(array: np.ndarray, size: int) -> list[Transfer]:
+    return [_copy(array[i:i + size]) for i in range(0, len(array), size)]
+
+
+def test_chunks_of_an_array_whose_values_repeat_everywhere_cover_it():
+    ints = np.random.default_rng(0).integers(0, 3, 40009).astype(np.int32)
+    copies = _chunks(ints, 1000)  # the last one of 9 elements: found at each place it matches
+    assert _covering(_pieces(ints, copies), ints.size) is not None
+    assert _covering(_pieces(ints, copies[:20] + copies[21:]), ints.size) is None  # one missing
+
+
+def test_nans_rows_of_a_matrix_and_forged_first_values():
+    rng = np.random.default_rng(1)
+    floats = rng.standard_normal(1000).astype(np.float32)
+    floats[::7] = np.nan
+    assert _covering(_pieces(floats, _chunks(floats, 100)), floats.size) is not None
+    matrix = rng.standard_normal((6, 5)).astype(np.float32)
+    assert _covering(_pieces(matrix, _chunks(matrix, 2)), matrix.size) is not None  # copies of 2 rows each
+    # a copy that claims the first values of a piece but holds other bytes is found nowhere
+    other = rng.standard_normal(100).astype(np.float32)
+    assert _pieces(floats, [_copy(other, head=floats[:16])]) == []
+    # nor is a copy as large as the array (that is the whole-array digest's business)
+    assert _pieces(floats, [_copy(floats)]) == []
