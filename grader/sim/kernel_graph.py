@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import os
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -168,6 +169,21 @@ def walk(func: types.FunctionType, follow: Callable[[Any], bool]) -> KernelGraph
                         graph.dispatchers.append(v)
                     stack.append(v.py_func)
     return graph
+
+
+_foreign: "weakref.WeakKeyDictionary[types.FunctionType, list[str]]" = weakref.WeakKeyDictionary()
+
+
+def foreign_functions(func) -> list[str]:
+    """The names of the foreign functions (`cuda.declare_device`: CUDA C or PTX that numba links
+    in) that `func`, or a device function it reaches, refers to (once per function)."""
+    hit = _foreign.get(func)
+    if hit is None:
+        hit = _foreign[func] = sorted({
+            getattr(value, "name", name) for node in walk(func, is_numba_dispatcher).functions
+            for name, value in node.references.items()
+            if type(value).__name__ == "ExternFunction" and type(value).__module__.startswith("numba")})
+    return hit
 
 
 def device_dispatchers(func) -> list:

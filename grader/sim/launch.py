@@ -14,6 +14,7 @@ from . import cooperative as _cooperative, devices as _devices
 from .argtypes import launch_scalar
 from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError, WrongDeviceError
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
+from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
 from .sites import launch_site
@@ -213,6 +214,12 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
                                   device.limits)
         check_size(kernel.name, config)
+        foreign = foreign_functions(kernel.py_func)
+        if foreign:
+            raise NotSimulatedError(f"kernel {kernel.name!r}: it calls {', '.join(map(repr, foreign))}, declared "
+                                    f"with cuda.declare_device: code in CUDA C or PTX, which the simulator cannot "
+                                    f"run (write it as a @cuda.jit(device=True) function, or grade on a GPU)",
+                                    kernel=kernel.name)
     except (LaunchConfigError, NotSimulatedError) as exc:
         raise _at_launch_site(exc, kernel.name) from None
     args = sim.signatures.convert(dispatcher, args)  # to the declared types, as numba does

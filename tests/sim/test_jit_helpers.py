@@ -233,3 +233,27 @@ def test_device_functions_reached_through_a_module_attribute(executor, tmp_path,
     finally:
         sys.modules.pop("kernel_helpers_mod", None)
     np.testing.assert_array_equal(a, 2 * (np.arange(8) + 1))
+
+
+_multiply = cuda.declare_device("multiply_f32", "float32(float32, float32)")
+
+
+@cuda.jit(device=True)
+def _squared(x):
+    return _multiply(x, x)
+
+
+@cuda.jit
+def _calls_a_foreign_function(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = _squared(a[i])
+
+
+def test_a_foreign_function_is_refused_by_name_at_the_launch_line(executor):
+    """`cuda.declare_device` declares CUDA C or PTX that numba links in: nothing the simulator
+    can run (a bare TypeError from deep inside the executor before)."""
+    a = cuda.to_device(np.ones(4, np.float32))
+    with pytest.raises(sim.NotSimulatedError, match=r"launched at .*test_jit_helpers.py:\d+: it calls "
+                                                      r"'multiply_f32', declared with cuda.declare_device"):
+        _calls_a_foreign_function[1, 32](a)
