@@ -98,6 +98,7 @@ class RunnerConnection:
         self._runner: Runner | None = None
         self._device: Runner | None = None
         self._ready = False
+        self.start_seconds = 0.0  # spent starting runners (and device processes): the host's time
         self._calls = itertools.count(1)
 
     @property
@@ -160,10 +161,13 @@ class RunnerConnection:
             return self._call(message, timeout, bounds, parse, report)
 
     def _call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool):
+        begun = time.monotonic()
         runner = self.start()
         device = self._device if report else None
         try:
-            self._make_ready(runner)
+            if not self._ready:
+                self._make_ready(runner)
+                self.start_seconds += time.monotonic() - begun
             if device is not None:
                 number = next(self._calls)
                 wire.Reply.parse(device.request({"op": "begin", "call": number}, timeout=DEVICE_TIMEOUT_S,
@@ -243,11 +247,11 @@ class Student:
             limit = self.connection.sandbox.limits.call_timeout_s
         if self.budget is None:
             return request(limit)
-        started = time.monotonic()
+        started, starting = time.monotonic(), self.connection.start_seconds
         try:
             return request(self.budget.limit(limit))
-        finally:
-            self.budget.spend(time.monotonic() - started)
+        finally:  # a runner (re)started meanwhile: its start is the host's time, not the student's
+            self.budget.spend(time.monotonic() - started - (self.connection.start_seconds - starting))
 
     def _raise_for(self, reply) -> None:
         if not reply.ok:
