@@ -177,7 +177,7 @@ class ThreadExecutor:
                         runnable.append(st)
                         if self.cooperative and (idle_sync + idle_loads) % GRID_TURN_YIELDS == 0 \
                                 and idle_sync + idle_loads:
-                            self._turn(st)
+                            self._turn()
                     # else: it blocked; its status and wait are set
                 if all(st.status == "exited" for st in threads):
                     completed = True
@@ -257,11 +257,11 @@ class ThreadExecutor:
         vars(self.spaces).update(spaces)
         return reply
 
-    def _turn(self, st: ThreadState) -> None:
+    def _turn(self) -> None:
         """A block of a cooperative launch spins without progress: the other blocks run first;
-        when none of them made progress either for long enough, the grid is deadlocked."""
+        when none of them made progress either for long enough, the grid is deadlocked (named
+        at the spinning thread, `cur` again once `_hand_back` returns)."""
         if self._hand_back(("spin", self.block)) == "deadlock":
-            self.cur = st
             self._no_progress()
 
     def _await_grid(self, blk: Block, runnable) -> None:
