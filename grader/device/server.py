@@ -85,7 +85,7 @@ class Device:
         self.sources: dict[int, frozenset[int]] = {}  # allocation id -> the uploads its contents came from
         self.host_bytes = HostBytes()  # what the host wrote, element by element
         self._uploads = 0
-        self._constants: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
+        self._constant_ids: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
         self.log = CallLog(None)
 
     # -- the judge's channel ------------------------------------------------------------------
@@ -98,7 +98,7 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
-            self._constants = {}
+            self._constant_ids = {}
             self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
@@ -377,11 +377,11 @@ class Device:
         ids = []
         for function, name, array in self.builder.constants(package_id):
             key = (package_id, function, name)
-            if key not in self._constants:
-                self._constants[key] = self._upload(array, f"the array {name!r} that {function!r} takes as a "
-                                                           f"constant (a global or closure array numba copies "
-                                                           f"into the kernel)")
-            ids.append(self._constants[key])
+            if key not in self._constant_ids:
+                self._constant_ids[key] = self._upload(
+                    array, f"the array {name!r} that {function!r} takes as a constant (a global or closure "
+                           f"array numba copies into the kernel)")
+            ids.append(self._constant_ids[key])
         return frozenset(ids)
 
     def _arg(self, spec, hosts: list):
