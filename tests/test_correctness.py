@@ -68,6 +68,21 @@ def test_a_wrong_output_says_what_its_wrong_elements_have_in_common():
     with pytest.raises(WrongAnswer) as found:
         expect_close(scattered, expected, what="matmul")
     assert "never written" not in str(found.value) and "rows" not in str(found.value)
+    vector = np.ones(1000, np.float32)
+    short = vector.copy()
+    short[768:] = np.nan  # the last partial block never launched
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(short, vector, what="vector_add")
+    assert "exactly indices 768..999 (the end of the array" in str(found.value)
+    short[768:] = 1.0
+    short[999] = 0.0
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(short, vector, what="vector_add")
+    assert "the only wrong element is index 999 (the end of the array" in str(found.value)
+    short[::2] = 0.0
+    with pytest.raises(WrongAnswer) as found:
+        expect_close(short, vector, what="vector_add")
+    assert "indices" not in str(found.value) and "index 0:" in str(found.value)
 
 
 def test_a_wrong_matrix_carries_a_coarsened_mask_of_its_wrong_elements():

@@ -83,6 +83,22 @@ def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
     assert "grader/" not in edge["output"], "the student sees their own frames, not the grader's"
 
 
+def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
+    """A sum that is exactly that of a part of x names the part: the first block's partial sum only
+    (one pass of the tree), or the first warp of each block (lane 0 tested as threadIdx.x == 0)."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    def outputs(name, stage):
+        results = grade(known_wrong(name, tmp_path), ["reduction"], backend="sim", course=Course(ROOT), stages=[stage])
+        return {t.name: t.output for t in results.tests}
+
+    tree = outputs("reduction_tree_single_pass", 1)["reduction::tree[n=40000]"]
+    assert "exactly the sum of the first 256 elements (x[0:256])" in tree, tree
+    shuffle = outputs("reduction_shuffle_one_atomic_per_block", 2)["reduction::shuffle[n=1025]"]
+    assert "the first 32 elements of every 256" in shuffle and "cuda.laneid == 0" in shuffle, shuffle
+
+
 def test_table_and_junit_formats(tmp_path):
     done = gpugrade("grade", "solutions", "vector_add", "--backend", "sim")
     assert done.returncode == 0, done.stderr

@@ -70,12 +70,20 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
 
 def _where(bad: np.ndarray, got: np.ndarray) -> str:
     """What the wrong elements have in common: never written (NaN: the simulator fills fresh
-    device memory with NaN bytes), or, for a matrix, the block of rows and columns they fill
-    (a missed tile or edge shows as one)."""
+    device memory with NaN bytes), or the run of indices (a vector) or block of rows and columns
+    (a matrix) they fill: a missed block, tile or edge shows as one."""
     notes = []
     if got.dtype.kind == "f" and np.all(np.isnan(got[bad])):
         notes.append("every wrong element is NaN: never written (the simulator fills fresh device memory with "
                      "NaN; on a GPU it holds whatever was there)")
+    if bad.ndim == 1:
+        at = np.flatnonzero(bad)
+        i0, i1 = int(at[0]), int(at[-1])
+        if 0 < at.size < bad.size and at.size == i1 - i0 + 1:
+            span = f"the only wrong element is index {i0}" if i0 == i1 else f"the wrong elements are exactly indices {i0}..{i1}"
+            edge = (" (the end of the array: a missed block, or a grid or bounds guard that stops short?)"
+                    if i1 == bad.size - 1 else "")
+            notes.append(span + edge)
     if bad.ndim == 2:
         rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
         r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]

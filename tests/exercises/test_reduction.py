@@ -38,7 +38,8 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
     allowed = reduction_rtol(x.size) * float(np.abs(x).astype(np.float64).sum()) + 1e-6
     if not np.isfinite(float(value)) or abs(float(value) - expected) > allowed:
         raise WrongAnswer(f"{what}: expected {expected:.7g}, got {float(value):.7g} "
-                          f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g}){_multiple(float(value), expected)}")
+                          f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g})"
+                          f"{_part(float(value), x) or _multiple(float(value), expected)}")
 
 
 def _multiple(value: float, expected: float) -> str:
@@ -52,6 +53,30 @@ def _multiple(value: float, expected: float) -> str:
                     f"stride of a whole warp or block adds a lane's own value, or a step that is not halved)")
         if abs(ratio - 1 / k) < 0.01 / k:
             return f"; that is 1/{k} of the right sum: some partial sums are never added (a missed block, lane or step)"
+    return ""
+
+
+def _part(value: float, x: np.ndarray) -> str:
+    """Which part of x a wrong sum is exactly the sum of (within that part's own tolerance): the
+    first p elements, one element in every k, or the first w of every b (the first warp of each
+    block): each says which partial sums never reach the total."""
+    n, scale = x.size, np.abs(x).astype(np.float64)
+    x64 = x.astype(np.float64)
+    powers = [1 << j for j in range(1, 11)]                       # 2 .. 1024
+    parts = [(f"the first {p} elements (x[0:{p}]): the other elements' partial sums are never added",
+              np.s_[:p]) for p in sorted({p for b in powers if b >= 32 for p in (b, n // b * b)}) if 0 < p < n]
+    parts += [(f"one element in every {k} (x[::{k}]): only each group's first thread kept its own value, the "
+               f"others' never reach it (a missing shuffle or tree step?)", np.s_[::k]) for k in powers if k < n]
+    for b in (b for b in powers if 64 <= b < n):
+        mask = (np.arange(n) % b) < 32
+        parts.append((f"the first 32 elements of every {b} (the first warp of each block of {b} threads): only one "
+                      f"warp per block adds its sum (lane 0 of every warp is `cuda.laneid == 0`, not "
+                      f"`threadIdx.x == 0`)", mask))
+    for what, part in parts:
+        size = int(np.count_nonzero(part)) if isinstance(part, np.ndarray) else len(range(n)[part])
+        allowed = reduction_rtol(size) * float(scale[part].sum()) + 1e-6
+        if abs(value - float(x64[part].sum())) <= allowed:
+            return f"; that is exactly the sum of {what}"
     return ""
 
 
