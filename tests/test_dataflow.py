@@ -1,10 +1,13 @@
 """Pieces of an array among a call's copies (grader/judge/dataflow.py): an input copied, or an
 answer copied back, in chunks of their own allocations. A piece is found by its first values
-and confirmed by its digest; the pieces must cover the array."""
+and confirmed by its digest; the pieces must cover the array. An input padded with zeros is
+recognised by the digest of the padded array made on the judge's side."""
 
 import numpy as np
+import pytest
 
-from grader.judge.dataflow import _covering, _pieces
+from grader.errors import ProtocolError
+from grader.judge.dataflow import _covering, _padded, _pieces
 from grader.wire import Transfer
 from grader.wire.messages import digest
 
@@ -37,3 +40,26 @@ def test_nans_rows_of_a_matrix_and_forged_first_values():
     assert _pieces(floats, [_copy(other, head=floats[:16])]) == []
     # nor is a copy as large as the array (that is the whole-array digest's business)
     assert _pieces(floats, [_copy(floats)]) == []
+
+
+def test_an_input_padded_with_zeros_is_the_input_and_other_padding_is_not():
+    matrix = np.random.default_rng(2).standard_normal((37, 27)).astype(np.float32)
+    padded = np.zeros((48, 32), np.float32)
+    padded[:37, :27] = matrix
+    rows_only = np.zeros((48, 27), np.float32)
+    rows_only[:37] = matrix
+    ones = np.ones((48, 32), np.float32)
+    ones[:37, :27] = matrix
+    copies = [Transfer(digest(p), p.nbytes, head=p.reshape(-1)[:16].copy(), id=k, shape=p.shape)
+              for k, p in enumerate([padded, rows_only, ones, padded.T.copy()], start=1)]
+    assert _padded(matrix, copies) == {1, 2}  # padded with ones, or transposed: not the input
+    assert _padded(matrix[:, :1].copy(), copies) == set()
+
+
+def test_a_downloads_leading_blocks_cross_the_wire_checked():
+    doc = {"digest": "ab", "nbytes": 8, "head": np.zeros(2, np.float32), "shape": [2],
+           "blocks": [{"shape": [1], "digest": "cd"}]}
+    assert Transfer.parse(doc, "d", True).blocks == (((1,), "cd"),)
+    for bad in ([{"shape": [-1], "digest": "cd"}], [{"shape": [1]}], ["x"], [{"shape": [1], "digest": "c"}] * 17):
+        with pytest.raises(ProtocolError):
+            Transfer.parse({**doc, "blocks": bad}, "d", True)

@@ -465,3 +465,56 @@ def test_a_pipeline_of_chunks_on_streams_is_the_gpus_work(device_student):
     cheat = s.call("vector_add_last_chunk_on_the_host", a, b)
     with pytest.raises(WrongAnswer, match="not copied back from GPU memory written by a kernel"):
         require_kernel_launch(cheat, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_inputs_padded_with_zeros_and_an_answer_sliced_from_a_padded_output_are_the_gpus_work(device_student):
+    """Padding on the host so that the kernel needs no bounds check (a matrix to whole tiles, a
+    vector to whole blocks), the answer sliced from the padded output: honest, and it failed as
+    "never copied to the GPU". Padding that is not zeros still carries host data."""
+    s = device_student("""
+        @cuda.jit
+        def add_unguarded(a, b, out):
+            i = cuda.grid(1)
+            out[i] = a[i] + b[i]
+
+        def vector_add(a, b):
+            n, padded = a.size, -(-a.size // 128) * 128
+            a_p, b_p = np.zeros(padded, a.dtype), np.zeros(padded, b.dtype)
+            a_p[:n], b_p[:n] = a, b
+            d_out = cuda.device_array(padded, a.dtype)
+            add_unguarded[padded // 128, 128](cuda.to_device(a_p), cuda.to_device(b_p), d_out)
+            return d_out.copy_to_host()[:n]
+
+        def vector_add_padding_holds_the_answer(a, b):
+            n = a.size
+            a_p = np.concatenate([a, a + b])  # the "padding" is the host's answer
+            d_out = cuda.device_array(n, a.dtype)
+            add[(n + 127) // 128, 128](cuda.to_device(a_p), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+
+        @cuda.jit
+        def add2(a, b, out):
+            i, j = cuda.grid(2)
+            out[i, j] = a[i, j] + b[i, j]
+
+        def matrix_add(a, b):
+            (m, k), t = a.shape, 16
+            shape = (-(-m // t) * t, -(-k // t) * t)
+            a_p, b_p = np.zeros(shape, a.dtype), np.zeros(shape, b.dtype)
+            a_p[:m, :k], b_p[:m, :k] = a, b
+            d_out = cuda.device_array(shape, a.dtype)
+            add2[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a_p), cuda.to_device(b_p), d_out)
+            return d_out.copy_to_host()[:m, :k].copy()
+    """)
+    a, b = _inputs(1000)
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    require_kernel_launch(result, "sim")
+    A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
+    result = s.call("matrix_add", A, B)
+    assert np.array_equal(result.value, A + B)
+    require_kernel_launch(result, "sim")
+    cheat = s.call("vector_add_padding_holds_the_answer", a, b)
+    with pytest.raises(WrongAnswer, match="never copied to the GPU"):
+        require_kernel_launch(cheat, "sim")

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import wire
 from ..wire import dtypes, shared
-from ..wire.messages import digest, error_reply
+from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import launch_site, reported_site
 from .host_bytes import HostBytes, carried_elements, is_neutral
@@ -37,6 +37,7 @@ RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
 HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
 MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
+KEPT_BYTES = 64 << 20  # kernel-written downloads of a call kept to the call's end (for `CallLog.blocks`)
 _RECORDED = {"uploads": "copies to the GPU", "downloads": "copies from the GPU", "launches": "kernel launches"}
 
 
@@ -47,6 +48,26 @@ class CallLog:
         self.findings: list[dict] = []
         self.uploads: list[dict] = []
         self.downloads: list[dict] = []
+        self.kept: list[tuple[dict, np.ndarray]] = []  # (download entry, its data), KEPT_BYTES at most
+        self._kept_bytes = 0
+
+    def keep(self, entry: dict, data: np.ndarray) -> None:
+        """Keep a kernel-written download's data to the call's end, while KEPT_BYTES last."""
+        if data.ndim and self._kept_bytes + data.nbytes <= KEPT_BYTES:
+            self.kept.append((entry, data))
+            self._kept_bytes += data.nbytes
+
+    def blocks(self, answers: list[tuple[tuple[int, ...], np.dtype]]) -> None:
+        """Each kept download bigger than an answer's shape (as many axes, none shorter) gets the
+        digest of its leading block of that shape: a padded output copied back whole, the answer
+        sliced from it on the host (grader.judge.dataflow)."""
+        for entry, data in self.kept:
+            found = [{"shape": list(shape), "digest": digest(data[tuple(slice(0, d) for d in shape)])}
+                     for shape, dtype in answers
+                     if dtype == data.dtype and len(shape) == data.ndim and shape != data.shape
+                     and all(d <= e for d, e in zip(shape, data.shape))]
+            if found:
+                entry["blocks"] = found
 
     def add(self, kind: str, entry: dict) -> None:
         entries = getattr(self, kind)
@@ -105,6 +126,12 @@ class Device:
             log, self.log = self.log, CallLog(None)
             if log.call != request.get("call"):
                 return _protocol_error("end of a call that did not begin")
+            try:
+                answers = [(tuple(int(d) for d in a["shape"]), dtypes.parse(a["dtype"]))
+                           for a in request.get("answers", [])[:MAX_ANSWER_SHAPES]]
+            except (TypeError, ValueError, KeyError, wire.ProtocolError) as exc:
+                return _protocol_error(f"end: answers: {exc}")
+            log.blocks(answers)
             return log.report(*self.sim.streams.take_log())
         return _protocol_error(f"unknown op {op!r}")
 
@@ -218,10 +245,13 @@ class Device:
 
     def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(0, ())) -> None:
         flat = np.ascontiguousarray(data).reshape(-1)
-        self.log.add("downloads", {"digest": digest(data), "nbytes": int(data.nbytes),
-                                   "kernel_written": kernel_written, "sources": sorted(sources),
-                                   "head": flat[:HEAD].copy(), "carried": carried[0],
-                                   "carried_from": list(carried[1]), "shape": list(np.shape(data))})
+        entry = {"digest": digest(data), "nbytes": int(data.nbytes),
+                 "kernel_written": kernel_written, "sources": sorted(sources),
+                 "head": flat[:HEAD].copy(), "carried": carried[0],
+                 "carried_from": list(carried[1]), "shape": list(np.shape(data))}
+        self.log.add("downloads", entry)
+        if kernel_written:  # the runner gets its own copy of the data; this one stays unchanged
+            self.log.keep(entry, data)
 
     def _downloaded(self, data: np.ndarray, source, key=None) -> None:
         alloc = source._alloc.id

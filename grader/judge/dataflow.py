@@ -3,11 +3,13 @@
 The device process reports every copy of a call (grader.wire.DeviceReport): a digest of each
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
-- every input array was copied to the device, whole, during the call (in pieces into one
-  allocation: the device logs it as one upload once every element is there; or in pieces into
-  several: each piece found in the input by its first values and confirmed by its digest);
+- every input array was copied to the device, whole, during the call (padded with zeros at the
+  end of its axes; in pieces into one allocation: the device logs it as one upload once every
+  element is there; or in pieces into several: each piece found in the input by its first values
+  and confirmed by its digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
-  returned (or downloads of pieces of it, found the same way: chunks on streams), from memory a
+  returned (or the leading block of one: a padded output sliced on the host; or downloads of
+  pieces of it, found the same way as an input's: chunks on streams), from memory a
   kernel of this call wrote, computed (through the arrays the kernels loaded from, launch after
   launch) from every input;
 - the answer is not bytes the host copied to the device in this call (an answer computed on the
@@ -49,7 +51,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
-        whole = {t.id for t in report.uploads if t.digest == key}
+        whole = {t.id for t in report.uploads if t.digest == key} or _padded(array, report.uploads)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
@@ -72,7 +74,8 @@ def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[s
     written = [t for t in report.downloads if t.kernel_written]
     if isinstance(value, np.ndarray):
         key = digest(value)
-        found = [[t] for t in written if t.digest == key]  # each way the answer came back: its copies
+        # each way the answer came back: its copies (a padded output: the answer its leading block)
+        found = [[t] for t in written if t.digest == key or (value.shape, key) in t.blocks]
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
             found = [pieces] if pieces else []
@@ -111,6 +114,26 @@ def _host_made(copied: list[Transfer], host_made: dict[int, Transfer], size: int
         return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
                 f"the host\n{carried} of its {size} elements are those bytes, unchanged")
     return None
+
+
+def _padded(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+    """The uploads that are `array` padded with zeros at the end of its axes (a matrix padded to
+    whole tiles so that the kernel needs no bounds checks): confirmed by the digest of the padded
+    array made here. Zeros add nothing a kernel could compute an answer from."""
+    if array.ndim == 0 or array.size == 0:
+        return set()
+    first = np.ascontiguousarray(array).reshape(-1)[:1]
+    found = set()
+    for t in uploads:
+        if t.shape is None or len(t.shape) != array.ndim or t.shape == array.shape or t.head is None \
+                or t.head.dtype != array.dtype or not all(d <= e for d, e in zip(array.shape, t.shape)) \
+                or first.tobytes() != t.head[:1].tobytes():
+            continue
+        padded = np.zeros(t.shape, array.dtype)
+        padded[tuple(slice(0, d) for d in array.shape)] = array
+        if digest(padded) == t.digest:
+            found.add(t.id)
+    return found
 
 
 def _pieces(array: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int, Transfer]]:

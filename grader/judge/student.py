@@ -16,7 +16,8 @@ from .. import wire
 from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
 from ..errors import ProtocolError, RunnerError, StudentCodeError, Unavailable
-from ..wire.messages import MAX_RANK_DEVICES
+from ..wire import dtypes
+from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
@@ -176,7 +177,8 @@ class RunnerConnection:
             if device is None:
                 return reply, None
             try:
-                found = wire.DeviceReport.parse(device.request({"op": "end", "call": number},
+                found = wire.DeviceReport.parse(device.request({"op": "end", "call": number,
+                                                                "answers": _answer_shapes(reply)},
                                                                timeout=DEVICE_TIMEOUT_S, bounds=REPORT_BOUNDS))
             except (ProtocolError, RunnerError) as exc:  # the device itself failed: not the student's doing
                 self.close()
@@ -195,6 +197,24 @@ class RunnerConnection:
             if process is not None:
                 process.close()
         self._runner = self._device = None
+
+
+def _answer_shapes(reply) -> list[dict]:
+    """The shapes and dtypes of the arrays a call's reply holds (what it returned, its array
+    arguments after the call): the device looks for them as leading blocks of its downloads."""
+    found: list[dict] = []
+
+    def walk(value):
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, np.ndarray) and value.ndim and len(found) < MAX_ANSWER_SHAPES:
+            entry = {"shape": list(value.shape), "dtype": dtypes.describe(value.dtype)}
+            if entry not in found:
+                found.append(entry)
+
+    walk([getattr(reply, "returned", None), getattr(reply, "args", None)])
+    return found
 
 
 class Student:

@@ -436,6 +436,9 @@ class Transfer:
     carried: int = 0                 # downloads: elements still the bytes the host wrote there
     carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
     shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
+    # downloads: digests of its leading block of each smaller shape the call's answers have (a
+    # padded output copied back whole, the answer sliced from it on the host)
+    blocks: tuple[tuple[tuple[int, ...], str], ...] = ()
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -454,10 +457,21 @@ class Transfer:
             raise ProtocolError(f"{where}.neutral: expected true or false")
         ids = {key: tuple(_int(u, f"{where}.{key}[{i}]") for i, u in enumerate(_list(doc.get(key, []), f"{where}.{key}")))
                for key in ("sources", "carried_from")}
+        blocks = tuple(_block(b, f"{where}.blocks[{i}]")
+                       for i, b in enumerate(_list(doc.get("blocks", []), f"{where}.blocks", MAX_ANSWER_SHAPES)))
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
                    kernel_written, head, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
                    neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
-                   ids["carried_from"], shape)
+                   ids["carried_from"], shape, blocks)
+
+
+MAX_ANSWER_SHAPES = 16  # shapes of a call's answers the device looks for as leading blocks of downloads
+
+
+def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str]:
+    doc = _dict(doc, where)
+    shape = tuple(_int(d, f"{where}.shape[{i}]") for i, d in enumerate(_list(doc.get("shape"), f"{where}.shape", 32)))
+    return shape, _text(doc.get("digest"), f"{where}.digest", 64)
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})
