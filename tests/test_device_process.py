@@ -468,10 +468,11 @@ def test_a_pipeline_of_chunks_on_streams_is_the_gpus_work(device_student):
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
-def test_inputs_padded_with_zeros_and_an_answer_sliced_from_a_padded_output_are_the_gpus_work(device_student):
+def test_inputs_padded_or_flattened_and_answers_sliced_or_reshaped_are_the_gpus_work(device_student):
     """Padding on the host so that the kernel needs no bounds check (a matrix to whole tiles, a
-    vector to whole blocks), the answer sliced from the padded output: honest, and it failed as
-    "never copied to the GPU". Padding that is not zeros still carries host data."""
+    vector to whole blocks), the answer sliced from the padded output; matrices copied as 1-D
+    arrays, the answer reshaped: honest, and each failed as "never copied to the GPU". Padding
+    that is not zeros still carries host data."""
     s = device_student("""
         @cuda.jit
         def add_unguarded(a, b, out):
@@ -506,6 +507,11 @@ def test_inputs_padded_with_zeros_and_an_answer_sliced_from_a_padded_output_are_
             d_out = cuda.device_array(shape, a.dtype)
             add2[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a_p), cuda.to_device(b_p), d_out)
             return d_out.copy_to_host()[:m, :k].copy()
+
+        def matrix_add_flattened(a, b):  # 1-D copies of the matrices, the answer reshaped on the host
+            d_out = cuda.device_array(a.size, a.dtype)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), d_out)
+            return d_out.copy_to_host().reshape(a.shape)
     """)
     a, b = _inputs(1000)
     result = s.call("vector_add", a, b)
@@ -513,6 +519,9 @@ def test_inputs_padded_with_zeros_and_an_answer_sliced_from_a_padded_output_are_
     require_kernel_launch(result, "sim")
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
     result = s.call("matrix_add", A, B)
+    assert np.array_equal(result.value, A + B)
+    require_kernel_launch(result, "sim")
+    result = s.call("matrix_add_flattened", A, B)
     assert np.array_equal(result.value, A + B)
     require_kernel_launch(result, "sim")
     cheat = s.call("vector_add_padding_holds_the_answer", a, b)
