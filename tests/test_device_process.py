@@ -367,6 +367,47 @@ def test_a_scalar_the_host_computed_does_not_pass_through_an_accumulator(device_
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_student):
+    """A host sum passed to a kernel as a scalar argument and written out (it scored every
+    correctness point of a reduction stage); the call's own numbers (SAXPY's alpha), sizes,
+    offsets and start values passed the same way are no host data."""
+    s = device_student("""
+        @cuda.jit
+        def write(x, out, s):
+            out[0] = s + x[0] * 0
+
+        def total(x):
+            d_x, d_out = cuda.to_device(x), cuda.device_array(1, x.dtype)
+            write[1, 1](d_x, d_out, x.astype(np.float64).sum() if x.dtype.kind == "f" else int(x.sum()))
+            return d_out.copy_to_host()[0]
+
+        @cuda.jit
+        def saxpy(alpha, x, y, n, start, zero):
+            i = cuda.grid(1) + start
+            if i < n:
+                y[i] = alpha * x[i] + y[i] + zero
+
+        def saxpy_inplace(alpha, x, y):
+            d_x, d_y = cuda.to_device(x), cuda.to_device(y)
+            saxpy[(x.size + 127) // 128, 128](np.float32(alpha), d_x, d_y, x.size, 0, 0.0)
+            d_y.copy_to_host(y)
+            return y
+    """)
+    x, y = _inputs()
+    cheat = s.call("total", x)
+    with pytest.raises(WrongAnswer, match="data the host made.*the number [0-9.-]+ passed to kernel 'write' as its "
+                                          "argument 's' at ex.py:"):
+        require_kernel_launch(cheat, "sim")
+    ints = np.arange(1, 2001, dtype=np.int32)  # the sum, 2001000, is larger than any size of the launch
+    with pytest.raises(WrongAnswer, match="the number 2001000 passed"):
+        require_kernel_launch(s.call("total", ints), "sim")
+    alpha = np.float32(1.5)
+    honest = s.call("saxpy_inplace", alpha, x, y.copy())
+    assert np.allclose(honest.value, alpha * x + y)
+    require_kernel_launch(honest, "sim", output=honest.args[2], inputs=[1, 2])
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
 def test_start_values_garbage_and_random_states_are_not_the_hosts_answer(device_student):
     """What honest host code uploads beside the inputs: an accumulator's zeros, an output array
     of leftover memory that the kernel overwrites, numba's random number states."""
@@ -468,11 +509,13 @@ def test_a_pipeline_of_chunks_on_streams_is_the_gpus_work(device_student):
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
-def test_inputs_padded_or_flattened_and_answers_sliced_or_reshaped_are_the_gpus_work(device_student):
+def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_converted_are_the_gpus_work(
+        device_student):
     """Padding on the host so that the kernel needs no bounds check (a matrix to whole tiles, a
     vector to whole blocks), the answer sliced from the padded output; matrices copied as 1-D
-    arrays, the answer reshaped: honest, and each failed as "never copied to the GPU". Padding
-    that is not zeros still carries host data."""
+    arrays, the answer reshaped; inputs converted to float64, the answer converted back: honest,
+    and each failed as "never copied to the GPU". Padding that is not zeros still carries host
+    data."""
     s = device_student("""
         @cuda.jit
         def add_unguarded(a, b, out):
@@ -508,6 +551,12 @@ def test_inputs_padded_or_flattened_and_answers_sliced_or_reshaped_are_the_gpus_
             add2[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a_p), cuda.to_device(b_p), d_out)
             return d_out.copy_to_host()[:m, :k].copy()
 
+        def vector_add_in_float64(a, b):  # converted on the host, and the answer converted back
+            d_out = cuda.device_array(a.size, np.float64)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a.astype(np.float64)), cuda.to_device(b.astype(np.float64)),
+                                            d_out)
+            return d_out.copy_to_host().astype(np.float32)
+
         def matrix_add_flattened(a, b):  # 1-D copies of the matrices, the answer reshaped on the host
             d_out = cuda.device_array(a.size, a.dtype)
             add[(a.size + 127) // 128, 128](cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), d_out)
@@ -520,6 +569,9 @@ def test_inputs_padded_or_flattened_and_answers_sliced_or_reshaped_are_the_gpus_
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
     result = s.call("matrix_add", A, B)
     assert np.array_equal(result.value, A + B)
+    require_kernel_launch(result, "sim")
+    result = s.call("vector_add_in_float64", a, b)
+    assert np.array_equal(result.value, a + b)
     require_kernel_launch(result, "sim")
     result = s.call("matrix_add_flattened", A, B)
     assert np.array_equal(result.value, A + B)

@@ -41,6 +41,12 @@ KEPT_BYTES = 64 << 20  # kernel-written downloads of a call kept to the call's e
 _RECORDED = {"uploads": "copies to the GPU", "downloads": "copies from the GPU", "launches": "kernel launches"}
 
 
+def _converts(source: np.dtype, target: np.dtype) -> bool:
+    """Whether the host may have converted a download of `source` to an answer of `target`:
+    numbers to numbers (no complex to real)."""
+    return source.kind in "biuf" and target.kind in "biuf" or source.kind == target.kind == "c"
+
+
 class CallLog:
     def __init__(self, call: int | None):
         self.call = call
@@ -58,14 +64,23 @@ class CallLog:
             self._kept_bytes += data.nbytes
 
     def blocks(self, answers: list[tuple[tuple[int, ...], np.dtype]]) -> None:
-        """Each kept download bigger than an answer's shape (as many axes, none shorter) gets the
-        digest of its leading block of that shape: a padded output copied back whole, the answer
-        sliced from it on the host (grader.judge.dataflow)."""
+        """Each kept download that holds an answer's shape other than whole (as many axes, none
+        shorter: a padded output copied back, the answer sliced from it on the host) or in another
+        dtype (computed in float64, converted on the host) gets the digest of what the host would
+        make of it: its leading block of that shape, in that dtype (grader.judge.dataflow)."""
         for entry, data in self.kept:
-            found = [{"shape": list(shape), "digest": digest(data[tuple(slice(0, d) for d in shape)])}
-                     for shape, dtype in answers
-                     if dtype == data.dtype and len(shape) == data.ndim and shape != data.shape
-                     and all(d <= e for d, e in zip(shape, data.shape))]
+            found = []
+            for shape, dtype in answers:
+                size = int(np.prod(shape, dtype=np.int64))
+                if len(shape) == data.ndim and all(d <= e for d, e in zip(shape, data.shape)):
+                    part = data[tuple(slice(0, d) for d in shape)]
+                elif data.size == size:  # reshaped: the digest is of the bytes, whatever the shape
+                    part = data
+                else:
+                    continue
+                if part is data and dtype == data.dtype or not _converts(data.dtype, dtype):
+                    continue
+                found.append({"shape": list(shape), "digest": digest(part.astype(dtype, copy=False))})
             if found:
                 entry["blocks"] = found
 
@@ -107,6 +122,7 @@ class Device:
         self.host_bytes = HostBytes()  # what the host wrote, element by element
         self._uploads = 0
         self._constant_ids: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
+        self._scalar_ids: dict[tuple, int] = {}  # (type, value): the upload of a number passed to kernels
         self.log = CallLog(None)
 
     # -- the judge's channel ------------------------------------------------------------------
@@ -119,7 +135,7 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
-            self._constant_ids = {}
+            self._constant_ids, self._scalar_ids = {}, {}
             self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
@@ -387,7 +403,8 @@ class Device:
                 origin[name] = frozenset({upload})
         # what a kernel writes is computed from what it read, its constant arrays included
         derived = frozenset().union(*(origin.get(name, frozenset()) for name in read),
-                                    self._constant_uploads(package["id"]))
+                                    self._constant_uploads(package["id"]),
+                                    self._scalar_uploads(kernel, names, args, grid, block))
         for name, value in zip(names, args):
             if name in written and hasattr(value, "_alloc"):
                 self.kernel_writes[value._alloc.id] = self.log.call
@@ -412,6 +429,31 @@ class Device:
                     array, f"the array {name!r} that {function!r} takes as a constant (a global or closure "
                            f"array numba copies into the kernel)")
             ids.append(self._constant_ids[key])
+        return frozenset(ids)
+
+    def _scalar_uploads(self, kernel, names: list[str], args: list, grid, block) -> frozenset[int]:
+        """The numbers passed as the kernel's arguments that could carry an answer (a sum the
+        host computed, passed in and written out), each logged once per call as an upload. Not:
+        0, 1, -1, infinities, NaN (start values); integers no larger than the launch's threads or
+        its largest array (sizes, offsets, strides, indices)."""
+        threads = int(np.prod(grid, dtype=np.int64)) * int(np.prod(block, dtype=np.int64))
+        bound = max([threads] + [int(getattr(getattr(a, "_alloc", None), "store", a).size)
+                                 for a in args if hasattr(a, "size") and not np.isscalar(a)])
+        ids = []
+        for name, value in zip(names, args):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, complex, np.number)):
+                continue
+            data = np.asarray(value)
+            if data.dtype.kind in "iu" and abs(int(data)) <= bound or is_neutral(data):
+                continue
+            key = (data.dtype.str, data.tobytes())
+            if key not in self._scalar_ids:
+                site = launch_site()
+                where = self._relative(f" at {site[0]}:{site[1]}") if site else ""
+                text = np.format_float_positional(data[()], trim="-") if data.dtype.kind == "f" else str(data[()])
+                self._scalar_ids[key] = self._upload(
+                    data, f"the number {text} passed to kernel {kernel.py_func.__name__!r} as its argument {name!r}{where}")
+            ids.append(self._scalar_ids[key])
         return frozenset(ids)
 
     def _arg(self, spec, hosts: list):

@@ -3,12 +3,13 @@
 The device process reports every copy of a call (grader.wire.DeviceReport): a digest of each
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
-- every input array was copied to the device, whole, during the call (padded with zeros at the
-  end of its axes; in pieces into one allocation: the device logs it as one upload once every
+- every input array was copied to the device, whole, during the call (converted exactly to
+  another dtype; padded with zeros at the end of its axes; in pieces into one allocation: the device logs it as one upload once every
   element is there; or in pieces into several: each piece found in the input by its first values
   and confirmed by its digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
-  returned (or the leading block of one: a padded output sliced on the host; or downloads of
+  returned (or the leading block of one: a padded output sliced on the host; or one converted
+  to the answer's dtype on the host; or downloads of
   pieces of it, found the same way as an input's: chunks on streams), from memory a
   kernel of this call wrote, computed (through the arrays the kernels loaded from, launch after
   launch) from every input;
@@ -40,18 +41,22 @@ _RUN = 16  # first values of a piece looked for together (as many as a copy repo
 
 
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None,
-           sent: list[np.ndarray] | None = None) -> None:
+           sent: list[np.ndarray] | None = None, numbers: list | None = None) -> None:
     """`labels`: how the messages name each input (default: "input array k"); `sent`: every
     array of the call (default: the inputs): copies of them, whole or in pieces, are not data
-    the host made."""
+    the host made; `numbers`: the call's scalar arguments (SAXPY's alpha): passed on to a kernel,
+    they are not data the host made either."""
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     uploaded = {t.digest for t in report.uploads}
     others = [a for a in sent or () if not any(a is b for b in inputs)]
-    given: set[int] = set()  # uploads that are the call's own arrays, or pieces of them
+    # uploads that are the call's own arrays, or pieces of them, or its numbers passed to a kernel
+    given: set[int] = {t.id for t in report.uploads if t.shape == () and t.head is not None and t.head.size == 1
+                       and any(_same_number(t.head[0], x) for x in numbers or ())}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
-        whole = {t.id for t in report.uploads if t.digest == key} or _padded(array, report.uploads)
+        whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads) \
+            or _padded(array, report.uploads)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
@@ -114,6 +119,23 @@ def _host_made(copied: list[Transfer], host_made: dict[int, Transfer], size: int
         return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
                 f"the host\n{carried} of its {size} elements are those bytes, unchanged")
     return None
+
+
+def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+    """The uploads that are `array` converted exactly to another dtype (float32 to float64 for a
+    more accurate sum): confirmed by the digest of the conversion made here."""
+    found = set()
+    for t in uploads:
+        dtype = t.head.dtype if t.head is not None else None
+        if dtype is None or dtype == array.dtype or dtype.kind not in "biufc" or array.dtype.kind not in "biufc" \
+                or t.nbytes != array.size * dtype.itemsize:
+            continue
+        with np.errstate(all="ignore"):
+            converted = array.astype(dtype)
+            exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
+        if exact and digest(converted) == t.digest:
+            found.add(t.id)
+    return found
 
 
 def _padded(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
@@ -192,15 +214,30 @@ def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transf
     return [t for *_, t in pieces] if pieces and reach >= size else None
 
 
-def _holds(head: np.ndarray | None, value: Any) -> bool:
-    """Whether `value` is one of the first values of a download, as the device stored it."""
-    if head is None or head.size == 0:
-        return False
+def _same_number(passed: np.generic, number: Any) -> bool:
+    """Whether a number a kernel was passed is one of the call's own (as given, or rounded to
+    float32 as the reference solution passes SAXPY's alpha)."""
     try:
-        stored = np.asarray(value).astype(head.dtype)
+        return passed == number or np.float32(passed) == np.float32(number)
     except (TypeError, ValueError, OverflowError):
         return False
-    same = head == stored
-    if head.dtype.kind in "fc":
-        same |= np.isnan(head) & np.isnan(stored)
-    return bool(np.any(same))
+
+
+def _holds(head: np.ndarray | None, value: Any) -> bool:
+    """Whether `value` is one of the first values of a download, as the device stored it or
+    converted to the value's own type (a sum computed in float64, returned as float32)."""
+    if head is None or head.size == 0:
+        return False
+    value = np.asarray(value)
+    try:
+        with np.errstate(all="ignore"):
+            pairs = [(head, value.astype(head.dtype)), (head.astype(value.dtype), value)]
+    except (TypeError, ValueError, OverflowError):
+        return False
+    for stored, wanted in pairs:
+        same = stored == wanted
+        if stored.dtype.kind in "fc":
+            same |= np.isnan(stored) & np.isnan(wanted)
+        if np.any(same):
+            return True
+    return False

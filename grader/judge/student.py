@@ -608,7 +608,8 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
         verify(proof.device, [proof.sent[i] for i in chosen],
                proof.value if output is _RETURNED else _in_proof(output, result, proof), labels,
-               [a for a in proof.sent if isinstance(a, np.ndarray)])
+               [a for a in proof.sent if isinstance(a, np.ndarray)],
+               [a for a in proof.sent if isinstance(a, (int, float, np.number)) and not isinstance(a, bool)])
 
 
 def _in_proof(value: Any, result: CallResult, proof: CallResult) -> Any:
