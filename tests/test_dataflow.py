@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grader.errors import ProtocolError
-from grader.judge.dataflow import _covering, _padded, _pieces
+from grader.judge.dataflow import _converted, _covering, _padded, _pieces, _transposed
 from grader.wire import Transfer
 from grader.wire.messages import digest
 
@@ -63,3 +63,14 @@ def test_a_downloads_leading_blocks_cross_the_wire_checked():
     for bad in ([{"shape": [-1], "digest": "cd"}], [{"shape": [1]}], ["x"], [{"shape": [1], "digest": "c"}] * 17):
         with pytest.raises(ProtocolError):
             Transfer.parse({**doc, "blocks": bad}, "d", True)
+
+
+def test_an_input_converted_exactly_or_transposed_is_the_input():
+    matrix = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32)
+    halves = matrix.astype(np.float16)
+    copies = [Transfer(digest(p), p.nbytes, head=p.reshape(-1)[:16].copy(), id=k, shape=p.shape)
+              for k, p in enumerate([matrix.astype(np.float64), halves, matrix.T.copy(), matrix[::-1].copy(),
+                                     halves.astype(np.float32)], start=1)]
+    assert _converted(matrix, copies) == {1}  # to float16 loses bits: not the input converted exactly
+    assert _converted(halves, copies) == {5}  # float16 to float32 is exact
+    assert _transposed(matrix, copies) == {3}  # reversed rows are not the input

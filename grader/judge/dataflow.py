@@ -4,7 +4,7 @@ The device process reports every copy of a call (grader.wire.DeviceReport): a di
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
 - every input array was copied to the device, whole, during the call (converted exactly to
-  another dtype; padded with zeros at the end of its axes; in pieces into one allocation: the device logs it as one upload once every
+  another dtype; a matrix transposed; padded with zeros at the end of its axes; in pieces into one allocation: the device logs it as one upload once every
   element is there; or in pieces into several: each piece found in the input by its first values
   and confirmed by its digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
@@ -56,7 +56,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
         whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads) \
-            or _padded(array, report.uploads)
+            or _transposed(array, report.uploads) or _padded(array, report.uploads)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
@@ -136,6 +136,15 @@ def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
         if exact and digest(converted) == t.digest:
             found.add(t.id)
     return found
+
+
+def _transposed(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+    """The uploads that are a matrix transposed on the host (`np.ascontiguousarray(B.T)`, so that
+    a warp reads consecutive elements): the same elements, in another order."""
+    if array.ndim != 2 or array.shape[0] == 1 or array.shape[1] == 1:
+        return set()
+    key = digest(array.T)  # digest() takes C-order bytes: those of the transposed copy
+    return {t.id for t in uploads if t.digest == key}
 
 
 def _padded(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
