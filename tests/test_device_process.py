@@ -368,9 +368,10 @@ def test_a_scalar_the_host_computed_does_not_pass_through_an_accumulator(device_
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
 def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_student):
-    """A host sum passed to a kernel as a scalar argument and written out (it scored every
-    correctness point of a reduction stage); the call's own numbers (SAXPY's alpha), sizes,
-    offsets and start values passed the same way are no host data."""
+    """A host sum passed to a kernel as a scalar argument, or frozen into one as a closure
+    variable, and written out (each scored every correctness point of a reduction stage); the
+    call's own numbers (SAXPY's alpha), sizes, offsets, masks and start values given the same
+    ways are no host data."""
     s = device_student("""
         @cuda.jit
         def write(x, out, s):
@@ -381,10 +382,23 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
             write[1, 1](d_x, d_out, x.astype(np.float64).sum() if x.dtype.kind == "f" else int(x.sum()))
             return d_out.copy_to_host()[0]
 
+        def total_in_a_closure(x):
+            s = x.astype(np.float64).sum()
+
+            @cuda.jit
+            def write_it(x, out):
+                out[0] = s + x[0] * 0
+
+            d_x, d_out = cuda.to_device(x), cuda.device_array(1, x.dtype)
+            write_it[1, 1](d_x, d_out)
+            return d_out.copy_to_host()[0]
+
+        MASK = 0xFFFFFFFF
+
         @cuda.jit
         def saxpy(alpha, x, y, n, start, zero):
             i = cuda.grid(1) + start
-            if i < n:
+            if i < n and MASK != 0:
                 y[i] = alpha * x[i] + y[i] + zero
 
         def saxpy_inplace(alpha, x, y):
@@ -396,8 +410,11 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
     x, y = _inputs()
     cheat = s.call("total", x)
     with pytest.raises(WrongAnswer, match="data the host made.*the number [0-9.-]+ passed to kernel 'write' as its "
-                                          "argument 's' at ex.py:"):
+                                          "argument 's', launched at ex.py:"):
         require_kernel_launch(cheat, "sim")
+    with pytest.raises(WrongAnswer, match="the number [0-9.-]+ that 'write_it' takes as the constant 's' "
+                                          r"\(a global or closure variable"):
+        require_kernel_launch(s.call("total_in_a_closure", x), "sim")
     ints = np.arange(1, 2001, dtype=np.int32)  # the sum, 2001000, is larger than any size of the launch
     with pytest.raises(WrongAnswer, match="the number 2001000 passed"):
         require_kernel_launch(s.call("total", ints), "sim")

@@ -151,11 +151,26 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
 def constant_arrays(package: dict) -> list[tuple[str, str, np.ndarray]]:
     """(function, global or closure name, array) for every array a package's functions take
     as a constant (numba copies them into the kernel): data the host made, as an upload is."""
+    return [c for c in _constants(package) if isinstance(c[2], np.ndarray)]
+
+
+def constant_numbers(package: dict) -> list[tuple[str, str, Any]]:
+    """(function, global or closure name, number) for every number a package's functions take
+    as a constant (numba freezes it into the code): a tile size, a mask, or a sum the host
+    computed before defining the kernel around it."""
+    return [c for c in _constants(package) if not isinstance(c[2], np.ndarray)]
+
+
+def _constants(package: dict) -> list[tuple[str, str, Any]]:
+    """Every array and number (not bool) among a package's global and closure values."""
     found = []
 
     def walk(fn: str, name: str, spec: dict) -> None:
-        if isinstance(spec.get("value"), np.ndarray):
-            found.append((fn, name, spec["value"]))
+        value = spec.get("value")
+        if isinstance(value, (np.ndarray, int, float, np.number)) and not isinstance(value, (bool, np.bool_)):
+            found.append((fn, name, value))
+        elif "complex" in spec:
+            found.append((fn, name, complex(*spec["complex"])))
         for item in spec.get("tuple", ()):
             walk(fn, name, item)
 
@@ -252,7 +267,11 @@ class Builder:
 
     def constants(self, package_id: str) -> list[tuple[str, str, np.ndarray]]:
         """`constant_arrays` of a package built before."""
-        return self._constants.get(str(package_id), [])
+        return self._constants.get(str(package_id), ([], []))[0]
+
+    def numbers(self, package_id: str) -> list[tuple[str, str, Any]]:
+        """`constant_numbers` of a package built before."""
+        return self._constants.get(str(package_id), ([], []))[1]
 
     @staticmethod
     def params(kernel) -> list[str]:
@@ -291,7 +310,7 @@ class Builder:
                 namespace[name] = self._decode(value, jitted)
         kernel = jitted[package["kernel"]]
         self._kernels[package["id"]] = kernel
-        self._constants[package["id"]] = constant_arrays(package)
+        self._constants[package["id"]] = (constant_arrays(package), constant_numbers(package))
         return kernel
 
     def _define(self, spec: dict, namespace: dict):

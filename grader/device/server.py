@@ -122,7 +122,7 @@ class Device:
         self.host_bytes = HostBytes()  # what the host wrote, element by element
         self._uploads = 0
         self._constant_ids: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
-        self._scalar_ids: dict[tuple, int] = {}  # (type, value): the upload of a number passed to kernels
+        self._number_ids: dict[tuple, int] = {}  # (dtype, bytes): the upload of a number kernels were given
         self.log = CallLog(None)
 
     # -- the judge's channel ------------------------------------------------------------------
@@ -135,7 +135,7 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
-            self._constant_ids, self._scalar_ids = {}, {}
+            self._constant_ids, self._number_ids = {}, {}
             self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
@@ -404,7 +404,7 @@ class Device:
         # what a kernel writes is computed from what it read, its constant arrays included
         derived = frozenset().union(*(origin.get(name, frozenset()) for name in read),
                                     self._constant_uploads(package["id"]),
-                                    self._scalar_uploads(kernel, names, args, grid, block))
+                                    self._number_uploads(kernel, package["id"], names, args))
         for name, value in zip(names, args):
             if name in written and hasattr(value, "_alloc"):
                 self.kernel_writes[value._alloc.id] = self.log.call
@@ -431,29 +431,28 @@ class Device:
             ids.append(self._constant_ids[key])
         return frozenset(ids)
 
-    def _scalar_uploads(self, kernel, names: list[str], args: list, grid, block) -> frozenset[int]:
-        """The numbers passed as the kernel's arguments that could carry an answer (a sum the
-        host computed, passed in and written out), each logged once per call as an upload. Not:
-        0, 1, -1, infinities, NaN (start values); integers no larger than the launch's threads or
-        its largest array (sizes, offsets, strides, indices)."""
-        threads = int(np.prod(grid, dtype=np.int64)) * int(np.prod(block, dtype=np.int64))
-        bound = max([threads] + [int(getattr(getattr(a, "_alloc", None), "store", a).size)
-                                 for a in args if hasattr(a, "size") and not np.isscalar(a)])
+    def _number_uploads(self, kernel, package_id: str, names: list[str], args: list) -> frozenset[int]:
+        """The numbers the kernel was given, as arguments or as constants (globals and closure
+        variables numba freezes into the code), that could carry an answer (a sum the host
+        computed, passed in and written out): each logged once per call as an upload of one
+        value. Start values (0, 1, -1, infinities, NaN) are not; which others are the call's own
+        or structural (sizes, offsets, masks) the judge decides (grader.judge.dataflow)."""
+        given = [(value, f"passed to kernel {kernel.py_func.__name__!r} as its argument {name!r}")
+                 for name, arg in zip(names, args) for value in _numbers(arg)]
+        given += [(value, f"that {function!r} takes as the constant {name!r} (a global or closure variable "
+                          f"numba freezes into the kernel)") for function, name, value in self.builder.numbers(package_id)]
         ids = []
-        for name, value in zip(names, args):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, complex, np.number)):
-                continue
+        for value, how in given:
             data = np.asarray(value)
-            if data.dtype.kind in "iu" and abs(int(data)) <= bound or is_neutral(data):
+            if is_neutral(data):
                 continue
             key = (data.dtype.str, data.tobytes())
-            if key not in self._scalar_ids:
+            if key not in self._number_ids:
                 site = launch_site()
-                where = self._relative(f" at {site[0]}:{site[1]}") if site else ""
+                where = self._relative(f", launched at {site[0]}:{site[1]}") if site else ""
                 text = np.format_float_positional(data[()], trim="-") if data.dtype.kind == "f" else str(data[()])
-                self._scalar_ids[key] = self._upload(
-                    data, f"the number {text} passed to kernel {kernel.py_func.__name__!r} as its argument {name!r}{where}")
-            ids.append(self._scalar_ids[key])
+                self._number_ids[key] = self._upload(data, f"the number {text} {how}{where}")
+            ids.append(self._number_ids[key])
         return frozenset(ids)
 
     def _arg(self, spec, hosts: list):
@@ -472,6 +471,15 @@ class Device:
         if "complex" in spec:
             return complex(*spec["complex"])
         return spec["value"]
+
+
+def _numbers(arg) -> list:
+    """The numbers in a kernel argument (a tuple's too), bools aside."""
+    if isinstance(arg, tuple):
+        return [v for item in arg for v in _numbers(item)]
+    if isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, (bool, np.bool_)):
+        return [arg]
+    return []
 
 
 def _protocol_error(message: str) -> dict:

@@ -36,6 +36,7 @@ from ..wire.messages import digest
 
 
 MAX_PIECES = 4096  # copies of one call tried as pieces of one array
+STRUCTURAL = 1 << 16  # an integer a kernel is given up to this (or the largest array) is a size or an index
 _TRIED_STARTS = 64  # places a piece's first values are tried at
 _RUN = 16  # first values of a piece looked for together (as many as a copy reports)
 
@@ -49,9 +50,11 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     uploaded = {t.digest for t in report.uploads}
     others = [a for a in sent or () if not any(a is b for b in inputs)]
-    # uploads that are the call's own arrays, or pieces of them, or its numbers passed to a kernel
+    # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
+    # that carry no answer: the call's own, or structural integers
+    largest = max([STRUCTURAL] + [a.size for a in list(inputs) + list(sent or ())])
     given: set[int] = {t.id for t in report.uploads if t.shape == () and t.head is not None and t.head.size == 1
-                       and any(_same_number(t.head[0], x) for x in numbers or ())}
+                       and _not_an_answer(t.head[0], numbers or (), largest)}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
@@ -223,13 +226,20 @@ def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transf
     return [t for *_, t in pieces] if pieces and reach >= size else None
 
 
-def _same_number(passed: np.generic, number: Any) -> bool:
-    """Whether a number a kernel was passed is one of the call's own (as given, or rounded to
-    float32 as the reference solution passes SAXPY's alpha)."""
+def _not_an_answer(number: np.generic, numbers, largest: int) -> bool:
+    """Whether a number a kernel was given (an argument, a constant) carries no answer: one of
+    the call's own numbers (as given, or rounded to float32 as the reference passes SAXPY's
+    alpha), or an integer that is a size, an offset, a stride or an index (no larger than the
+    call's largest array, or STRUCTURAL), or a bit mask (2^k - 1: FULL_MASK)."""
     try:
-        return passed == number or np.float32(passed) == np.float32(number)
+        if any(number == x or np.float32(number) == np.float32(x) for x in numbers):
+            return True
     except (TypeError, ValueError, OverflowError):
         return False
+    if number.dtype.kind not in "iu":
+        return False
+    value = abs(int(number))
+    return value <= largest or value & (value + 1) == 0
 
 
 def _holds(head: np.ndarray | None, value: Any) -> bool:
