@@ -231,6 +231,11 @@ def render(v: Validation, width: int = 120) -> str:
                          Text(_num(stub), style="green" if stub == 0 else "red"),
                          Text("\n").join(cells) if cells else "")
     console.print(grid)
+    honest = [kw for kw in v.known_wrong if not kw.expected_failing and kw.results is not None]
+    if honest:  # submissions that must keep every point (an honest way the grader once refused)
+        console.print(Text("honest, every point kept: ") + Text(", ").join(
+            Text(f"{kw.name} {_num(kw.results.score)} / {_num(kw.results.max_score)}",
+                 style="green" if not kw.failing else "red") for kw in honest))
     for problem in v.problems:
         console.print(Text(f"problem: {problem}", style="bold red"))
     console.print("validate: ok" if v.ok else f"validate: {len(v.problems)} problem(s)")
