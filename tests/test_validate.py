@@ -83,6 +83,17 @@ def test_a_consistent_course_validates_and_prints_per_stage_scores(tmp_path):
     assert "toy 1" in text and "toy 2" in text and "bad_triple 0 / 0" in text and "validate: ok" in text
 
 
+def test_an_honest_submission_must_keep_every_point_and_is_listed(tmp_path):
+    """A submission expected to fail nothing (an honest way a grader once refused) is reported
+    with its score; one that loses a point is a problem."""
+    honest = "def double(x):\n    return x + x\n\ndef triple(x):\n    return x + x + x\n"
+    v = validate(make_course(tmp_path / "a", {"sums": (honest, [])}), backend="gpu")
+    assert v.ok, v.problems
+    assert "honest, every point kept: sums 4 / 4" in render(v)
+    v = validate(make_course(tmp_path / "b", {"sums": (WRONG_TRIPLE, [])}), backend="gpu")
+    assert not v.ok and any("sums" in p for p in v.problems), v.problems
+
+
 def test_every_deviation_is_a_named_problem(tmp_path):
     course = make_course(tmp_path, {
         "bad_triple": (WRONG_TRIPLE, ["toy::double[1]"]),      # fails other tests than it says
