@@ -406,8 +406,16 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
             saxpy[(x.size + 127) // 128, 128](np.float32(alpha), d_x, d_y, x.size, 0, 0.0)
             d_y.copy_to_host(y)
             return y
+
+        def saxpy_not_in_place(alpha, x, y):  # the caller's y is left as it was
+            d_x, d_y = cuda.to_device(x), cuda.to_device(y)
+            saxpy[(x.size + 127) // 128, 128](np.float32(alpha), d_x, d_y, x.size, 0, 0.0)
+            return d_y.copy_to_host()
     """)
     x, y = _inputs()
+    unchanged = s.call("saxpy_not_in_place", np.float32(2.0), x, y)
+    with pytest.raises(WrongAnswer, match=r"the answer is input array 2 \(float32\[1000\]\) as it was passed in"):
+        require_kernel_launch(unchanged, "sim", output=unchanged.args[2], inputs=[1, 2])
     cheat = s.call("total", x)
     with pytest.raises(WrongAnswer, match="data the host made.*the number [0-9.-]+ passed to kernel 'write' as its "
                                           "argument 's', launched at ex.py:"):

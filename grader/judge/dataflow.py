@@ -72,7 +72,21 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         copies.append(ids)
     host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}
     for value in output if isinstance(output, (list, tuple)) else [output]:
+        _unchanged(value, inputs, labels)
         _answer(report, value, uploaded, copies, inputs, labels, host_made)
+
+
+def _unchanged(value: Any, inputs: list[np.ndarray], labels: list[str]) -> None:
+    """An answer that is one of the inputs as it was passed in: nothing a kernel computed reached
+    it (an array to update in place that the result was never copied back into)."""
+    if not isinstance(value, np.ndarray):
+        return
+    key = digest(value)
+    for array, label in zip(inputs, labels):
+        if array.size and digest(array) == key:
+            raise WrongAnswer(f"the answer is {label} ({array.dtype}{list(array.shape)}) as it was passed in: nothing "
+                              f"a kernel computed reached it (an array the function must update in place? copy the "
+                              f"result back into it: `d_y.copy_to_host(y)`)")
 
 
 def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[set[int]],
