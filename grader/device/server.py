@@ -440,7 +440,8 @@ class Device:
         given = [(value, f"passed to kernel {kernel.py_func.__name__!r} as its argument {name!r}")
                  for name, arg in zip(names, args) for value in _numbers(arg)]
         given += [(value, f"that {function!r} takes as the constant {name!r} (a global or closure variable "
-                          f"numba freezes into the kernel)") for function, name, value in self.builder.numbers(package_id)]
+                          f"numba freezes into the kernel)")
+                  for function, name, value in self.builder.numbers(package_id)]
         ids = []
         for value, how in given:
             data = np.asarray(value)

@@ -3,16 +3,17 @@
 The device process reports every copy of a call (grader.wire.DeviceReport): a digest of each
 upload, and of each download with whether a kernel of this call last wrote the memory it came
 from. The judge holds the call's inputs and the student's answer, and checks:
-- every input array was copied to the device, whole, during the call (converted exactly to
-  another dtype; a matrix transposed; padded with zeros at the end of its axes; in pieces into one allocation: the device logs it as one upload once every
-  element is there; or in pieces into several: each piece found in the input by its first values
-  and confirmed by its digest);
+- every input array was copied to the device, whole, during the call (in any shape; converted
+  exactly to another dtype; a matrix transposed; padded with zeros at the end of its axes; in
+  pieces into one allocation: the device logs it as one upload once every element is there; or in
+  pieces into several: each piece found in the input by its first values and confirmed by its
+  digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
-  returned (or the leading block of one: a padded output sliced on the host; or one converted
-  to the answer's dtype on the host; or downloads of
-  pieces of it, found the same way as an input's: chunks on streams), from memory a
-  kernel of this call wrote, computed (through the arrays the kernels loaded from, launch after
-  launch) from every input;
+  returned (or the leading block of one: a padded output sliced on the host; or one converted to
+  the answer's dtype on the host; or downloads of pieces of it, found the same way as an input's:
+  chunks on streams), from memory a kernel of this call wrote, computed (through the arrays the
+  kernels loaded from, launch after launch) from every input, and is not an input as it was
+  passed in;
 - the answer is not bytes the host copied to the device in this call (an answer computed on the
   host, then copied through the GPU by a copy kernel or returned as uploaded);
 - no data the host made went into it: every upload the answer was computed from (the kernels'
@@ -86,7 +87,7 @@ def _unchanged(value: Any, inputs: list[np.ndarray], labels: list[str]) -> None:
         if array.size and digest(array) == key:
             raise WrongAnswer(f"the answer is {label} ({array.dtype}{list(array.shape)}) as it was passed in: nothing "
                               f"a kernel computed reached it (an array the function must update in place? copy the "
-                              f"result back into it: `d_y.copy_to_host(y)`)")
+                              f"device's result into the caller's array: `d_out.copy_to_host(out)`)")
 
 
 def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[set[int]],
@@ -141,16 +142,18 @@ def _host_made(copied: list[Transfer], host_made: dict[int, Transfer], size: int
 def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
     """The uploads that are `array` converted exactly to another dtype (float32 to float64 for a
     more accurate sum): confirmed by the digest of the conversion made here."""
-    found = set()
+    found, keys = set(), {}  # dtype -> the digest of the exact conversion to it (None: not exact)
     for t in uploads:
         dtype = t.head.dtype if t.head is not None else None
         if dtype is None or dtype == array.dtype or dtype.kind not in "biufc" or array.dtype.kind not in "biufc" \
                 or t.nbytes != array.size * dtype.itemsize:
             continue
-        with np.errstate(all="ignore"):
-            converted = array.astype(dtype)
-            exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
-        if exact and digest(converted) == t.digest:
+        if dtype not in keys:
+            with np.errstate(all="ignore"):
+                converted = array.astype(dtype)
+                exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
+            keys[dtype] = digest(converted) if exact else None
+        if keys[dtype] == t.digest:
             found.add(t.id)
     return found
 
@@ -253,7 +256,7 @@ def _not_an_answer(number: np.generic, numbers, largest: int) -> bool:
     if number.dtype.kind not in "iu":
         return False
     value = abs(int(number))
-    return value <= largest or value & (value + 1) == 0
+    return value <= largest or (value & (value + 1)) == 0
 
 
 def _holds(head: np.ndarray | None, value: Any) -> bool:
