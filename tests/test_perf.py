@@ -101,3 +101,16 @@ def test_on_a_gpu_the_models_prediction_is_kept_beside_the_measurement():
     expect_performance(stage, [STRIDED], [COALESCED], modelled=False)
     perf.take_timing()  # a new test starts: nothing of the last one's
     assert perf.model_beside(stage, "NVIDIA H200") is None
+
+
+def test_a_slow_verdict_names_the_work_done_most_more_than_the_references():
+    """A kernel whose criteria hold but whose modelled time is slow is told what it does more of
+    (every block of a grid stride on blockDim re-reads the whole array): the largest ratio, from
+    1.5x up."""
+    from grader.judge.perf import heaviest
+
+    ref = {"global_loads": 100, "global_load_sectors": 50, "atomics": 0, "threads_launched": 256}
+    got = {"global_loads": 3200, "global_load_sectors": 1000, "atomics": 7, "threads_launched": 256}
+    assert heaviest(got, ref) == ("; its kernels load 32.0x the reference's elements from global memory "
+                                  "(3,200 against 100)")
+    assert heaviest({**ref, "global_loads": 140}, ref) == ""  # under 1.5x, and atomics the reference has none of

@@ -167,9 +167,33 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     if credit < 1:
         launches = (f"{len(student_launches)} kernel launches against the reference's {len(reference_launches)}; "
                     if len(student_launches) > len(reference_launches) else "")
-        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {launches}{speed}; "
-                            f"{credit:.0%} of the points", credit)
+        raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {launches}{speed}"
+                            f"{heaviest(got, ref)}; {credit:.0%} of the points", credit)
     return got
+
+
+# what a kernel does more of than the reference, as the slow verdict says it (counter -> words)
+_WORK = (("global_loads", "load {r} the reference's elements from global memory"),
+         ("global_stores", "store {r} the reference's elements to global memory"),
+         ("global_load_sectors", "read {r} the reference's global memory sectors"),
+         ("global_store_sectors", "write {r} the reference's global memory sectors"),
+         ("atomics", "do {r} the reference's atomics"),
+         ("shared_loads", "load {r} the reference's shared memory words"),
+         ("barriers", "wait at {r} the reference's barriers"),
+         ("threads_launched", "launch {r} the reference's threads"))
+HEAVIER = 1.5  # this much more of some work than the reference is named beside a slow time
+
+
+def heaviest(got: dict, ref: dict) -> str:
+    """Why a kernel whose criteria all hold is still slower: the work it does most more of than
+    the reference ("; its kernels load 32x the reference's elements from global memory (...)")."""
+    ratios = [(got.get(counter, 0) / ref[counter], counter, words) for counter, words in _WORK
+              if ref.get(counter, 0) > 0 and got.get(counter, 0) >= HEAVIER * ref[counter]]
+    if not ratios:
+        return ""
+    ratio, counter, words = max(ratios, key=lambda r: r[0])
+    return (f"; its kernels {words.format(r=f'{ratio:.1f}x')} "
+            f"({got[counter]:,.0f} against {ref[counter]:,.0f})")
 
 
 # A kernel cannot move its minimal traffic faster than the GPU's copy engine moves the same bytes
