@@ -588,19 +588,12 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
             return d_out.copy_to_host().reshape(a.shape)
     """)
     a, b = _inputs(1000)
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
-    require_kernel_launch(result, "sim")
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
-    result = s.call("matrix_add", A, B)
-    assert np.array_equal(result.value, A + B)
-    require_kernel_launch(result, "sim")
-    result = s.call("vector_add_in_float64", a, b)
-    assert np.array_equal(result.value, a + b)
-    require_kernel_launch(result, "sim")
-    result = s.call("matrix_add_flattened", A, B)
-    assert np.array_equal(result.value, A + B)
-    require_kernel_launch(result, "sim")
+    for function, x, y in [("vector_add", a, b), ("matrix_add", A, B), ("vector_add_in_float64", a, b),
+                           ("matrix_add_flattened", A, B)]:
+        result = s.call(function, x, y)
+        assert np.array_equal(result.value, x + y), function
+        require_kernel_launch(result, "sim")
     cheat = s.call("vector_add_padding_holds_the_answer", a, b)
     with pytest.raises(WrongAnswer, match="never copied to the GPU"):
         require_kernel_launch(cheat, "sim")
