@@ -87,6 +87,10 @@ def test_int32_witnesses_name_the_missing_ranks():
     shifted = [np.roll(sum(inputs), 1)] * 4
     with pytest.raises(WrongAnswer, match="another index"):
         expect_allreduced(shifted, inputs, "allreduce")
+    # a ring whose chunks were never all reduced: each run of indices says whose contributions it holds
+    chunked = np.concatenate([inputs[0][:3] + inputs[1][:3], inputs[1][3:6], sum(inputs)[6:]])
+    with pytest.raises(WrongAnswer, match=r"by index: 0\.\.2 ranks 0, 1; 3\.\.5 rank 1 only; 6\.\.9 every rank$"):
+        expect_allreduced([chunked] + [sum(inputs)] * 3, inputs, "allreduce")
 
 
 def test_float_sums_pass_within_a_tolerance_and_fail_outside_it():

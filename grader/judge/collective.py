@@ -55,7 +55,7 @@ def expect_allreduced(outputs: list, inputs: list[np.ndarray], what: str) -> Non
             i = int(np.argmax(bad))
             raise WrongAnswer(f"{what}: rank {rank}'s buffer has {int(np.count_nonzero(bad))} of {got.size} "
                               f"elements wrong; first at index {i}: expected {_fmt(total[i])}, got {_fmt(got[i])}"
-                              f"{_witness(got[i], inputs, i)}")
+                              f"{_witness(got[i], inputs, i)}{_by_index(got, inputs)}")
 
 
 def _fmt(value) -> str:
@@ -76,6 +76,38 @@ def _witness(value, inputs: list[np.ndarray], i: int) -> str:
                 f"rank{'s' if len(missing) > 1 else ''} {_names(missing)} missing)")
     return (" (not the sum of some ranks' elements at this index: an element of another index, or a "
             "contribution added twice?)")
+
+
+MAX_RUNS = 8  # runs of indices a wrong witness buffer is described by
+
+
+def _by_index(got: np.ndarray, inputs: list[np.ndarray]) -> str:
+    """A wrong witness buffer as runs of indices holding the same ranks' contributions (a ring's
+    chunks show as such: "0..333 rank 0 only; 334..667 ranks 0, 1; 668..1002 every rank"), when
+    there are at most MAX_RUNS of them and more than one."""
+    if inputs[0].dtype != np.int32 or got.dtype.kind not in "iu" or got.size < 2:
+        return ""
+    ranks = len(inputs)
+    masks = got.astype(np.int64) & 0xFF
+    sums = sum(np.where((masks >> r) & 1, inputs[r].astype(np.int64), 0) for r in range(ranks))
+    labels = np.where((masks >> ranks == 0) & (got.astype(np.int64) == sums), masks, -1)
+    starts = np.flatnonzero(np.diff(labels)) + 1
+    if not 0 < starts.size < MAX_RUNS:
+        return ""
+    bounds = zip(np.concatenate([[0], starts]), np.concatenate([starts, [got.size]]))
+    runs = [f"{lo}..{hi - 1} {_held(int(labels[lo]), ranks)}" for lo, hi in bounds]
+    return f"; by index: {'; '.join(runs)}"
+
+
+def _held(mask: int, ranks: int) -> str:
+    if mask < 0:
+        return "not a sum of the ranks' elements there"
+    held = [r for r in range(ranks) if mask >> r & 1]
+    if len(held) == ranks:
+        return "every rank"
+    if not held:
+        return "no rank"
+    return f"rank{'s' if len(held) > 1 else ''} {_names(held)}{' only' if len(held) == 1 else ''}"
 
 
 def _names(ranks: list[int]) -> str:
