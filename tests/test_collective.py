@@ -93,6 +93,14 @@ def test_int32_witnesses_name_the_missing_ranks():
         expect_allreduced([chunked] + [sum(inputs)] * 3, inputs, "allreduce")
 
 
+def test_a_wrong_float_buffer_says_whose_contributions_its_runs_hold():
+    inputs = rank_inputs(np.random.default_rng(5), 3, 12, np.float32)
+    chunked = np.concatenate([inputs[2][:4], (inputs[0] + inputs[1])[4:8], sum(inputs)[8:]])
+    with pytest.raises(WrongAnswer, match=r"contributions of rank 2 only: ranks 0, 1 missing\); by index: 0\.\.3 "
+                                          r"rank 2 only; 4\.\.7 ranks 0, 1; 8\.\.11 every rank$"):
+        expect_allreduced([chunked.astype(np.float32)] * 3, inputs, "allreduce")
+
+
 def test_float_sums_pass_within_a_tolerance_and_fail_outside_it():
     inputs = rank_inputs(np.random.default_rng(4), 8, 100, np.float32)
     exact = sum(x.astype(np.float64) for x in inputs)

@@ -44,70 +44,83 @@ def expect_allreduced(outputs: list, inputs: list[np.ndarray], what: str) -> Non
     """Every rank's buffer must hold the element-wise sum of all the inputs."""
     wide = [x.astype(np.float64 if x.dtype.kind == "f" else np.int64) for x in inputs]
     total = sum(wide)
+    allowed = reduction_rtol(len(inputs)) * sum(np.abs(w) for w in wide) + 1e-6
     for rank, got in enumerate(outputs):
         if got.dtype.kind in "iu":
             bad = got.astype(np.int64) != total
         else:
-            allowed = reduction_rtol(len(inputs)) * sum(np.abs(w) for w in wide) + 1e-6
             with np.errstate(invalid="ignore"):
                 bad = ~(np.abs(got.astype(np.float64) - total) <= allowed)
         if np.any(bad):
             i = int(np.argmax(bad))
             raise WrongAnswer(f"{what}: rank {rank}'s buffer has {int(np.count_nonzero(bad))} of {got.size} "
                               f"elements wrong; first at index {i}: expected {_fmt(total[i])}, got {_fmt(got[i])}"
-                              f"{_witness(got[i], inputs, i)}{_by_index(got, inputs)}")
+                              f"{_contributions(got, wide, allowed, i)}")
 
 
 def _fmt(value) -> str:
     return f"{value:.7g}" if isinstance(value, (float, np.floating)) else str(int(value))
 
 
-def _witness(value, inputs: list[np.ndarray], i: int) -> str:
-    """What a witness element says: whose contributions it holds."""
-    if inputs[0].dtype != np.int32:
+MAX_RUNS = 8  # runs of indices a wrong buffer is described by
+MAX_SUBSET_SUMS = 1 << 22  # float buffers: subsets of ranks x elements tried at most
+
+
+def _held(got: np.ndarray, wide: list[np.ndarray], allowed) -> np.ndarray | None:
+    """Per element, the ranks whose contributions it holds as a bit mask (-1: no set of ranks'
+    elements at that index sums to it). int32 witnesses tell it from their low byte; a float sum
+    is matched against the sums of every set of ranks, within the tolerance."""
+    ranks = len(wide)
+    if got.dtype.kind in "iu":
+        if wide[0].dtype.kind not in "iu" or ranks > WITNESS_BITS:
+            return None
+        value = got.astype(np.int64)
+        masks = value & 0xFF
+        sums = sum(np.where((masks >> r) & 1, wide[r], 0) for r in range(ranks))
+        return np.where((masks >> ranks == 0) & (value == sums), masks, -1)
+    if (1 << ranks) * got.size > MAX_SUBSET_SUMS:
+        return None
+    bits = (np.arange(1 << ranks)[:, None] >> np.arange(ranks)) & 1  # subset x rank
+    sums = bits @ np.stack(wide)                                     # subset x element
+    with np.errstate(invalid="ignore"):
+        match = np.abs(sums - got.astype(np.float64)) <= allowed
+    return np.where(match.any(axis=0), np.argmax(match, axis=0), -1)
+
+
+def _contributions(got: np.ndarray, wide: list[np.ndarray], allowed, i: int) -> str:
+    """Whose contributions the first wrong element holds, and, when the buffer falls into a few
+    runs of indices holding the same ranks' (a ring's chunks), each run's."""
+    held = _held(got, wide, allowed)
+    if held is None:
         return ""
-    mask = int(value) & 0xFF
-    held = [r for r in range(len(inputs)) if mask >> r & 1]
-    if mask >> len(inputs) == 0 and int(value) == sum(int(inputs[r][i]) for r in held):
-        missing = [r for r in range(len(inputs)) if r not in held]
-        if not held:
-            return " (no rank's contribution at all: was this element ever written?)"
-        return (f" (it holds the contributions of rank{'s' if len(held) > 1 else ''} {_names(held)} only: "
+    ranks = len(wide)
+    first = int(held[i])
+    if first < 0:
+        note = (" (not the sum of some ranks' elements at this index: an element of another index, or a "
+                "contribution added twice?)")
+    elif first == 0:
+        note = " (no rank's contribution at all: was this element ever written?)"
+    else:
+        have = [r for r in range(ranks) if first >> r & 1]
+        missing = [r for r in range(ranks) if r not in have]
+        note = (f" (it holds the contributions of rank{'s' if len(have) > 1 else ''} {_names(have)} only: "
                 f"rank{'s' if len(missing) > 1 else ''} {_names(missing)} missing)")
-    return (" (not the sum of some ranks' elements at this index: an element of another index, or a "
-            "contribution added twice?)")
-
-
-MAX_RUNS = 8  # runs of indices a wrong witness buffer is described by
-
-
-def _by_index(got: np.ndarray, inputs: list[np.ndarray]) -> str:
-    """A wrong witness buffer as runs of indices holding the same ranks' contributions (a ring's
-    chunks show as such: "0..333 rank 0 only; 334..667 ranks 0, 1; 668..1002 every rank"), when
-    there are at most MAX_RUNS of them and more than one."""
-    if inputs[0].dtype != np.int32 or got.dtype.kind not in "iu" or got.size < 2:
-        return ""
-    ranks = len(inputs)
-    masks = got.astype(np.int64) & 0xFF
-    sums = sum(np.where((masks >> r) & 1, inputs[r].astype(np.int64), 0) for r in range(ranks))
-    labels = np.where((masks >> ranks == 0) & (got.astype(np.int64) == sums), masks, -1)
-    starts = np.flatnonzero(np.diff(labels)) + 1
+    starts = np.flatnonzero(np.diff(held)) + 1
     if not 0 < starts.size < MAX_RUNS:
-        return ""
-    bounds = zip(np.concatenate([[0], starts]), np.concatenate([starts, [got.size]]))
-    runs = [f"{lo}..{hi - 1} {_held(int(labels[lo]), ranks)}" for lo, hi in bounds]
-    return f"; by index: {'; '.join(runs)}"
+        return note
+    bounds = zip(np.concatenate([[0], starts]).tolist(), np.concatenate([starts, [got.size]]).tolist())
+    return note + "; by index: " + "; ".join(f"{lo}..{hi - 1} {_ranks_held(int(held[lo]), ranks)}" for lo, hi in bounds)
 
 
-def _held(mask: int, ranks: int) -> str:
+def _ranks_held(mask: int, ranks: int) -> str:
     if mask < 0:
         return "not a sum of the ranks' elements there"
-    held = [r for r in range(ranks) if mask >> r & 1]
-    if len(held) == ranks:
+    have = [r for r in range(ranks) if mask >> r & 1]
+    if len(have) == ranks:
         return "every rank"
-    if not held:
+    if not have:
         return "no rank"
-    return f"rank{'s' if len(held) > 1 else ''} {_names(held)}{' only' if len(held) == 1 else ''}"
+    return f"rank{'s' if len(have) > 1 else ''} {_names(have)}{' only' if len(have) == 1 else ''}"
 
 
 def _names(ranks: list[int]) -> str:
