@@ -57,6 +57,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     given: set[int] = {t.id for t in report.uploads if t.shape == () and t.head is not None and t.head.size == 1
                        and _not_an_answer(t.head[0], numbers or (), largest)}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
+    keys: list[str] = []  # per input: its digest
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
         whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads) \
@@ -65,6 +66,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
             continue
+        keys.append(key)
         ids = whole or {t.id for t in _covering(pieces, array.size) or ()}
         if not ids:
             raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
@@ -73,30 +75,28 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         copies.append(ids)
     host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}
     for value in output if isinstance(output, (list, tuple)) else [output]:
-        _unchanged(value, inputs, labels)
-        _answer(report, value, uploaded, copies, inputs, labels, host_made)
+        key = digest(value) if isinstance(value, np.ndarray) else None
+        _unchanged(key, inputs, keys, labels)
+        _answer(report, value, key, uploaded, copies, inputs, labels, host_made)
 
 
-def _unchanged(value: Any, inputs: list[np.ndarray], labels: list[str]) -> None:
-    """An answer that is one of the inputs as it was passed in: nothing a kernel computed reached
-    it (an array to update in place that the result was never copied back into)."""
-    if not isinstance(value, np.ndarray):
-        return
-    key = digest(value)
-    for array, label in zip(inputs, labels):
-        if array.size and digest(array) == key:
+def _unchanged(key: str | None, inputs: list[np.ndarray], keys: list[str], labels: list[str]) -> None:
+    """An answer (of digest `key`) that is one of the inputs as it was passed in: nothing a kernel
+    computed reached it (an array to update in place that the result was never copied back into)."""
+    for array, input_key, label in zip(inputs, keys, labels):
+        if key is not None and array.size and input_key == key:
             raise WrongAnswer(f"the answer is {label} ({array.dtype}{list(array.shape)}) as it was passed in: nothing "
                               f"a kernel computed reached it (an array the function must update in place? copy the "
                               f"device's result into the caller's array: `d_out.copy_to_host(out)`)")
 
 
-def _answer(report: DeviceReport, value: Any, uploaded: set[str], copies: list[set[int]],
+def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str], copies: list[set[int]],
             inputs: list[np.ndarray], labels: list[str], host_made: dict[int, Transfer]) -> None:
+    """`key`: the digest of `value` when it is an array."""
     if value is None:
         return
     written = [t for t in report.downloads if t.kernel_written]
     if isinstance(value, np.ndarray):
-        key = digest(value)
         # each way the answer came back: its copies (a padded output: the answer its leading block)
         found = [[t] for t in written if t.digest == key or (value.shape, key) in t.blocks]
         if not found:  # copied back in pieces (chunks on streams) into one host array?
