@@ -436,8 +436,9 @@ class Transfer:
     carried: int = 0                 # downloads: elements still the bytes the host wrote there
     carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
     shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
-    # downloads: digests of its leading block of each smaller shape the call's answers have (a
-    # padded output copied back whole, the answer sliced from it on the host)
+    # downloads: (shape, digest) of what the host may have made of it for each of the call's
+    # answers: its leading block of a smaller shape (a padded output, the answer sliced from it),
+    # or the whole converted to the answer's dtype (computed in float64, converted back)
     blocks: tuple[tuple[tuple[int, ...], str], ...] = ()
 
     @classmethod
@@ -448,7 +449,7 @@ class Transfer:
             raise ProtocolError(f"{where}.head: expected the first values of the copy")
         shape = doc.get("shape")
         if shape is not None:
-            shape = tuple(_int(d, f"{where}.shape[{i}]") for i, d in enumerate(_list(shape, f"{where}.shape", 32)))
+            shape = _shape(shape, f"{where}.shape")
         kernel_written = doc.get("kernel_written", False)
         if not isinstance(kernel_written, bool):
             raise ProtocolError(f"{where}.kernel_written: expected true or false")
@@ -468,10 +469,13 @@ class Transfer:
 MAX_ANSWER_SHAPES = 16  # shapes of a call's answers the device looks for as leading blocks of downloads
 
 
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    return tuple(_int(d, f"{where}[{i}]") for i, d in enumerate(_list(value, where, 32)))
+
+
 def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str]:
     doc = _dict(doc, where)
-    shape = tuple(_int(d, f"{where}.shape[{i}]") for i, d in enumerate(_list(doc.get("shape"), f"{where}.shape", 32)))
-    return shape, _text(doc.get("digest"), f"{where}.digest", 64)
+    return _shape(doc.get("shape"), f"{where}.shape"), _text(doc.get("digest"), f"{where}.digest", 64)
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})
