@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..sim import patching
+from ..wire.messages import is_number
 from ..sim.kernel_graph import code_names, is_cuda_dispatcher, is_numba_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
@@ -167,7 +168,7 @@ def _constants(package: dict) -> list[tuple[str, str, Any]]:
 
     def walk(fn: str, name: str, spec: dict) -> None:
         value = spec.get("value")
-        if isinstance(value, (np.ndarray, int, float, np.number)) and not isinstance(value, (bool, np.bool_)):
+        if isinstance(value, np.ndarray) or is_number(value):
             found.append((fn, name, value))
         elif "complex" in spec:
             found.append((fn, name, complex(*spec["complex"])))

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import wire
 from ..wire import dtypes, shared
-from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply
+from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply, is_number
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import launch_site, reported_site
 from .host_bytes import HostBytes, carried_elements, is_neutral
@@ -478,7 +478,7 @@ def _numbers(arg) -> list:
     """The numbers in a kernel argument (a tuple's too), bools aside."""
     if isinstance(arg, tuple):
         return [v for item in arg for v in _numbers(item)]
-    if isinstance(arg, (int, float, complex, np.number)) and not isinstance(arg, (bool, np.bool_)):
+    if is_number(arg):
         return [arg]
     return []
 

@@ -17,7 +17,7 @@ from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
 from ..errors import ProtocolError, RunnerError, StudentCodeError, Unavailable
 from ..wire import dtypes
-from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
+from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES, is_number
 from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from ..sandbox import Runner, Sandbox
@@ -609,7 +609,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         verify(proof.device, [proof.sent[i] for i in chosen],
                proof.value if output is _RETURNED else _in_proof(output, result, proof), labels,
                [a for a in proof.sent if isinstance(a, np.ndarray)],
-               [a for a in proof.sent if isinstance(a, (int, float, np.number)) and not isinstance(a, bool)])
+               [a for a in proof.sent if is_number(a)])
 
 
 def _in_proof(value: Any, result: CallResult, proof: CallResult) -> Any:

@@ -560,6 +560,12 @@ class DeviceReport:
                    bool(doc.get("timeline_truncated", False)))
 
 
+def is_number(value: Any) -> bool:
+    """A number a kernel may be given or a call may take (a Python or NumPy int, float or complex),
+    bools aside: what the data flow checks as possibly carrying an answer."""
+    return isinstance(value, (int, float, complex, np.number)) and not isinstance(value, (bool, np.bool_))
+
+
 def digest(array: np.ndarray) -> str:
     """What the judge and the device process compare: an array's dtype and C-order bytes. Not its
     shape: a matrix copied to the GPU flattened (`A.ravel()`, indexed `A[row * K + k]`), or an
