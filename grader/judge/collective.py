@@ -101,26 +101,34 @@ def _contributions(got: np.ndarray, wide: list[np.ndarray], allowed, i: int) -> 
     elif first == 0:
         note = " (no rank's contribution at all: was this element ever written?)"
     else:
-        have = [r for r in range(ranks) if first >> r & 1]
+        have = _members(first, ranks)
         missing = [r for r in range(ranks) if r not in have]
-        note = (f" (it holds the contributions of rank{'s' if len(have) > 1 else ''} {_names(have)} only: "
-                f"rank{'s' if len(missing) > 1 else ''} {_names(missing)} missing)")
+        note = f" (it holds the contributions of {_ranks(have)} only: {_ranks(missing)} missing)"
     starts = np.flatnonzero(np.diff(held)) + 1
     if not 0 < starts.size < MAX_RUNS:
         return note
     bounds = zip(np.concatenate([[0], starts]).tolist(), np.concatenate([starts, [got.size]]).tolist())
-    return note + "; by index: " + "; ".join(f"{lo}..{hi - 1} {_ranks_held(int(held[lo]), ranks)}" for lo, hi in bounds)
+    return note + "; by index: " + "; ".join(f"{lo}..{hi - 1} {_run_holds(int(held[lo]), ranks)}"
+                                             for lo, hi in bounds)
 
 
-def _ranks_held(mask: int, ranks: int) -> str:
+def _members(mask: int, ranks: int) -> list[int]:
+    return [r for r in range(ranks) if mask >> r & 1]
+
+
+def _ranks(which: list[int]) -> str:
+    return f"rank{'s' if len(which) > 1 else ''} {_names(which)}"
+
+
+def _run_holds(mask: int, ranks: int) -> str:
     if mask < 0:
         return "not a sum of the ranks' elements there"
-    have = [r for r in range(ranks) if mask >> r & 1]
+    have = _members(mask, ranks)
     if len(have) == ranks:
         return "every rank"
     if not have:
         return "no rank"
-    return f"rank{'s' if len(have) > 1 else ''} {_names(have)}{' only' if len(have) == 1 else ''}"
+    return _ranks(have) + (" only" if len(have) == 1 else "")
 
 
 def _names(ranks: list[int]) -> str:
