@@ -50,6 +50,10 @@ class Allocation:
         # 0xFF bytes: NaN for floats, -1 for ints; stale-looking garbage if the checker is off
         self.store = np.full(size * self.dtype.itemsize, 0xFF, np.uint8).view(self.dtype)
         self.initialised = np.full(size, initialised, bool)
+        # Per element, whether a kernel stored to it since whoever made these flags last cleared
+        # them: made by an observer (the device process follows the bytes the host wrote), None
+        # otherwise, which costs the stores nothing.
+        self.stored: np.ndarray | None = None
         self.device = device
         self.id = next(_ids)
         with _address_lock:
@@ -221,11 +225,12 @@ class SimDeviceArray:
 class DeviceBuffer:
     """An array argument as executors see it for one launch (see docs/SIMULATOR_DESIGN.md).
 
-    `flat` is the whole allocation's 1-D store and `initialised` its flags; `index` in
-    `memory.Instrument` maps kernel indices to positions in `flat`.
+    `flat` is the whole allocation's 1-D store, `initialised` its flags and `stored` its
+    kernel-store flags (`Allocation.stored`, or None); `index` in `memory.Instrument` maps kernel
+    indices to positions in `flat`.
     """
 
-    __slots__ = ("array", "name", "data", "flat", "initialised", "offset", "estrides", "shape",
+    __slots__ = ("array", "name", "data", "flat", "initialised", "stored", "offset", "estrides", "shape",
                  "dtype", "device", "buffer_id", "address", "host")
 
     def __init__(self, array: SimDeviceArray, name: str, host: np.ndarray | None = None):
@@ -234,6 +239,7 @@ class DeviceBuffer:
         self.data = array._view
         self.flat = array._alloc.store
         self.initialised = array._alloc.initialised
+        self.stored = array._alloc.stored
         self.offset = array.offset
         self.estrides = array.estrides
         self.shape = array.shape

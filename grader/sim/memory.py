@@ -139,6 +139,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
+                if handle.stored is not None:
+                    handle.stored[flat] = True
         if kind == "atomic" and space == "global" and self.races:
             self._acquired(lanes.block, lanes.g)
         if kind == "atomic" or line is None:
@@ -176,6 +178,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
+                if handle.stored is not None:
+                    handle.stored[flat] = True
         g = block * self.tpb + thread
         if self.races and not silent:
             if space == "shared" and handle.memory is not None:

@@ -205,5 +205,7 @@ class AccessLog:
             handle = self._slot_global[hc // 4]
             handle.initialised[flat] = True
             self.written.add(handle.name)
+            if handle.stored is not None:
+                handle.stored[flat] = True
         elif hc % 4 == CODE["global", "load"] and flat.size:
             self.read.add(self._slot_global[hc // 4].name)

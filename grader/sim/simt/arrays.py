@@ -362,7 +362,8 @@ class ArrayOps:
         if saved is not None and array.space == "global":
             h = array.handle
             if h.buffer_id not in saved:
-                saved[h.buffer_id] = (h, h.flat.copy(), h.initialised.copy())
+                saved[h.buffer_id] = (h, h.flat.copy(), h.initialised.copy(),
+                                      None if h.stored is None else h.stored.copy())
 
     # --- creation -------------------------------------------------------------------------------
 

@@ -104,14 +104,16 @@ def run(launch) -> None:
     """The launcher's entry point (`launch.Launch`): run it, or raise SimtUnsupported with no
     side effect (argument memory is restored if lockstep gives up midway)."""
     fn, sim_args = prepare(launch.kernel, launch.args)
-    saved: dict = {}  # allocations written so far: (handle, store copy, flags copy)
+    saved: dict = {}  # allocations written so far: (handle, store copy, flags copies)
     try:
         _execute(fn, sim_args, launch.config, launch.instrument, launch.device_limits, saved,
                  getattr(launch, "cooperative", False))
     except SimtUnsupported:
-        for handle, flat, init in saved.values():
+        for handle, flat, init, stored in saved.values():
             handle.flat[...] = flat
             handle.initialised[...] = init
+            if stored is not None:
+                handle.stored[...] = stored
         raise
 
 

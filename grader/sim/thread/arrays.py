@@ -36,6 +36,7 @@ class _View:
 
     def __init__(self, base, offset, shape, estrides):
         self.name, self.flat, self.initialised = base.name, base.flat, base.initialised
+        self.stored = getattr(base, "stored", None)
         self.dtype, self.buffer_id, self.address = base.dtype, base.buffer_id, base.address
         self.first_block = getattr(base, "first_block", 0)
         self.block_stride = getattr(base, "block_stride", 0)
