@@ -347,6 +347,60 @@ def test_a_host_answer_a_kernel_touched_up_is_still_the_hosts(device_student, ho
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
+@pytest.mark.parametrize("how", [
+    # the tail computed on the host into the output it uploads
+    """out = np.zeros_like(a)
+       out[m:] = a[m:] + b[m:]
+       d_out = cuda.to_device(out)
+       add[m // 32, 32](d_a, d_b, d_out)
+       return d_out.copy_to_host()""",
+    # the same output handed to the kernel as a host array (numba copies it in and back)
+    """out = np.zeros_like(a)
+       out[m:] = a[m:] + b[m:]
+       add[m // 32, 32](d_a, d_b, out)
+       return out""",
+], ids=["upload", "host_argument"])
+def test_a_tail_left_to_the_host_is_the_hosts_however_short(device_student, how):
+    """A kernel launched for whole blocks only, the last n % 32 elements computed by the host:
+    8 of 1000 elements (under the sixteenth that a value-based comparison had to allow)."""
+    body = "\n".join("            " + line.strip() for line in how.splitlines())
+    s = device_student(textwrap.dedent(f"""
+        def vector_add(a, b):
+            m = a.size - a.size % 32
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+{body}
+    """))
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    with pytest.raises(WrongAnswer, match="8 of its 1000 elements are those bytes: no kernel stored to them"):
+        require_kernel_launch(result, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+@pytest.mark.parametrize("how", [
+    "d_out = cuda.to_device(half)",
+    "d_out = cuda.device_array_like(d_a)\n            d_out[:] = half",
+], ids=["upload", "setitem"])
+def test_a_kernel_that_stores_what_the_host_had_put_there_computed_it(device_student, how):
+    """Elements a kernel stored to are its work even where the bytes equal the host's (an output
+    whose memory held half the answer before, from a host check or a reused buffer): told by
+    the simulator's store flags, not by comparing bytes (which failed such a call whole)."""
+    s = device_student(f"""
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+            half = np.where(np.arange(a.size) < a.size // 2, a + b, 0).astype(a.dtype)
+            {how}
+            add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    assert np.array_equal(result.value, a + b)
+    require_kernel_launch(result, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
 def test_a_scalar_the_host_computed_does_not_pass_through_an_accumulator(device_student):
     s = device_student("""
         @cuda.jit
@@ -539,8 +593,9 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
     """Padding on the host so that the kernel needs no bounds check (a matrix to whole tiles, a
     vector to whole blocks), the answer sliced from the padded output; matrices copied as 1-D
     arrays, the answer reshaped; inputs converted to float64, the answer converted back: honest,
-    and each failed as "never copied to the GPU". Padding that is not zeros still carries host
-    data."""
+    and each failed as "never copied to the GPU". An output's padding that keeps bytes the host
+    put there is not the answer (it failed as "bytes the host wrote"). Padding of an input that is
+    not zeros still carries host data."""
     s = device_student("""
         @cuda.jit
         def add_unguarded(a, b, out):
@@ -576,6 +631,19 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
             add2[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a_p), cuda.to_device(b_p), d_out)
             return d_out.copy_to_host()[:m, :k].copy()
 
+        @cuda.jit
+        def add2_into(a, b, out):
+            i, j = cuda.grid(2)
+            if i < a.shape[0] and j < a.shape[1]:
+                out[i, j] = a[i, j] + b[i, j]
+
+        def matrix_add_into_a_filled_output(a, b):  # the output's padding keeps what the host put there
+            (m, k), t = a.shape, 16
+            shape = (-(-m // t) * t, -(-k // t) * t)
+            d_out = cuda.to_device(np.full(shape, 7, a.dtype))
+            add2_into[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()[:m, :k].copy()
+
         def vector_add_in_float64(a, b):  # converted on the host, and the answer converted back
             d_out = cuda.device_array(a.size, np.float64)
             add[(a.size + 127) // 128, 128](cuda.to_device(a.astype(np.float64)), cuda.to_device(b.astype(np.float64)),
@@ -589,8 +657,8 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
     """)
     a, b = _inputs(1000)
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
-    for function, x, y in [("vector_add", a, b), ("matrix_add", A, B), ("vector_add_in_float64", a, b),
-                           ("matrix_add_flattened", A, B)]:
+    for function, x, y in [("vector_add", a, b), ("matrix_add", A, B), ("matrix_add_into_a_filled_output", A, B),
+                           ("vector_add_in_float64", a, b), ("matrix_add_flattened", A, B)]:
         result = s.call(function, x, y)
         assert np.array_equal(result.value, x + y), function
         require_kernel_launch(result, "sim")

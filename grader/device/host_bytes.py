@@ -4,8 +4,11 @@ The data flow follows allocations (`server.Device.sources`): memory a kernel wri
 computed from what that kernel read. Alone, that launders a host-computed answer: upload it, let
 a kernel rewrite one element from the inputs, and the whole array would count as the kernel's.
 So the device keeps, per allocation, a copy of the elements the host wrote and the uploads that
-wrote them; a download then says how many of its elements still hold those bytes (`carried`),
-whichever kernels ran in between. The judge decides what that means (grader/judge/dataflow.py).
+wrote them, and the simulator flags every element a kernel stores to (`Allocation.stored`,
+cleared here where the host writes again); a download then says how many of its elements still
+hold those bytes with no kernel's store since (`carried`). A kernel that stores the very value
+the host had put there has still computed it: the flags, not the bytes, say so. The judge decides
+what that means (grader/judge/dataflow.py).
 
 Also here: `is_neutral`, an upload that carries no answer (an accumulator's start value
 everywhere, random number states).
@@ -60,7 +63,7 @@ class HostBytes:
             shadow.written = int(np.count_nonzero(shadow.mask))
             return None
         store = array._alloc.store
-        if carried_elements(shadow.items, store) != store.size:
+        if array._alloc.stored.any() or carried_elements(shadow.items, store) != store.size:
             return None
         shape, order = shadow.shape
         return store.reshape(shape, order=order)
@@ -75,6 +78,8 @@ class HostBytes:
                 shadow = self._shadows[alloc] = _Shadow()
             if shadow.items is None:
                 shadow.items, shadow.mask = np.empty_like(alloc.store), np.zeros(alloc.store.shape, bool)
+            if alloc.stored is None:  # the simulator flags kernels' stores from now on
+                alloc.stored = np.zeros(alloc.store.shape, bool)
         return shadow if shadow is not None and shadow.items is not None else None
 
     def host_wrote(self, array, upload: int, key=None) -> None:
@@ -87,45 +92,62 @@ class HostBytes:
         mask = _region(shadow.mask, array)
         before = int(np.count_nonzero(mask[key]))
         mask[key] = True
+        _region(array._alloc.stored, array)[key] = False  # the host's bytes again, no kernel's
         shadow.written += int(np.count_nonzero(mask[key])) - before
         shadow.uploads.add(upload)
 
     def device_copied(self, target, source, key=None) -> None:
         """`target` (or `target[key]`) now holds a copy of `source` (device to device): the
-        host's bytes in `source` travel with it. (What a copy or a kernel overwrites needs no
-        bookkeeping: `carried` compares bytes, and those no longer match.)"""
+        host's bytes in `source` (those no kernel stored over since) travel with it, and what
+        the copy overwrote is no longer the host's."""
         theirs = self._of(source)
         mine = self._of(target, create=theirs is not None)
-        if theirs is None or mine is None:
+        if mine is None:
             return
-        items, mask = _region(theirs.items, source).copy(), _region(theirs.mask, source).copy()
+        key = ... if key is None else key
+        if theirs is None:  # a copy of memory the host never wrote
+            _region(mine.mask, target)[key] = False
+            return
+        items = _region(theirs.items, source).copy()
+        mask = _region(theirs.mask, source) & ~_region(source._alloc.stored, source)
         try:
-            if key is None:
-                key, items, mask = ..., items.reshape(target.shape), mask.reshape(target.shape)
+            if key is ...:
+                items, mask = items.reshape(target.shape), mask.reshape(target.shape)
             _region(mine.items, target)[key] = items
             _region(mine.mask, target)[key] = mask
+            _region(target._alloc.stored, target)[key] = False
         except ValueError:  # shapes numpy cannot line up: stop following this allocation
             self._shadows.pop(target._alloc, None)
             return
         mine.uploads |= theirs.uploads
         mine.written = int(np.count_nonzero(mine.mask))
 
-    def carried(self, array, key=None) -> tuple[int, list[int]]:
-        """(elements of `array` (or `array[key]`) still holding the host's bytes, the uploads
-        that wrote them)."""
+    def carried(self, array, key=None) -> tuple[np.ndarray | None, list[int]]:
+        """(which elements of `array` (or `array[key]`) still hold the host's bytes, no kernel
+        having stored to them since, as a flag per element in C order, or None where none do;
+        the uploads that wrote them)."""
         shadow = self._of(array)
         if shadow is None:
-            return 0, []
+            return None, []
         key = ... if key is None else key
-        items, mask = _region(shadow.items, array)[key], _region(shadow.mask, array)[key]
-        count = carried_elements(np.asarray(items), np.asarray(array._view[key]), np.asarray(mask))
-        return count, sorted(shadow.uploads) if count else []
+        mask = _region(shadow.mask, array)[key] & ~_region(array._alloc.stored, array)[key]
+        if not mask.any():
+            return None, []
+        items = _region(shadow.items, array)[key]
+        same = carried_mask(np.asarray(items), np.asarray(array._view[key]), np.asarray(mask))
+        return (same, sorted(shadow.uploads)) if same.any() else (None, [])
 
 
 def carried_elements(before: np.ndarray, after: np.ndarray, mask: np.ndarray | None = None) -> int:
     """How many elements of `after` hold exactly the bytes of `before` (where `mask`)."""
+    return int(carried_mask(before, after, mask).sum())
+
+
+def carried_mask(before: np.ndarray, after: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Which elements of `after` hold exactly the bytes of `before` (where `mask`): a flag per
+    element, in C order."""
     if before.size == 0 or before.shape != after.shape or before.dtype != after.dtype:
-        return 0
+        return np.zeros(after.size, bool)
     width = before.dtype.itemsize
     if width in (1, 2, 4, 8):  # bytes compared as one unsigned integer per element (NaN == NaN)
         as_int = np.dtype(f"u{width}")
@@ -135,7 +157,7 @@ def carried_elements(before: np.ndarray, after: np.ndarray, mask: np.ndarray | N
                 == np.ascontiguousarray(after).view(np.uint8).reshape(-1, width)).all(axis=1)
     if mask is not None:
         same &= mask.reshape(-1)
-    return int(same.sum())
+    return same
 
 
 def is_neutral(data: np.ndarray) -> bool:

@@ -30,7 +30,7 @@ from ..wire import dtypes, shared
 from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply, is_number
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import launch_site, reported_site
-from .host_bytes import HostBytes, carried_elements, is_neutral
+from .host_bytes import HostBytes, is_neutral
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -54,33 +54,37 @@ class CallLog:
         self.findings: list[dict] = []
         self.uploads: list[dict] = []
         self.downloads: list[dict] = []
-        self.kept: list[tuple[dict, np.ndarray]] = []  # (download entry, its data), KEPT_BYTES at most
+        # (download entry, its data, its elements still the host's bytes or None), KEPT_BYTES at most
+        self.kept: list[tuple[dict, np.ndarray, np.ndarray | None]] = []
         self._kept_bytes = 0
 
-    def keep(self, entry: dict, data: np.ndarray) -> None:
+    def keep(self, entry: dict, data: np.ndarray, carried: np.ndarray | None) -> None:
         """Keep a kernel-written download's data to the call's end, while KEPT_BYTES last."""
         if data.ndim and self._kept_bytes + data.nbytes <= KEPT_BYTES:
-            self.kept.append((entry, data))
+            self.kept.append((entry, data, carried))
             self._kept_bytes += data.nbytes
 
     def blocks(self, answers: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         """Each kept download that holds an answer's shape other than whole (as many axes, none
         shorter: a padded output copied back, the answer sliced from it on the host) or in another
         dtype (computed in float64, converted on the host) gets the digest of what the host would
-        make of it: its leading block of that shape, in that dtype (grader.judge.dataflow)."""
-        for entry, data in self.kept:
+        make of it: its leading block of that shape, in that dtype (grader.judge.dataflow), and
+        how many of the block's elements are still bytes the host wrote."""
+        for entry, data, carried in self.kept:
             found = []
             for shape, dtype in answers:
                 whole = data.size == int(np.prod(shape, dtype=np.int64))  # digests ignore shapes
                 if (whole and dtype == data.dtype) or not _converts(data.dtype, dtype):
                     continue  # the whole in its own dtype: the download's own digest says it
                 if whole:
-                    part = data
+                    block = ...
                 elif len(shape) == data.ndim and all(d <= e for d, e in zip(shape, data.shape)):
-                    part = data[tuple(slice(0, d) for d in shape)]
+                    block = tuple(slice(0, d) for d in shape)
                 else:
                     continue
-                found.append({"shape": list(shape), "digest": digest(part.astype(dtype, copy=False))})
+                held = 0 if carried is None else int(np.count_nonzero(carried.reshape(data.shape)[block]))
+                found.append({"shape": list(shape), "digest": digest(data[block].astype(dtype, copy=False)),
+                              "carried": held})
             if found:
                 entry["blocks"] = found
 
@@ -259,15 +263,18 @@ class Device:
         if whole is not None:  # an array uploaded in pieces (chunks on streams): one upload again
             self.sources[alloc] = frozenset({self._upload(whole, "an array copied to the GPU in pieces")})
 
-    def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(0, ())) -> None:
+    def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(None, ())) -> None:
+        """`carried`: (which of its elements are still bytes the host wrote, or None; the
+        uploads that wrote them), as `HostBytes.carried` says."""
         flat = np.ascontiguousarray(data).reshape(-1)
+        held, uploads = carried
         entry = {"digest": digest(data), "nbytes": int(data.nbytes),
                  "kernel_written": kernel_written, "sources": sorted(sources),
-                 "head": flat[:HEAD].copy(), "carried": carried[0],
-                 "carried_from": list(carried[1]), "shape": list(np.shape(data))}
+                 "head": flat[:HEAD].copy(), "carried": 0 if held is None else int(np.count_nonzero(held)),
+                 "carried_from": list(uploads), "shape": list(np.shape(data))}
         self.log.add("downloads", entry)
         if kernel_written:  # the runner gets its own copy of the data; this one stays unchanged
-            self.log.keep(entry, data)
+            self.log.keep(entry, data, held)
 
     def _downloaded(self, data: np.ndarray, source, key=None) -> None:
         alloc = source._alloc.id
@@ -384,10 +391,11 @@ class Device:
         package = request["kernel"]
         kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
         hosts: list = []
-        args = [self._arg(a, hosts) for a in request["args"]]
-        before = [host.copy() if host is not None and wants else None for host, wants, _ in hosts]
+        gpu = self.sim.gpus[int(request.get("device", 0))]
+        with gpu:  # (a host array's copy is made on the launch's device)
+            args = [self._arg(a, hosts) for a in request["args"]]
         grid, block = _dims(request["grid"]), _dims(request["block"])
-        with self._trace() as launches, self.sim.gpus[int(request.get("device", 0))]:
+        with self._trace() as launches, gpu:
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
         written, read = set(), set()
         for record in launches:
@@ -396,7 +404,7 @@ class Device:
             read.update(record.arrays_read)
         names = list(self.builder.params(kernel))
         origin = {}  # parameter -> the uploads its contents came from
-        for name, value, (host, _, upload) in zip(names, args, hosts):
+        for name, value, (host, upload) in zip(names, args, hosts):
             if hasattr(value, "_alloc"):
                 origin[name] = self.sources.get(value._alloc.id, frozenset())
             elif host is not None:
@@ -410,12 +418,13 @@ class Device:
                 self.kernel_writes[value._alloc.id] = self.log.call
                 self.sources[value._alloc.id] = derived
         back = []
-        for name, (host, wants, upload), old in zip(names, hosts, before):
-            if host is not None and wants:
+        for name, value, (host, _) in zip(names, args, hosts):
+            if host is not None and hasattr(value, "_alloc"):  # numba copies it back
+                with gpu:
+                    value.copy_to_host(host)
                 back.append(host)
-                if name in written:  # numba copies it back: a download of what the kernel wrote
-                    kept = carried_elements(old, host)
-                    self._download(host, self.log.call is not None, derived, (kept, [upload] if kept else []))
+                if name in written:  # a download of what the kernel wrote
+                    self._downloaded(host, value)
         return {"ok": True, "writeback": back}
 
     def _constant_uploads(self, package_id: str) -> frozenset[int]:
@@ -458,15 +467,23 @@ class Device:
 
     def _arg(self, spec, hosts: list):
         if "handle" in spec:
-            hosts.append((None, False, 0))
+            hosts.append((None, 0))
             return self._array(spec)
         if "host" in spec:
             data = np.asarray(spec["host"])
             if spec.get("order") == "F":
                 data = np.asfortranarray(data)
-            hosts.append((data, bool(spec.get("writeback")), self._upload(data)))
-            return data
-        hosts.append((None, False, 0))
+            if not spec.get("writeback"):  # numba copies it to the device for the launch alone
+                hosts.append((data, self._upload(data)))
+                return data
+            # numba copies it to the device and back after the launch: done here, so that the
+            # copy is followed as any upload is (which of its elements a kernel stored to)
+            array = self.sim.host.to_device(data)
+            self.host_bytes.allocated(array)
+            self._uploaded(data, array)
+            hosts.append((data, 0))
+            return array
+        hosts.append((None, 0))
         if "tuple" in spec:
             return tuple(self._arg(v, []) for v in spec["tuple"])
         if "complex" in spec:

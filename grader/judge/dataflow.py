@@ -20,8 +20,10 @@ from. The judge holds the call's inputs and the student's answer, and checks:
   constant arrays count as uploads) is an array of the call's or carries no answer (a single start
   value everywhere: zeros, ones, infinities; random number states); so a kernel that reads the
   inputs *and* a host-computed answer gains nothing;
-- at most a sixteenth of its elements are still bytes the host wrote there (a host answer whose
-  every element but a few no kernel overwrote; the device compares bytes, element by element).
+- none of its elements are still bytes the host wrote there, no kernel having stored to them
+  since (a host answer whose every element but a few a kernel overwrote; a kernel that leaves the
+  tail of the array to a host loop). The device knows which elements kernels stored to, so a
+  kernel that stores the very value the host had put there has computed it.
 Each failure is a WrongAnswer that says which rule, in the student's terms.
 """
 
@@ -96,17 +98,20 @@ def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str
     if value is None:
         return
     written = [t for t in report.downloads if t.kernel_written]
+    # each way the answer came back: its copies, each with how many of the answer's elements it
+    # brought back still the host's bytes (a padded output: the answer is its leading block)
+    found: list[list[tuple[Transfer, int]]]
     if isinstance(value, np.ndarray):
-        # each way the answer came back: its copies (a padded output: the answer its leading block)
-        found = [[t] for t in written if t.digest == key or (value.shape, key) in t.blocks]
+        found = [[(t, t.carried if t.digest == key else _block_carried(t, value.shape, key))]
+                 for t in written if t.digest == key or _block_carried(t, value.shape, key) is not None]
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
-            found = [pieces] if pieces else []
-        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t in copied):
+            found = [[(t, t.carried) for t in pieces]] if pieces else []
+        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t, _ in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
     elif isinstance(value, (bool, int, float, complex, np.generic)):
-        found = [[t] for t in written if _holds(t.head, value)]
+        found = [[(t, t.carried)] for t in written if _holds(t.head, value)]
     else:
         return
     if not found:
@@ -118,24 +123,31 @@ def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str
         raise WrongAnswer(reasons[0])
     found = [copied for copied, reason in zip(found, reasons) if not reason]
     for i, ids in enumerate(copies):
-        if not any(ids & {u for t in copied for u in t.sources} for copied in found):
+        if not any(ids & {u for t, _ in copied for u in t.sources} for copied in found):
             raise WrongAnswer(f"the answer was not computed from {labels[i]} "
                               f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
 
 
-def _host_made(copied: list[Transfer], host_made: dict[int, Transfer], size: int) -> str | None:
-    """Why the answer, as these downloads brought it back, is data the host made, or None."""
-    for upload in (u for t in copied for u in t.sources):
+def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> int | None:
+    """How many elements of the answer (of `shape`, digest `key`) are still the host's bytes,
+    if the answer is a block of the download `t` made on the host; None if it is not."""
+    return next((carried for block, digest_, carried in t.blocks if block == shape and digest_ == key), None)
+
+
+def _host_made(copied: list[tuple[Transfer, int]], host_made: dict[int, Transfer], size: int) -> str | None:
+    """Why the answer, as these downloads brought it back (each with how many of the answer's
+    elements it holds still as the host wrote them), is data the host made, or None."""
+    for upload in (u for t, _ in copied for u in t.sources):
         if upload in host_made:
             return (f"the answer was computed from data the host made, not only from the inputs: "
                     f"{host_made[upload].what or 'an array copied to the GPU'}; the kernels must compute it "
                     f"from the inputs alone")
-    carriers = [(t, [host_made[u] for u in t.carried_from if u in host_made]) for t in copied]
-    carried = sum(t.carried for t, made in carriers if made)
-    if carried >= max(1, -(-size // 16)):
-        what = next(made[0].what for _, made in carriers if made) or "an array copied to the GPU"
+    carriers = [(carried, [host_made[u] for u in t.carried_from if u in host_made]) for t, carried in copied]
+    carried = sum(count for count, made in carriers if made)
+    if carried:
+        what = next(made[0].what for count, made in carriers if made and count) or "an array copied to the GPU"
         return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
-                f"the host\n{carried} of its {size} elements are those bytes, unchanged")
+                f"the host\n{carried} of its {size} elements are those bytes: no kernel stored to them")
     return None
 
 

@@ -436,10 +436,11 @@ class Transfer:
     carried: int = 0                 # downloads: elements still the bytes the host wrote there
     carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
     shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
-    # downloads: (shape, digest) of what the host may have made of it for each of the call's
-    # answers: its leading block of a smaller shape (a padded output, the answer sliced from it),
-    # or the whole converted to the answer's dtype (computed in float64, converted back)
-    blocks: tuple[tuple[tuple[int, ...], str], ...] = ()
+    # downloads: (shape, digest, carried) of what the host may have made of it for each of the
+    # call's answers: its leading block of a smaller shape (a padded output, the answer sliced
+    # from it), or the whole converted to the answer's dtype (computed in float64, converted
+    # back); `carried` as above, of the block's elements
+    blocks: tuple[tuple[tuple[int, ...], str, int], ...] = ()
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -473,9 +474,10 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
     return tuple(_int(d, f"{where}[{i}]") for i, d in enumerate(_list(value, where, 32)))
 
 
-def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str]:
+def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str, int]:
     doc = _dict(doc, where)
-    return _shape(doc.get("shape"), f"{where}.shape"), _text(doc.get("digest"), f"{where}.digest", 64)
+    return (_shape(doc.get("shape"), f"{where}.shape"), _text(doc.get("digest"), f"{where}.digest", 64),
+            _int(doc.get("carried", 0), f"{where}.carried"))
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})
