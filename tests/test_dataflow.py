@@ -58,8 +58,8 @@ def test_an_input_padded_with_zeros_is_the_input_and_other_padding_is_not():
 
 def test_a_downloads_leading_blocks_cross_the_wire_checked():
     doc = {"digest": "ab", "nbytes": 8, "head": np.zeros(2, np.float32), "shape": [2],
-           "blocks": [{"shape": [1], "digest": "cd", "carried": 1}]}
-    assert Transfer.parse(doc, "d", True).blocks == (((1,), "cd", 1),)
+           "blocks": [{"shape": [1], "digest": "cd", "carried": 1, "carried_first": 0}]}
+    assert Transfer.parse(doc, "d", True).blocks == (((1,), "cd", 1, 0),)
     for bad in ([{"shape": [-1], "digest": "cd"}], [{"shape": [1]}], ["x"], [{"shape": [1], "digest": "c"}] * 17,
                 [{"shape": [1], "digest": "cd", "carried": -1}]):
         with pytest.raises(ProtocolError):

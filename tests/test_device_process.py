@@ -373,7 +373,8 @@ def test_a_tail_left_to_the_host_is_the_hosts_however_short(device_student, how)
     a, b = _inputs()
     result = s.call("vector_add", a, b)
     assert np.array_equal(result.value, a + b)
-    with pytest.raises(WrongAnswer, match="8 of its 1000 elements are those bytes: no kernel stored to them"):
+    with pytest.raises(WrongAnswer, match="8 of its 1000 elements are those bytes, the first at index 992: no kernel "
+                                         "stored to them"):
         require_kernel_launch(result, "sim")
 
 

@@ -82,9 +82,9 @@ class CallLog:
                     block = tuple(slice(0, d) for d in shape)
                 else:
                     continue
-                held = 0 if carried is None else int(np.count_nonzero(carried.reshape(data.shape)[block]))
+                held = None if carried is None else carried.reshape(data.shape)[block].reshape(-1)
                 found.append({"shape": list(shape), "digest": digest(data[block].astype(dtype, copy=False)),
-                              "carried": held})
+                              **_carried_fields(held)})
             if found:
                 entry["blocks"] = found
 
@@ -270,7 +270,7 @@ class Device:
         held, uploads = carried
         entry = {"digest": digest(data), "nbytes": int(data.nbytes),
                  "kernel_written": kernel_written, "sources": sorted(sources),
-                 "head": flat[:HEAD].copy(), "carried": 0 if held is None else int(np.count_nonzero(held)),
+                 "head": flat[:HEAD].copy(), **_carried_fields(held),
                  "carried_from": list(uploads), "shape": list(np.shape(data))}
         self.log.add("downloads", entry)
         if kernel_written:  # the runner gets its own copy of the data; this one stays unchanged
@@ -498,6 +498,13 @@ def _numbers(arg) -> list:
     if is_number(arg):
         return [arg]
     return []
+
+
+def _carried_fields(held: np.ndarray | None) -> dict:
+    """How many elements of a download (or of its block) are still the host's bytes, and the
+    first of them (C order), for the message that names it."""
+    count = 0 if held is None else int(np.count_nonzero(held))
+    return {"carried": count, "carried_first": int(np.argmax(held)) if count else -1}
 
 
 def _protocol_error(message: str) -> dict:

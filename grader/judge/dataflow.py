@@ -99,56 +99,66 @@ def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str
         return
     written = [t for t in report.downloads if t.kernel_written]
     # each way the answer came back: its copies, each with how many of the answer's elements it
-    # brought back still the host's bytes (a padded output: the answer is its leading block)
-    found: list[list[tuple[Transfer, int]]]
+    # brought back still the host's bytes and the first of them (a padded output: the answer is
+    # its leading block)
+    found: list[list[tuple[Transfer, int, int]]]
     if isinstance(value, np.ndarray):
-        found = [[(t, t.carried if t.digest == key else _block_carried(t, value.shape, key))]
+        found = [[(t, t.carried, t.carried_first) if t.digest == key else (t, *_block_carried(t, value.shape, key))]
                  for t in written if t.digest == key or _block_carried(t, value.shape, key) is not None]
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
-            found = [[(t, t.carried) for t in pieces]] if pieces else []
-        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t, _ in copied):
+            found = [[(t, t.carried, -1) for t in pieces]] if pieces else []
+        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t, *_ in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
     elif isinstance(value, (bool, int, float, complex, np.generic)):
-        found = [[(t, t.carried)] for t in written if _holds(t.head, value)]
+        found = [[(t, t.carried, -1)] for t in written if _holds(t.head, value)]
     else:
         return
     if not found:
         raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
                           "(was it computed on the host?)")
-    size = int(np.size(value))
-    reasons = [_host_made(copied, host_made, size) for copied in found]
+    reasons = [_host_made(copied, host_made, np.shape(value)) for copied in found]
     if all(reasons):
         raise WrongAnswer(reasons[0])
     found = [copied for copied, reason in zip(found, reasons) if not reason]
     for i, ids in enumerate(copies):
-        if not any(ids & {u for t, _ in copied for u in t.sources} for copied in found):
+        if not any(ids & {u for t, *_ in copied for u in t.sources} for copied in found):
             raise WrongAnswer(f"the answer was not computed from {labels[i]} "
                               f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
 
 
-def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> int | None:
-    """How many elements of the answer (of `shape`, digest `key`) are still the host's bytes,
-    if the answer is a block of the download `t` made on the host; None if it is not."""
-    return next((carried for block, digest_, carried in t.blocks if block == shape and digest_ == key), None)
+def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> tuple[int, int] | None:
+    """(how many elements of the answer (of `shape`, digest `key`) are still the host's bytes,
+    the first of them), if the answer is a block of the download `t` made on the host; None if
+    it is not."""
+    return next(((carried, first) for block, digest_, carried, first in t.blocks
+                 if block == shape and digest_ == key), None)
 
 
-def _host_made(copied: list[tuple[Transfer, int]], host_made: dict[int, Transfer], size: int) -> str | None:
-    """Why the answer, as these downloads brought it back (each with how many of the answer's
-    elements it holds still as the host wrote them), is data the host made, or None."""
-    for upload in (u for t, _ in copied for u in t.sources):
+def _host_made(copied: list[tuple[Transfer, int, int]], host_made: dict[int, Transfer],
+               shape: tuple[int, ...]) -> str | None:
+    """Why the answer (of `shape`), as these downloads brought it back (each with how many of
+    the answer's elements it holds still as the host wrote them, and the first), is data the
+    host made, or None."""
+    for upload in (u for t, *_ in copied for u in t.sources):
         if upload in host_made:
             return (f"the answer was computed from data the host made, not only from the inputs: "
                     f"{host_made[upload].what or 'an array copied to the GPU'}; the kernels must compute it "
                     f"from the inputs alone")
-    carriers = [(carried, [host_made[u] for u in t.carried_from if u in host_made]) for t, carried in copied]
-    carried = sum(count for count, made in carriers if made)
-    if carried:
-        what = next(made[0].what for count, made in carriers if made and count) or "an array copied to the GPU"
-        return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
-                f"the host\n{carried} of its {size} elements are those bytes: no kernel stored to them")
-    return None
+    carriers = [(count, first, [host_made[u] for u in t.carried_from if u in host_made]) for t, count, first in copied]
+    carried = sum(count for count, _, made in carriers if made)
+    if not carried:
+        return None
+    what = next(made[0].what for count, _, made in carriers if made and count) or "an array copied to the GPU"
+    first = next((first for count, first, made in carriers if made and count), -1)
+    size = int(np.prod(shape, dtype=np.int64))
+    at = ""
+    if len(copied) == 1 and 0 <= first < size and shape:
+        index = tuple(int(i) for i in np.unravel_index(first, shape))
+        at = f", the first at index {index if len(index) > 1 else index[0]}"
+    return (f"the answer is bytes the host wrote to the GPU ({what}) that no kernel rewrote: it was computed on "
+            f"the host\n{carried} of its {size} elements are those bytes{at}: no kernel stored to them")
 
 
 def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:

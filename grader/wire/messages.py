@@ -435,12 +435,13 @@ class Transfer:
     what: str = ""                   # uploads: what it was, in the student's terms (feedback only)
     carried: int = 0                 # downloads: elements still the bytes the host wrote there
     carried_from: tuple[int, ...] = ()  # downloads: the uploads that wrote those bytes
+    carried_first: int = -1          # downloads: the first of those elements (C order), -1: none
     shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
-    # downloads: (shape, digest, carried) of what the host may have made of it for each of the
-    # call's answers: its leading block of a smaller shape (a padded output, the answer sliced
-    # from it), or the whole converted to the answer's dtype (computed in float64, converted
-    # back); `carried` as above, of the block's elements
-    blocks: tuple[tuple[tuple[int, ...], str, int], ...] = ()
+    # downloads: (shape, digest, carried, carried_first) of what the host may have made of it for
+    # each of the call's answers: its leading block of a smaller shape (a padded output, the
+    # answer sliced from it), or the whole converted to the answer's dtype (computed in float64,
+    # converted back); `carried` and `carried_first` as above, of the block's elements
+    blocks: tuple[tuple[tuple[int, ...], str, int, int], ...] = ()
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -464,7 +465,7 @@ class Transfer:
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
                    kernel_written, head, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
                    neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
-                   ids["carried_from"], shape, blocks)
+                   ids["carried_from"], _int(doc.get("carried_first", -1), f"{where}.carried_first", -1), shape, blocks)
 
 
 MAX_ANSWER_SHAPES = 16  # shapes of a call's answers the device looks for as leading blocks of downloads
@@ -474,10 +475,11 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
     return tuple(_int(d, f"{where}[{i}]") for i, d in enumerate(_list(value, where, 32)))
 
 
-def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str, int]:
+def _block(doc: Any, where: str) -> tuple[tuple[int, ...], str, int, int]:
     doc = _dict(doc, where)
     return (_shape(doc.get("shape"), f"{where}.shape"), _text(doc.get("digest"), f"{where}.digest", 64),
-            _int(doc.get("carried", 0), f"{where}.carried"))
+            _int(doc.get("carried", 0), f"{where}.carried"),
+            _int(doc.get("carried_first", -1), f"{where}.carried_first", -1))
 
 
 OP_KINDS = frozenset({"kernel", "copy", "sync"})
