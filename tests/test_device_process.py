@@ -488,6 +488,43 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_a_sum_the_host_computed_does_not_pass_as_a_grid(device_student):
+    """The launch configuration as a channel: a host sum launched as the grid's width, which the
+    kernel reads as cuda.gridDim.x and writes out. An honest fixed grid that the kernel reads
+    (a grid-stride loop) is no host data."""
+    s = device_student("""
+        @cuda.jit
+        def write_grid(x, out):
+            if cuda.grid(1) == 0:
+                out[0] = cuda.gridDim.x + x[0] * 0
+
+        def total(x):
+            d_x, d_out = cuda.to_device(x), cuda.device_array(1, x.dtype)
+            write_grid[int(x.sum()), 1](d_x, d_out)
+            return d_out.copy_to_host()[0]
+
+        @cuda.jit
+        def grid_stride_sum(x, out):
+            for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+                cuda.atomic.add(out, 0, x[i])
+
+        def total_honest(x):
+            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, x.dtype))
+            grid_stride_sum[32, 256](d_x, d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    x = np.arange(100, 400, dtype=np.int32)  # sums to 74850: more than 2^16 and the array's size
+    cheat = s.call("total", x)
+    assert cheat.value == x.sum()
+    with pytest.raises(WrongAnswer, match=r"data the host made.*the number 74850 given to kernel 'write_grid' as its "
+                                          r"grid's x dimension"):
+        require_kernel_launch(cheat, "sim")
+    honest = s.call("total_honest", x)
+    assert honest.value == x.sum()
+    require_kernel_launch(honest, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
 def test_start_values_garbage_and_random_states_are_not_the_hosts_answer(device_student):
     """What honest host code uploads beside the inputs: an accumulator's zeros, an output array
     of leftover memory that the kernel overwrites, numba's random number states."""

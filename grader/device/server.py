@@ -412,7 +412,7 @@ class Device:
         # what a kernel writes is computed from what it read, its constant arrays included
         derived = frozenset().union(*(origin.get(name, frozenset()) for name in read),
                                     self._constant_uploads(package["id"]),
-                                    self._number_uploads(kernel, package["id"], names, args))
+                                    self._number_uploads(kernel, package["id"], names, args, grid))
         for name, value in zip(names, args):
             if name in written and hasattr(value, "_alloc"):
                 self.kernel_writes[value._alloc.id] = self.log.call
@@ -440,14 +440,20 @@ class Device:
             ids.append(self._constant_ids[key])
         return frozenset(ids)
 
-    def _number_uploads(self, kernel, package_id: str, names: list[str], args: list) -> frozenset[int]:
-        """The numbers the kernel was given, as arguments or as constants (globals and closure
-        variables numba freezes into the code), that could carry an answer (a sum the host
-        computed, passed in and written out): each logged once per call as an upload of one
-        value. Start values (0, 1, -1, infinities, NaN) are not; which others are the call's own
-        or structural (sizes, offsets, masks) the judge decides (grader.judge.dataflow)."""
-        given = [(value, f"passed to kernel {kernel.py_func.__name__!r} as its argument {name!r}")
+    def _number_uploads(self, kernel, package_id: str, names: list[str], args: list, grid) -> frozenset[int]:
+        """The numbers the kernel was given, as arguments, as constants (globals and closure
+        variables numba freezes into the code) or as its grid's dimensions (which it reads as
+        `cuda.gridDim`), that could carry an answer (a sum the host computed, passed in and
+        written out): each logged once per call as an upload of one value. Start values (0, 1,
+        -1, infinities, NaN) are not; which others are the call's own or structural (sizes,
+        offsets, masks) the judge decides (grader.judge.dataflow)."""
+        kernel_name = kernel.py_func.__name__
+        given = [(value, f"passed to kernel {kernel_name!r} as its argument {name!r}")
                  for name, arg in zip(names, args) for value in _numbers(arg)]
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        given += [(np.int64(value), f"given to kernel {kernel_name!r} as its grid's {axis} dimension (which it "
+                                    f"reads as cuda.gridDim.{axis})")
+                  for axis, value in zip("xyz", dims) if is_number(value)]
         given += [(value, f"that {function!r} takes as the constant {name!r} (a global or closure variable "
                           f"numba freezes into the kernel)")
                   for function, name, value in self.builder.numbers(package_id)]
