@@ -66,6 +66,14 @@ def _inputs(n=1000):
     return rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
 
 
+def _add_call(s, function="vector_add"):
+    """`function` called on the usual inputs; its answer right, whoever computed it."""
+    a, b = _inputs()
+    result = s.call(function, a, b)
+    assert np.array_equal(result.value, a + b)
+    return result
+
+
 def test_an_honest_kernel_passes_and_its_records_come_from_the_device(device_student):
     s = device_student("""
         def vector_add(a, b):
@@ -339,9 +347,7 @@ def test_a_host_answer_a_kernel_touched_up_is_still_the_hosts(device_student, ho
             d_a, d_b = cuda.to_device(a), cuda.to_device(b)
 {body}
     """))
-    a, b = _inputs()
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
+    result = _add_call(s)
     with pytest.raises(WrongAnswer, match="the answer is bytes the host wrote to the GPU .* that no kernel rewrote"):
         require_kernel_launch(result, "sim")
 
@@ -370,9 +376,7 @@ def test_a_tail_left_to_the_host_is_the_hosts_however_short(device_student, how)
             d_a, d_b = cuda.to_device(a), cuda.to_device(b)
 {body}
     """))
-    a, b = _inputs()
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
+    result = _add_call(s)
     with pytest.raises(WrongAnswer, match="8 of its 1000 elements are those bytes, the first at index 992: no kernel "
                                          "stored to them"):
         require_kernel_launch(result, "sim")
@@ -395,9 +399,7 @@ def test_a_kernel_that_stores_what_the_host_had_put_there_computed_it(device_stu
             add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
             return d_out.copy_to_host()
     """)
-    a, b = _inputs()
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
+    result = _add_call(s)
     require_kernel_launch(result, "sim")
 
 
@@ -585,9 +587,7 @@ def test_inputs_uploaded_in_pieces_are_the_inputs(device_student):
             add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
             return d_out.copy_to_host()
     """)
-    a, b = _inputs()
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
+    result = _add_call(s)
     require_kernel_launch(result, "sim")
 
 
@@ -617,8 +617,7 @@ def test_a_pipeline_of_chunks_on_streams_is_the_gpus_work(device_student):
             return np.concatenate([out, a[768:] + b[768:]])
     """)
     a, b = _inputs()
-    result = s.call("vector_add", a, b)
-    assert np.array_equal(result.value, a + b)
+    result = _add_call(s)
     require_kernel_launch(result, "sim")
     cheat = s.call("vector_add_last_chunk_on_the_host", a, b)
     with pytest.raises(WrongAnswer, match="not copied back from GPU memory written by a kernel"):
