@@ -493,7 +493,8 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
 def test_a_sum_the_host_computed_does_not_pass_as_a_grid(device_student):
     """The launch configuration as a channel: a host sum launched as the grid's width, which the
     kernel reads as cuda.gridDim.x and writes out. An honest fixed grid that the kernel reads
-    (a grid-stride loop) is no host data."""
+    (a grid-stride loop) is no host data, nor is a grid as wide as the answer has elements (one
+    thread per block of an outer product: wider than 2^16 and than either input)."""
     s = device_student("""
         @cuda.jit
         def write_grid(x, out):
@@ -514,6 +515,16 @@ def test_a_sum_the_host_computed_does_not_pass_as_a_grid(device_student):
             d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, x.dtype))
             grid_stride_sum[32, 256](d_x, d_out)
             return d_out.copy_to_host()[0]
+
+        @cuda.jit
+        def outer_one_per_block(a, b, c):
+            i = cuda.blockIdx.x  # one thread per block, one block per element of c
+            c[i // b.size, i % b.size] = a[i // b.size] * b[i % b.size]
+
+        def outer(a, b):  # a grid wider than 2^16 and than either input: the answer's size
+            d_c = cuda.device_array((a.size, b.size), a.dtype)
+            outer_one_per_block[a.size * b.size, 1](cuda.to_device(a), cuda.to_device(b), d_c)
+            return d_c.copy_to_host()
     """)
     x = np.arange(100, 400, dtype=np.int32)  # sums to 74850: more than 2^16 and the array's size
     cheat = s.call("total", x)
@@ -523,6 +534,10 @@ def test_a_sum_the_host_computed_does_not_pass_as_a_grid(device_student):
         require_kernel_launch(cheat, "sim")
     honest = s.call("total_honest", x)
     assert honest.value == x.sum()
+    require_kernel_launch(honest, "sim")
+    a, b = _inputs(300)
+    honest = s.call("outer", a, b)
+    assert np.array_equal(honest.value, np.outer(a, b))
     require_kernel_launch(honest, "sim")
 
 

@@ -39,7 +39,7 @@ from ..wire.messages import digest
 
 
 MAX_PIECES = 4096  # copies of one call tried as pieces of one array
-STRUCTURAL = 1 << 16  # an integer a kernel is given up to this (or the largest array) is a size or an index
+STRUCTURAL = 1 << 16  # an integer a kernel is given up to this (or the largest array, the answer too) is a size or an index
 _TRIED_STARTS = 64  # places a piece's first values are tried at
 _RUN = 16  # first values of a piece looked for together (as many as a copy reports)
 
@@ -55,7 +55,10 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     others = [a for a in sent or () if not any(a is b for b in inputs)]
     # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
     # that carry no answer: the call's own, or structural integers
-    largest = max([STRUCTURAL] + [a.size for a in list(inputs) + list(sent or ())])
+    # (the answer's size too: a grid of one thread per element of a matrix product outgrows its inputs)
+    answers = output if isinstance(output, (list, tuple)) else [output]
+    largest = max([STRUCTURAL] + [int(np.size(a)) for a in list(inputs) + list(sent or ()) + list(answers)
+                                  if isinstance(a, np.ndarray)])
     given: set[int] = {t.id for t in report.uploads if t.shape == () and t.head is not None and t.head.size == 1
                        and _not_an_answer(t.head[0], numbers or (), largest)}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
@@ -76,7 +79,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
                               f"cuda.to_device, or pass it to the kernel)")
         copies.append(ids)
     host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}
-    for value in output if isinstance(output, (list, tuple)) else [output]:
+    for value in answers:
         key = digest(value) if isinstance(value, np.ndarray) else None
         _unchanged(key, inputs, keys, labels)
         _answer(report, value, key, uploaded, copies, inputs, labels, host_made)
