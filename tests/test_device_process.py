@@ -427,8 +427,9 @@ def test_a_scalar_the_host_computed_does_not_pass_through_an_accumulator(device_
 def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_student):
     """A host sum passed to a kernel as a scalar argument, or frozen into one as a closure
     variable, and written out (each scored every correctness point of a reduction stage); the
-    call's own numbers (SAXPY's alpha), sizes, offsets, masks and start values given the same
-    ways are no host data."""
+    call's own numbers (SAXPY's alpha, also copied to the GPU as an array of one: it lost every
+    correctness point of its stage), sizes, offsets, masks and start values given the same ways
+    are no host data."""
     s = device_student("""
         @cuda.jit
         def write(x, out, s):
@@ -468,6 +469,26 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
             d_x, d_y = cuda.to_device(x), cuda.to_device(y)
             saxpy[(x.size + 127) // 128, 128](np.float32(alpha), d_x, d_y, x.size, 0, 0.0)
             return d_y.copy_to_host()
+
+        @cuda.jit
+        def saxpy_alpha_in_memory(alpha, x, y):
+            i = cuda.grid(1)
+            if i < y.size:
+                y[i] = alpha[0] * x[i] + y[i]
+
+        def saxpy_alpha_on_the_device(alpha, x, y):  # alpha copied to the GPU as an array of one
+            d_alpha = cuda.to_device(np.full(1, alpha, np.float32))
+            d_x, d_y = cuda.to_device(x), cuda.to_device(y)
+            saxpy_alpha_in_memory[(x.size + 127) // 128, 128](d_alpha, d_x, d_y)
+            d_y.copy_to_host(y)
+            return y
+
+        def saxpy_host_sum_on_the_device(alpha, x, y):  # not alpha: data the host made
+            d_alpha = cuda.to_device(np.full(1, x.sum(), np.float32))
+            d_x, d_y = cuda.to_device(x), cuda.to_device(y)
+            saxpy_alpha_in_memory[(x.size + 127) // 128, 128](d_alpha, d_x, d_y)
+            d_y.copy_to_host(y)
+            return y
     """)
     x, y = _inputs()
     unchanged = s.call("saxpy_not_in_place", np.float32(2.0), x, y)
@@ -484,9 +505,14 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
     with pytest.raises(WrongAnswer, match="the number 2001000 passed"):
         require_kernel_launch(s.call("total", ints), "sim")
     alpha = np.float32(1.5)
-    honest = s.call("saxpy_inplace", alpha, x, y.copy())
-    assert np.allclose(honest.value, alpha * x + y)
-    require_kernel_launch(honest, "sim", output=honest.args[2], inputs=[1, 2])
+    for function in ("saxpy_inplace", "saxpy_alpha_on_the_device"):
+        honest = s.call(function, alpha, x, y.copy())
+        assert np.allclose(honest.value, alpha * x + y), function
+        require_kernel_launch(honest, "sim", output=honest.args[2], inputs=[1, 2])
+    cheat = s.call("saxpy_host_sum_on_the_device", alpha, x, y.copy())
+    with pytest.raises(WrongAnswer, match="data the host made, not only from the inputs: the array copied to the "
+                                          "GPU at ex.py:"):
+        require_kernel_launch(cheat, "sim", output=cheat.args[2], inputs=[1, 2])
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)

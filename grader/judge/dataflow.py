@@ -39,7 +39,7 @@ from ..wire.messages import digest
 
 
 MAX_PIECES = 4096  # copies of one call tried as pieces of one array
-STRUCTURAL = 1 << 16  # an integer a kernel is given up to this (or the largest array, the answer too) is a size or an index
+STRUCTURAL = 1 << 16  # an integer a kernel is given up to this (or the largest array or answer) is a size or an index
 _TRIED_STARTS = 64  # places a piece's first values are tried at
 _RUN = 16  # first values of a piece looked for together (as many as a copy reports)
 
@@ -55,12 +55,14 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     others = [a for a in sent or () if not any(a is b for b in inputs)]
     # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
     # that carry no answer: the call's own, or structural integers
-    # (the answer's size too: a grid of one thread per element of a matrix product outgrows its inputs)
+    # (the answer's size too: a grid of one thread per element of a matrix product outgrows its inputs),
+    # or arrays of one of the call's own numbers everywhere
     answers = output if isinstance(output, (list, tuple)) else [output]
     largest = max([STRUCTURAL] + [int(np.size(a)) for a in list(inputs) + list(sent or ()) + list(answers)
                                   if isinstance(a, np.ndarray)])
     given: set[int] = {t.id for t in report.uploads if t.shape == () and t.head is not None and t.head.size == 1
                        and _not_an_answer(t.head[0], numbers or (), largest)}
+    given |= {t.id for t in report.uploads if t.shape and _filled_with_own(t, numbers or ())}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
     keys: list[str] = []  # per input: its digest
     for i, array in enumerate(list(inputs) + others):
@@ -270,18 +272,35 @@ def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transf
 
 def _not_an_answer(number: np.generic, numbers, largest: int) -> bool:
     """Whether a number a kernel was given (an argument, a constant) carries no answer: one of
-    the call's own numbers (as given, or rounded to float32 as the reference passes SAXPY's
-    alpha), or an integer that is a size, an offset, a stride or an index (no larger than the
-    call's largest array, or STRUCTURAL), or a bit mask (2^k - 1: FULL_MASK)."""
-    try:
-        if any(number == x or np.float32(number) == np.float32(x) for x in numbers):
-            return True
-    except (TypeError, ValueError, OverflowError):
-        return False
+    the call's own numbers, or an integer that is a size, an offset, a stride or an index (no
+    larger than the call's largest array, or STRUCTURAL), or a bit mask (2^k - 1: FULL_MASK)."""
+    if _own(number, numbers):
+        return True
     if number.dtype.kind not in "iu":
         return False
     value = abs(int(number))
     return value <= largest or (value & (value + 1)) == 0
+
+
+def _own(number: np.generic, numbers) -> bool:
+    """Whether `number` is one of the call's own numbers (as given, or rounded to float32 as the
+    reference passes SAXPY's alpha)."""
+    try:
+        return any(number == x or np.float32(number) == np.float32(x) for x in numbers)
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _filled_with_own(t: Transfer, numbers) -> bool:
+    """Whether the upload `t` is an array holding one of the call's own numbers everywhere (SAXPY's
+    alpha copied to the GPU, `cuda.to_device(np.full(1, alpha))`): confirmed by the digest of
+    such an array made here."""
+    if not numbers or t.head is None or not t.head.size or t.head.dtype.kind not in "biufc":
+        return False
+    first = t.head[0]
+    if not (t.head == first).all() or not _own(first, numbers) or t.nbytes != np.prod(t.shape) * t.head.itemsize:
+        return False
+    return digest(np.full(t.shape, first, t.head.dtype)) == t.digest
 
 
 def _holds(head: np.ndarray | None, value: Any) -> bool:
