@@ -14,6 +14,7 @@ import pytest
 from grader.judge.correctness import WrongAnswer
 from grader.errors import StudentCodeError
 from grader.judge import RunnerConnection, Student, require_kernel_launch
+from grader.judge.student import Returns
 from grader.sandbox import Limits, ProcessSandbox
 from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
@@ -743,3 +744,32 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
     cheat = s.call("vector_add_padding_holds_the_answer", a, b)
     with pytest.raises(WrongAnswer, match="never copied to the GPU"):
         require_kernel_launch(cheat, "sim")
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_an_answer_of_another_dtype_or_shape_is_told_what_to_change(device_student):
+    """The mistakes students make with the answer's array: float64 where float32 is expected, a
+    padded output never sliced, a flat answer of a matrix. Each was refused at the wire, larger
+    than the expected answer, as "the runner broke the protocol: array frames of 16 bytes"."""
+    s = device_student("""
+        @cuda.jit
+        def add_n(a, b, out):
+            i = cuda.grid(1)
+            if i < a.size:
+                out[i] = a[i] + b[i]
+
+        def compute(a, b, dtype, pad, shape):
+            d_out = cuda.to_device(np.zeros(a.size + pad, dtype))
+            add_n[(a.size + 127) // 128, 128](cuda.to_device(a.astype(dtype)), cuda.to_device(b.astype(dtype)), d_out)
+            return d_out.copy_to_host().reshape(shape)
+    """)
+    a, b = _inputs(1000)
+    cases = [(np.float64, 0, (1000,), r"returned a float64 array; expected float32 \(allocate the output as float32"),
+             (np.float32, 24, (1024,), r"returned an array larger than the answer \(a padded output\? return its "
+                                       r"leading block, out\[:n\]\)"),
+             (np.float32, 0, (1000, 1), "returned an array of the answer's size in another shape")]
+    for dtype, pad, shape, message in cases:
+        with pytest.raises(WrongAnswer, match="compute\\(\\) " + message):
+            s.call("compute", a, b, np.dtype(dtype).name, pad, shape, returns=Returns.like(a))
+    with pytest.raises(WrongAnswer, match=r"\nreturned float64\[1000\]; expected float32\[1000\]"):
+        s.call("compute", a, b, "float64", 0, (1000,), returns=Returns.like(a))

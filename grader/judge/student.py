@@ -46,7 +46,9 @@ class CallResult:
 @dataclass(frozen=True)
 class Returns:
     """What a test expects a call to return: bounds the reply, and a value of another shape or
-    dtype is a wrong answer (its bytes are never read past the expected size)."""
+    dtype is a wrong answer. The bound leaves room for the mistakes students make (float64
+    where float32 is expected, an output padded to whole tiles and never sliced), so that these
+    are told as what they are, never as a broken protocol; a reply larger still is one."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -58,6 +60,11 @@ class Returns:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def reply_bytes(self) -> int:
+        """The most a reply's answer may take: 4 times the elements at 8 bytes each, or 1 MiB."""
+        return max(4 * int(np.prod(self.shape, dtype=np.int64)) * max(self.dtype.itemsize, 8), 1 << 20)
 
 
 class TimeBudget:
@@ -287,8 +294,8 @@ class Student:
         self._import(timeout)
         sent = [a for a in args]
         arg_bytes = sum(a.nbytes for a in sent if isinstance(a, np.ndarray))
-        bounds = wire.Bounds(json_bytes=16 << 20,
-                             frame_bytes=arg_bytes + (returns.nbytes if returns is not None else DEFAULT_RETURN_BYTES))
+        answer_bytes = returns.reply_bytes if returns is not None else DEFAULT_RETURN_BYTES
+        bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=arg_bytes + answer_bytes)
         reply, device = self._timed(lambda t: self.connection.call(
             {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, sent)), timeout)
@@ -336,7 +343,7 @@ class Student:
         sets = [list(inputs) for inputs in input_sets]
         arg_bytes = sum(a.nbytes for inputs in sets for a in inputs if isinstance(a, np.ndarray))
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=arg_bytes + len(sets) * (
-            returns.nbytes if returns is not None else DEFAULT_RETURN_BYTES))
+            returns.reply_bytes if returns is not None else DEFAULT_RETURN_BYTES))
         with self.connection.alone():  # no other grade's kernels on the GPU meanwhile
             started = time.monotonic()
             reply, _ = self._timed(lambda t: self.connection.call(
@@ -629,4 +636,23 @@ def _check_returned(function: str, value: Any, returns: Returns) -> None:
 
     if not isinstance(value, np.ndarray) or value.shape != returns.shape or value.dtype != returns.dtype:
         got = f"{value.dtype}{list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
-        raise WrongAnswer(f"{function}() returned {got}; expected a {returns.dtype} array of shape {list(returns.shape)}")
+        # the first line says what is wrong and how to mend it, alike for every size (one failure
+        # in the report for every test it fails); the second the sizes of this call
+        raise WrongAnswer(f"{_what_is_wrong(function, value, returns)}\n"
+                          f"returned {got}; expected {returns.dtype}{list(returns.shape)}")
+
+
+def _what_is_wrong(function: str, value: Any, returns: Returns) -> str:
+    if not isinstance(value, np.ndarray):
+        return f"{function}() returned a {type(value).__name__}; expected a {returns.dtype} array"
+    if value.shape == returns.shape:
+        return (f"{function}() returned a {value.dtype} array; expected {returns.dtype} (allocate the output as "
+                f"{returns.dtype}, e.g. cuda.device_array(shape, np.{returns.dtype}), or convert the result with "
+                f".astype(np.{returns.dtype}))")
+    if value.ndim == len(returns.shape) and all(d >= e for d, e in zip(value.shape, returns.shape)):
+        block = {1: "out[:n]", 2: "out[:M, :N]"}.get(len(returns.shape), "out[:d0, :d1, ...]")
+        return (f"{function}() returned an array larger than the answer (a padded output? return its leading "
+                f"block, {block})")
+    if value.size == int(np.prod(returns.shape, dtype=np.int64)):
+        return f"{function}() returned an array of the answer's size in another shape (reshape it)"
+    return f"{function}() returned an array of the wrong shape"
