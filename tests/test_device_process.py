@@ -773,3 +773,26 @@ def test_an_answer_of_another_dtype_or_shape_is_told_what_to_change(device_stude
             s.call("compute", a, b, np.dtype(dtype).name, pad, shape, returns=Returns.like(a))
     with pytest.raises(WrongAnswer, match=r"\nreturned float64\[1000\]; expected float32\[1000\]"):
         s.call("compute", a, b, "float64", 0, (1000,), returns=Returns.like(a))
+
+
+@pytest.mark.parametrize("device_student", ["process"], indirect=True)
+def test_an_answer_that_equals_an_input_may_be_the_kernels_work(device_student):
+    """The sum of an array of one element, returned as an array of one, is that array's bytes:
+    it failed as "the answer is input array 1 as it was passed in" (and before that as "what the
+    host copied to the GPU")."""
+    s = device_student("""
+        @cuda.jit
+        def total_kernel(x, out):
+            i = cuda.grid(1)
+            if i < x.size:
+                cuda.atomic.add(out, 0, x[i])
+
+        def total(x):
+            d_out = cuda.to_device(np.zeros(1, x.dtype))
+            total_kernel[1, 32](cuda.to_device(x), d_out)
+            return d_out.copy_to_host()
+    """)
+    x = np.array([2.5], np.float32)
+    result = s.call("total", x)
+    assert np.array_equal(result.value, x)
+    require_kernel_launch(result, "sim")

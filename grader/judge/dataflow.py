@@ -13,9 +13,9 @@ from. The judge holds the call's inputs and the student's answer, and checks:
   the answer's dtype on the host; or downloads of pieces of it, found the same way as an input's:
   chunks on streams), from memory a kernel of this call wrote, computed (through the arrays the
   kernels loaded from, launch after launch) from every input, and is not an input as it was
-  passed in;
-- the answer is not bytes the host copied to the device in this call (an answer computed on the
-  host, then copied through the GPU by a copy kernel or returned as uploaded);
+  passed in (unless a kernel computed those very bytes: the sum of one element is that element);
+- the answer is not bytes of data the host made and copied to the device in this call (an answer
+  computed on the host, then copied through the GPU by a copy kernel or returned as uploaded);
 - no data the host made went into it: every upload the answer was computed from (the kernels'
   constant arrays count as uploads) is an array of the call's or carries no answer (a single start
   value everywhere: zeros, ones, infinities; random number states); so a kernel that reads the
@@ -51,7 +51,6 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     the host made; `numbers`: the call's scalar arguments (SAXPY's alpha): passed on to a kernel,
     they are not data the host made either."""
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
-    uploaded = {t.digest for t in report.uploads}
     others = [a for a in sent or () if not any(a is b for b in inputs)]
     # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
     # that carry no answer: the call's own, or structural integers
@@ -81,15 +80,21 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
                               f"cuda.to_device, or pass it to the kernel)")
         copies.append(ids)
     host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}
+    # an answer whose bytes equal an input's, or any upload but those the host made, may be the
+    # kernels' work all the same (the sum of an array of one element is that element)
+    made = {t.digest for t in host_made.values()}
+    computed = {t.digest for t in report.downloads if t.kernel_written}
     for value in answers:
         key = digest(value) if isinstance(value, np.ndarray) else None
-        _unchanged(key, inputs, keys, labels)
-        _answer(report, value, key, uploaded, copies, inputs, labels, host_made)
+        if key not in computed:
+            _unchanged(key, inputs, keys, labels)
+        _answer(report, value, key, made, copies, inputs, labels, host_made)
 
 
 def _unchanged(key: str | None, inputs: list[np.ndarray], keys: list[str], labels: list[str]) -> None:
-    """An answer (of digest `key`) that is one of the inputs as it was passed in: nothing a kernel
-    computed reached it (an array to update in place that the result was never copied back into)."""
+    """An answer (of digest `key`) that is one of the inputs as it was passed in, and no kernel
+    computed those bytes: nothing a kernel computed reached it (an array to update in place that
+    the result was never copied back into)."""
     for array, input_key, label in zip(inputs, keys, labels):
         if key is not None and array.size and input_key == key:
             raise WrongAnswer(f"the answer is {label} ({array.dtype}{list(array.shape)}) as it was passed in: nothing "
@@ -97,9 +102,10 @@ def _unchanged(key: str | None, inputs: list[np.ndarray], keys: list[str], label
                               f"device's result into the caller's array: `d_out.copy_to_host(out)`)")
 
 
-def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str], copies: list[set[int]],
+def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], copies: list[set[int]],
             inputs: list[np.ndarray], labels: list[str], host_made: dict[int, Transfer]) -> None:
-    """`key`: the digest of `value` when it is an array."""
+    """`key`: the digest of `value` when it is an array; `made`: the digests of the uploads of
+    data the host made."""
     if value is None:
         return
     written = [t for t in report.downloads if t.kernel_written]
@@ -113,7 +119,7 @@ def _answer(report: DeviceReport, value: Any, key: str | None, uploaded: set[str
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
             found = [[(t, t.carried, -1) for t in pieces]] if pieces else []
-        if key in uploaded or any(t.digest in uploaded for copied in found if len(copied) > 1 for t, *_ in copied):
+        if key in made or any(t.digest in made for copied in found if len(copied) > 1 for t, *_ in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
     elif isinstance(value, (bool, int, float, complex, np.generic)):
