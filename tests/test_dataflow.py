@@ -50,9 +50,14 @@ def test_an_input_padded_with_zeros_is_the_input_and_other_padding_is_not():
     rows_only[:37] = matrix
     ones = np.ones((48, 32), np.float32)
     ones[:37, :27] = matrix
+    halves = np.zeros((48, 32), np.float16)
+    halves[:37, :27] = matrix
     copies = [Transfer(digest(p), p.nbytes, head=p.reshape(-1)[:16].copy(), id=k, shape=p.shape)
-              for k, p in enumerate([padded, rows_only, ones, padded.T.copy()], start=1)]
-    assert _padded(matrix, copies) == {1, 2}  # padded with ones, or transposed: not the input
+              for k, p in enumerate([padded, rows_only, ones, padded.T.copy(), padded.astype(np.float64), halves],
+                                    start=1)]
+    # padded with ones, or transposed: not the input; padded in float64 (a power-of-two tree
+    # reduction in double precision) is; in float16, which loses bits, is not
+    assert _padded(matrix, copies) == {1, 2, 5}
     assert _padded(matrix[:, :1].copy(), copies) == set()
 
 
@@ -75,3 +80,6 @@ def test_an_input_converted_exactly_or_transposed_is_the_input():
     assert _converted(matrix, copies) == {1}  # to float16 loses bits: not the input converted exactly
     assert _converted(halves, copies) == {5}  # float16 to float32 is exact
     assert _transposed(matrix, copies) == {3}  # reversed rows are not the input
+    doubles = np.ascontiguousarray(matrix.T, dtype=np.float64)
+    wide = Transfer(digest(doubles), doubles.nbytes, head=doubles.reshape(-1)[:16].copy(), id=9, shape=(7, 5))
+    assert _transposed(matrix, copies + [wide]) == {3, 9}  # transposed and converted exactly

@@ -178,43 +178,64 @@ def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
     found, keys = set(), {}  # dtype -> the digest of the exact conversion to it (None: not exact)
     for t in uploads:
         dtype = t.head.dtype if t.head is not None else None
-        if dtype is None or dtype == array.dtype or dtype.kind not in "biufc" or array.dtype.kind not in "biufc" \
-                or t.nbytes != array.size * dtype.itemsize:
+        if dtype is None or dtype == array.dtype or t.nbytes != array.size * dtype.itemsize:
             continue
         if dtype not in keys:
-            with np.errstate(all="ignore"):
-                converted = array.astype(dtype)
-                exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
-            keys[dtype] = digest(converted) if exact else None
+            converted = _exactly(array, dtype)
+            keys[dtype] = digest(converted) if converted is not None else None
         if keys[dtype] == t.digest:
             found.add(t.id)
     return found
 
 
+def _exactly(array: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """`array` converted to `dtype` (numbers to numbers), if the conversion loses nothing."""
+    if array.dtype == dtype:
+        return array
+    if dtype.kind not in "biufc" or array.dtype.kind not in "biufc":
+        return None
+    with np.errstate(all="ignore"):
+        converted = array.astype(dtype)
+        exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
+    return converted if exact else None
+
+
 def _transposed(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
     """The uploads that are a matrix transposed on the host (`np.ascontiguousarray(B.T)`, so that
-    a warp reads consecutive elements): the same elements, in another order."""
+    a warp reads consecutive elements): the same elements, in another order (converted exactly
+    to another dtype, too)."""
     if array.ndim != 2 or array.shape[0] == 1 or array.shape[1] == 1:
         return set()
-    key = digest(array.T)  # digest() takes C-order bytes: those of the transposed copy
-    return {t.id for t in uploads if t.digest == key}
+    keys: dict = {}  # dtype -> the digest of the transposed copy in it (digest() takes C-order bytes)
+    found = set()
+    for t in uploads:
+        if t.head is None or t.nbytes != array.size * t.head.dtype.itemsize:
+            continue
+        if t.head.dtype not in keys:
+            converted = _exactly(array, t.head.dtype)
+            keys[t.head.dtype] = digest(converted.T) if converted is not None else None
+        if keys[t.head.dtype] == t.digest:
+            found.add(t.id)
+    return found
 
 
 def _padded(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
     """The uploads that are `array` padded with zeros at the end of its axes (a matrix padded to
-    whole tiles so that the kernel needs no bounds checks): confirmed by the digest of the padded
+    whole tiles so that the kernel needs no bounds checks; converted exactly to another dtype,
+    too: a vector padded to a power of two in float64): confirmed by the digest of the padded
     array made here. Zeros add nothing a kernel could compute an answer from."""
     if array.ndim == 0 or array.size == 0:
         return set()
-    first = np.ascontiguousarray(array).reshape(-1)[:1]
     found = set()
     for t in uploads:
         if t.shape is None or len(t.shape) != array.ndim or t.shape == array.shape or t.head is None \
-                or t.head.dtype != array.dtype or not all(d <= e for d, e in zip(array.shape, t.shape)) \
-                or first.tobytes() != t.head[:1].tobytes():
+                or not t.head.size or not all(d <= e for d, e in zip(array.shape, t.shape)):
             continue
-        padded = np.zeros(t.shape, array.dtype)
-        padded[tuple(slice(0, d) for d in array.shape)] = array
+        converted = _exactly(array, t.head.dtype)
+        if converted is None or np.ascontiguousarray(converted).reshape(-1)[:1].tobytes() != t.head[:1].tobytes():
+            continue
+        padded = np.zeros(t.shape, t.head.dtype)
+        padded[tuple(slice(0, d) for d in array.shape)] = converted
         if digest(padded) == t.digest:
             found.add(t.id)
     return found
