@@ -65,7 +65,7 @@ def test_a_downloads_leading_blocks_cross_the_wire_checked():
     doc = {"digest": "ab", "nbytes": 8, "head": np.zeros(2, np.float32), "shape": [2],
            "blocks": [{"shape": [1], "digest": "cd", "carried": 1, "carried_first": 0}]}
     assert Transfer.parse(doc, "d", True).blocks == (((1,), "cd", 1, 0),)
-    for bad in ([{"shape": [-1], "digest": "cd"}], [{"shape": [1]}], ["x"], [{"shape": [1], "digest": "c"}] * 17,
+    for bad in ([{"shape": [-1], "digest": "cd"}], [{"shape": [1]}], ["x"], [{"shape": [1], "digest": "c"}] * 33,
                 [{"shape": [1], "digest": "cd", "carried": -1}]):
         with pytest.raises(ProtocolError):
             Transfer.parse({**doc, "blocks": bad}, "d", True)

@@ -671,8 +671,9 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
         device_student):
     """Padding on the host so that the kernel needs no bounds check (a matrix to whole tiles, a
     vector to whole blocks), the answer sliced from the padded output; matrices copied as 1-D
-    arrays, the answer reshaped; inputs converted to float64, the answer converted back: honest,
-    and each failed as "never copied to the GPU". An output's padding that keeps bytes the host
+    arrays, the answer reshaped; inputs converted to float64, the answer converted back; the
+    answer's transpose computed and turned on the host: honest, and each failed as "never copied
+    to the GPU" (the last as "not copied back from GPU memory written by a kernel"). An output's padding that keeps bytes the host
     put there is not the answer (it failed as "bytes the host wrote"). Padding of an input that is
     not zeros still carries host data."""
     s = device_student("""
@@ -723,6 +724,17 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
             add2_into[(shape[0] // t, shape[1] // t), (t, t)](cuda.to_device(a), cuda.to_device(b), d_out)
             return d_out.copy_to_host()[:m, :k].copy()
 
+        @cuda.jit
+        def add2_transposed(a, b, out_t):
+            i, j = cuda.grid(2)
+            if i < a.shape[0] and j < a.shape[1]:
+                out_t[j, i] = a[i, j] + b[i, j]
+
+        def matrix_add_transposed(a, b):  # the kernel writes the answer's transpose, the host turns it
+            d_t = cuda.device_array((a.shape[1], a.shape[0]), a.dtype)
+            add2_transposed[(3, 2), (16, 16)](cuda.to_device(a), cuda.to_device(b), d_t)
+            return d_t.copy_to_host().T
+
         def vector_add_in_float64(a, b):  # converted on the host, and the answer converted back
             d_out = cuda.device_array(a.size, np.float64)
             add[(a.size + 127) // 128, 128](cuda.to_device(a.astype(np.float64)), cuda.to_device(b.astype(np.float64)),
@@ -737,7 +749,8 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
     a, b = _inputs(1000)
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
     for function, x, y in [("vector_add", a, b), ("matrix_add", A, B), ("matrix_add_into_a_filled_output", A, B),
-                           ("vector_add_in_float64", a, b), ("matrix_add_flattened", A, B)]:
+                           ("matrix_add_transposed", A, B), ("vector_add_in_float64", a, b),
+                           ("matrix_add_flattened", A, B)]:
         result = s.call(function, x, y)
         assert np.array_equal(result.value, x + y), function
         require_kernel_launch(result, "sim")

@@ -38,6 +38,7 @@ JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
 HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
 MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
 KEPT_BYTES = 64 << 20  # kernel-written downloads of a call kept to the call's end (for `CallLog.blocks`)
+MAX_BLOCKS = 2 * MAX_ANSWER_SHAPES  # of a download: per answer, a block as it is and one of its transpose
 _RECORDED = {"uploads": "copies to the GPU", "downloads": "copies from the GPU", "launches": "kernel launches"}
 
 
@@ -66,27 +67,33 @@ class CallLog:
 
     def blocks(self, answers: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         """Each kept download that holds an answer's shape other than whole (as many axes, none
-        shorter: a padded output copied back, the answer sliced from it on the host) or in another
-        dtype (computed in float64, converted on the host) gets the digest of what the host would
-        make of it: its leading block of that shape, in that dtype (grader.judge.dataflow), and
-        how many of the block's elements are still bytes the host wrote."""
+        shorter: a padded output copied back, the answer sliced from it on the host), in another
+        dtype (computed in float64, converted on the host) or transposed (a matrix product
+        computed as its transpose, `.T` on the host) gets the digest of what the host would make
+        of it: its leading block of that shape, in that dtype (grader.judge.dataflow), and how
+        many of the block's elements are still bytes the host wrote."""
         for entry, data, carried in self.kept:
+            held = None if carried is None else carried.reshape(data.shape)
+            views = [(data, held, False)]
+            if data.ndim == 2 and 1 not in data.shape:
+                views.append((data.T, None if held is None else held.T, True))
             found = []
             for shape, dtype in answers:
-                whole = data.size == int(np.prod(shape, dtype=np.int64))  # digests ignore shapes
-                if (whole and dtype == data.dtype) or not _converts(data.dtype, dtype):
-                    continue  # the whole in its own dtype: the download's own digest says it
-                if whole:
-                    block = ...
-                elif len(shape) == data.ndim and all(d <= e for d, e in zip(shape, data.shape)):
-                    block = tuple(slice(0, d) for d in shape)
-                else:
-                    continue
-                held = None if carried is None else carried.reshape(data.shape)[block].reshape(-1)
-                found.append({"shape": list(shape), "digest": digest(data[block].astype(dtype, copy=False)),
-                              **_carried_fields(held)})
+                for view, view_held, transposed in views:
+                    whole = view.size == int(np.prod(shape, dtype=np.int64))  # digests ignore shapes
+                    if not transposed and whole and dtype == view.dtype or not _converts(view.dtype, dtype):
+                        continue  # the whole in its own dtype: the download's own digest says it
+                    if whole and not transposed:
+                        block = ...
+                    elif len(shape) == view.ndim and all(d <= e for d, e in zip(shape, view.shape)):
+                        block = tuple(slice(0, d) for d in shape)
+                    else:
+                        continue
+                    part = None if view_held is None else view_held[block].reshape(-1)
+                    found.append({"shape": list(shape), "digest": digest(view[block].astype(dtype, copy=False)),
+                                  **_carried_fields(part)})
             if found:
-                entry["blocks"] = found
+                entry["blocks"] = found[:MAX_BLOCKS]
 
     def add(self, kind: str, entry: dict) -> None:
         entries = getattr(self, kind)

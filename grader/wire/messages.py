@@ -439,8 +439,9 @@ class Transfer:
     shape: tuple[int, ...] | None = None  # the array's shape (a piece of an array is told by it)
     # downloads: (shape, digest, carried, carried_first) of what the host may have made of it for
     # each of the call's answers: its leading block of a smaller shape (a padded output, the
-    # answer sliced from it), or the whole converted to the answer's dtype (computed in float64,
-    # converted back); `carried` and `carried_first` as above, of the block's elements
+    # answer sliced from it), the whole converted to the answer's dtype (computed in float64,
+    # converted back), or the same of its transpose (a matrix); `carried` and `carried_first` as
+    # above, of the block's elements
     blocks: tuple[tuple[tuple[int, ...], str, int, int], ...] = ()
 
     @classmethod
@@ -461,7 +462,7 @@ class Transfer:
         ids = {key: tuple(_int(u, f"{where}.{key}[{i}]") for i, u in enumerate(_list(doc.get(key, []), f"{where}.{key}")))
                for key in ("sources", "carried_from")}
         blocks = tuple(_block(b, f"{where}.blocks[{i}]")
-                       for i, b in enumerate(_list(doc.get("blocks", []), f"{where}.blocks", MAX_ANSWER_SHAPES)))
+                       for i, b in enumerate(_list(doc.get("blocks", []), f"{where}.blocks", 2 * MAX_ANSWER_SHAPES)))
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
                    kernel_written, head, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
                    neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
