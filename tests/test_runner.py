@@ -66,6 +66,17 @@ def test_not_implemented_is_one_line_naming_the_place(make_student):
     assert info.value.summary() == "not implemented yet (ex.py:3 in f)"
 
 
+def test_a_message_ending_in_a_colon_keeps_what_follows(make_student):
+    """numba's "Kernel launch configuration was not specified. Use the syntax:" said no more."""
+    s = make_student("""
+        def f():
+            raise ValueError("Do it this way:\\n\\n    kernel[blocks, threads](args)\\n")
+    """)
+    with pytest.raises(StudentCodeError, match=r"^ValueError \(ex.py:3 in f\): Do it this way: kernel\[blocks, "
+                                               r"threads\]\(args\)$"):
+        s.call("f")
+
+
 def test_syntax_error_names_file_and_line(make_student):
     s = make_student("def f(:\n    pass\n")
     with pytest.raises(StudentCodeError, match=r"could not import the submission \(ex.py:1\): SyntaxError"):

@@ -86,7 +86,7 @@ class Runner:
         error = {
             "kind": kind,
             "type": type(exc).__name__,
-            "message": text.splitlines()[0][:2000] if text else "",
+            "message": _first_sentence(text)[:2000],
             "detail": text[:8000],
             "where": where,
             "traceback": self._student_traceback(exc)[-8000:],
@@ -388,3 +388,12 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _first_sentence(text: str) -> str:
+    """An exception's first line, and the line after it where the first ends in a colon (numba's
+    "Kernel launch configuration was not specified. Use the syntax:" says the syntax next)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]

@@ -97,8 +97,11 @@ def _dim3(value, what: str, kernel: str) -> tuple[int, int, int]:
     elif hasattr(value, "x") and hasattr(value, "y") and hasattr(value, "z"):
         dims = (int(value.x), int(value.y), int(value.z))
     else:
+        floats = isinstance(value, (float, np.floating)) or isinstance(value, (tuple, list)) and any(
+            isinstance(v, (float, np.floating)) for v in value)
+        hint = " (a float: divide with //, e.g. (n + 255) // 256, or use math.ceil)" if floats else ""
         raise LaunchConfigError(f"kernel {kernel!r}: {what} must be an int or a tuple of 1 to 3 "
-                                f"ints, got {value!r}", kernel=kernel)
+                                f"ints, got {value!r}{hint}", kernel=kernel)
     if any(d < 1 for d in dims):
         raise LaunchConfigError(f"kernel {kernel!r}: every {what} dimension must be >= 1, got "
                                 f"{dims}", kernel=kernel)

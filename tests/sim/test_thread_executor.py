@@ -240,7 +240,8 @@ def test_seeded_shuffle_gives_the_same_result():
     (0, 32, 0, ">= 1"),
     ((1, 70000), 32, 0, "grid dimension y = 70000"),
     (1, 32, 300 * 1024, "dynamic shared memory"),
-    (1.5, 32, 0, "grid must be an int"),
+    (1.5, 32, 0, r"grid must be an int.*got 1.5 \(a float: divide with //"),
+    ((np.float32(2), 1), 32, 0, "a float: divide with //"),
 ])
 def test_launch_validation(simulator, grid, block, shared, match):
     out = cuda.device_array(4)
