@@ -63,9 +63,39 @@ def test_shared_race_in_tree_reduction(simulator):
     msg = str(err.value)
     assert f":{line_of(reduce_missing_barrier, 's[t] += s[t + stride]')}," in msg
     assert "shared array 's'" in msg and "block (0, 0, 0)" in msg
-    assert "no syncthreads() in between" in msg
+    assert "no syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part) in between" in msg
     reduce_fixed[2, 64](inp, out)
     assert (out.copy_to_host() == 64).all()
+
+
+@cuda.jit
+def reduce_last_warp_unsynchronised(inp, out):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    if t < 32:  # the classic unrolled last warp, written before Volta: no syncwarp between steps
+        s[t] += s[t + 32]
+        s[t] += s[t + 16]
+        s[t] += s[t + 8]
+        s[t] += s[t + 4]
+        s[t] += s[t + 2]
+        s[t] += s[t + 1]
+    if t == 0:
+        out[cuda.blockIdx.x] = s[0]
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_a_race_between_threads_of_one_warp_asks_for_syncwarp(executor):
+    """A syncthreads() inside `if t < 32:` is a barrier the other warps never reach: the race
+    of two threads of one warp names cuda.syncwarp()."""
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.RaceError) as found:
+            reduce_last_warp_unsynchronised[1, 64](cuda.to_device(np.ones(64, np.float32)),
+                                                   cuda.device_array(1, np.float32))
+    message = str(found.value)
+    assert "cuda.syncwarp()" in message and "not in lockstep since Volta" in message or \
+        "where one warp's threads alone take part" in message, message
 
 
 # ---------------------------------------------------------------- races on global memory

@@ -139,15 +139,23 @@ class RaceChecks:
         if filename and filename != self.filename and in_library(filename):
             other_line = 0  # lines of numba's own code: the finding names the student's call
         same_block = other <= -2 or int(other) // self.tpb == block
+        # two threads of one warp want cuda.syncwarp(): a syncthreads() in code only that warp
+        # runs (`if t < 32:`, the classic unrolled last warp) is a barrier the others never reach
+        same_warp = other > -2 and same_block and int(other) % self.tpb // WARP == int(thread) // WARP
+        barrier = "cuda.syncwarp()" if same_warp else \
+            "syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" if other <= -2 \
+            else "syncthreads()"
+        why = (" (the threads of a warp are not in lockstep since Volta: warp-synchronous code needs "
+               "cuda.syncwarp() between its steps)") if same_warp else ""
         if not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
         elif other_line and line and other_line != line:
-            hint = f"with no syncthreads() between lines {min(other_line, line)} and {max(other_line, line)}"
+            hint = f"with no {barrier} between lines {min(other_line, line)} and {max(other_line, line)}{why}"
         elif other_line and line:
-            hint = (f"with no syncthreads() in between (line {line} does both: one pass's {other_kind} "
-                    f"and the next pass's {kind} need a barrier between them)")
+            hint = (f"with no {barrier} in between (line {line} does both: one pass's {other_kind} "
+                    f"and the next pass's {kind} need a barrier between them){why}")
         else:
-            hint = "with no syncthreads() in between"
+            hint = f"with no {barrier} in between{why}"
         at = f" at line {other_line}" if other_line and other_line != line else ""
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
