@@ -98,3 +98,19 @@ def test_a_wrong_matrix_carries_a_coarsened_mask_of_its_wrong_elements():
     with pytest.raises(WrongAnswer) as found:
         expect_close(np.zeros(5, np.float32) + 2, np.ones(5, np.float32))
     assert found.value.wrong is None  # a vector has no picture
+
+
+def test_right_elements_that_are_one_blocks_worth_say_so():
+    """An index from threadIdx alone (or a grid of one block) leaves every element past the first
+    block's wrong: the message names the global index."""
+    expected = np.arange(1000, dtype=np.float32)
+    got = expected.copy()
+    got[256:] = np.nan
+    with pytest.raises(WrongAnswer, match=r"only the first 256 are right, as many as one block of 256 threads "
+                                          r"computes.*cuda.grid\(1\)"):
+        expect_close(got, expected)
+    got = expected.copy()
+    got[768:] = np.nan  # three whole blocks: a grid rounded down, not one block's worth
+    with pytest.raises(WrongAnswer) as info:
+        expect_close(got, expected)
+    assert "one block" not in str(info.value) and "a missed block" in str(info.value)

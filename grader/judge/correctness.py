@@ -83,6 +83,10 @@ def _where(bad: np.ndarray, got: np.ndarray) -> str:
             span = f"the only wrong element is index {i0}" if i0 == i1 else f"the wrong elements are exactly indices {i0}..{i1}"
             edge = (" (the end of the array: a missed block, or a grid or bounds guard that stops short?)"
                     if i1 == bad.size - 1 else "")
+            if i1 == bad.size - 1 and i0 >= 32 and i0 & (i0 - 1) == 0:  # right: a power of two from 0
+                edge = (f" (only the first {i0} are right, as many as one block of {i0} threads computes: was one "
+                        f"block launched, or does every block compute the first block's elements? the global "
+                        f"index is cuda.grid(1), blockIdx.x * blockDim.x + threadIdx.x)")
             notes.append(span + edge)
     if bad.ndim == 2:
         rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
