@@ -421,6 +421,22 @@ def test_shuffle_reading_an_exited_lane_is_flagged(simt):
         shuffle_from_exited_lane[1, 32](out)
 
 
+@cuda.jit
+def shuffle_inside_the_bounds_guard(x, out):
+    i = cuda.grid(1)
+    if i < x.size:  # lanes past the end skip the shuffle its full mask names them in
+        v = x[i]
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+        out[i] = v
+
+
+def test_a_shuffle_some_lanes_named_in_its_mask_skip_says_where_it_goes(simt):
+    with pytest.raises(sim.WarpOpError, match=r"lane 20 named in the mask is live but not executing this op "
+                                              r"\(diverged: call it where every lane named in the mask runs"):
+        shuffle_inside_the_bounds_guard[1, 32](cuda.to_device(np.ones(20, np.float32)),
+                                               cuda.device_array(32, np.float32))
+
+
 def test_barrier_reached_by_some_threads_is_divergence(simt):
     out = cuda.device_array(32, np.int64)
     with pytest.raises(sim.BarrierDivergenceError, match="line 3|syncthreads"):

@@ -279,7 +279,9 @@ class CollectiveOps:
             else:
                 absent = lane_mask & int(live[lane]) & ~int(here[lane])
                 what = (f"lane {(absent & -absent).bit_length() - 1} named in the mask is live "
-                        "but not executing this op (diverged)")
+                        "but not executing this op (diverged: call it where every lane named in the mask "
+                        "runs, outside the `if`, with a neutral value such as 0 for lanes past the end; "
+                        "or name only the lanes that run it, cuda.activemask())")
             self._report(WarpOpError, f"{name} with mask {lane_mask:#010x}: {what}",
                          lane // self.tpb, int(self.thread[lane]))
 
