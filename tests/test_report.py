@@ -94,6 +94,22 @@ def test_the_table_tells_each_failure_once_per_stage_and_every_test_with_verbose
     assert "ex::b" in verbose and verbose.count("out-of-bounds access at index 33") == 2
 
 
+def test_one_bug_at_several_sizes_is_one_failure_and_other_lines_stay_apart():
+    from grader.report.results import Status
+
+    results = Results("sub", "sim", tests=[
+        TestResult("ex::a[n=1000]", "ex", 1, 1, 0, Status.FAILED,
+                   "f(a) with n=1000: 744 of 1000 elements wrong; first at index 256: expected 2.5, got nan"),
+        TestResult("ex::a[n=1025]", "ex", 1, 1, 0, Status.FAILED,
+                   "f(a) with n=1025: 769 of 1025 elements wrong; first at index 256: expected -1.25, got nan"),
+        TestResult("ex::b", "ex", 1, 1, 0, Status.FAILED, "ValueError (ex.py:70 in f): bad"),
+        TestResult("ex::c", "ex", 1, 1, 0, Status.FAILED, "ValueError (ex.py:71 in f): bad"),
+    ])
+    compact = render(results, "table")
+    assert "fails 2 tests: a[n=1000], a[n=1025]" in compact and "769 of 1025" not in compact
+    assert "ex.py:70" in compact and "ex.py:71" in compact  # two places: two failures
+
+
 def test_markdown_tells_each_failure_once_with_its_tests_and_folds_every_test():
     from grader.report.results import Status
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .results import Results, Status
 
 # Tests a student must not see the details of yet (Gradescope applies these itself).
@@ -12,19 +14,24 @@ def num(x: float) -> str:
     return f"{x:g}"
 
 
+_NUMBERS = re.compile(r"(?<![:\w])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # not a line number, not in a name
+
+
 def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def grouped(failed: list) -> dict[str, list]:
     """Each distinct failure once, with the tests it fails: tests failing on one simulator
-    finding (the same kind, line and array, whatever the thread or index) or with one first line
-    are one group, shown by its first test's first line."""
+    finding (the same kind, line and array, whatever the thread or index) or with first lines
+    that differ only in their numbers (one bug at several sizes: "with n=1000: 744 of 1000
+    elements wrong", "with n=1025: 769 of 1025 ...") are one group, shown by its first test's
+    first line. Numbers after a colon stay (a file's line: vector_add.py:70)."""
     keys: dict = {}
     groups: dict[str, list] = {}
     for t in failed:
         f = getattr(t, "finding", None)
-        key = (f.type, f.file, f.line, f.array) if f is not None and f.line else first_line(t.output)
+        key = (f.type, f.file, f.line, f.array) if f is not None and f.line else _NUMBERS.sub("#", first_line(t.output))
         head = keys.setdefault(key, first_line(t.output) or "failed")
         groups.setdefault(head, []).append(t)
     return groups
