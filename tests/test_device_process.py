@@ -776,6 +776,9 @@ def test_an_answer_of_another_dtype_or_shape_is_told_what_to_change(device_stude
             d_out = cuda.to_device(np.zeros(a.size + pad, dtype))
             add_n[(a.size + 127) // 128, 128](cuda.to_device(a.astype(dtype)), cuda.to_device(b.astype(dtype)), d_out)
             return d_out.copy_to_host().reshape(shape)
+
+        def forgets_to_return(a, b):
+            compute(a, b, "float32", 0, a.shape)
     """)
     a, b = _inputs(1000)
     cases = [(np.float64, 0, (1000,), r"returned a float64 array; expected float32 \(allocate the output as float32"),
@@ -787,6 +790,9 @@ def test_an_answer_of_another_dtype_or_shape_is_told_what_to_change(device_stude
             s.call("compute", a, b, np.dtype(dtype).name, pad, shape, returns=Returns.like(a))
     with pytest.raises(WrongAnswer, match=r"\nreturned float64\[1000\]; expected float32\[1000\]"):
         s.call("compute", a, b, "float64", 0, (1000,), returns=Returns.like(a))
+    with pytest.raises(WrongAnswer, match=r"forgets_to_return\(\) returned None; expected a float32 array \(a "
+                                          r"missing `return`\?\)"):
+        s.call("forgets_to_return", a, b, returns=Returns.like(a))
 
 
 @pytest.mark.parametrize("device_student", ["process"], indirect=True)

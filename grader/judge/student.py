@@ -643,6 +643,8 @@ def _check_returned(function: str, value: Any, returns: Returns) -> None:
 
 
 def _what_is_wrong(function: str, value: Any, returns: Returns) -> str:
+    if value is None:
+        return f"{function}() returned None; expected a {returns.dtype} array (a missing `return`?)"
     if not isinstance(value, np.ndarray):
         return f"{function}() returned a {type(value).__name__}; expected a {returns.dtype} array"
     if value.shape == returns.shape:

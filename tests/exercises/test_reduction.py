@@ -27,6 +27,8 @@ def _ids(sizes):
 def _expect_sum(got, x: np.ndarray, what: str) -> None:
     value = np.asarray(got)
     if value.size != 1 or value.dtype.kind not in "iuf":
+        if got is None:
+            raise WrongAnswer(f"{what}: expected one number, got None (nothing returned: a missing `return`?)")
         raise WrongAnswer(f"{what}: expected one number, got {type(got).__name__} {np.shape(got)}")
     value = value.reshape(())
     if x.dtype.kind in "iu":
