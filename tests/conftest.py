@@ -10,7 +10,9 @@ import pytest
 from sandbox_support import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = os.environ.get("GPUGRADE_RUNNER_IMAGE", "gpugrade-runner:latest")
+IMAGE = os.environ.get("GPUGRADE_RUNNER_IMAGE")  # unset: this checkout's own tag (runner_image)
+REPOSITORY = "gpugrade-runner"
+OTHER_SOURCES_KEPT_S = 2 * 86400  # another source's tag is removed once its image is older than this
 
 
 @pytest.fixture(scope="session")
@@ -28,20 +30,54 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def runner_image(docker_client):
-    import docker.errors
-
+    """The runner image of this checkout's grader sources, `gpugrade-runner:src-<digest>`: checkouts
+    of other sources on one machine (a developer's tests beside a CI run) each have their own and
+    never rebuild the other's. Tagged from `gpugrade-runner:latest` when that was built from these
+    sources (CI builds it first), else built by docker/build-images.sh. GPUGRADE_RUNNER_IMAGE
+    names an image instead (rebuilt when made from other sources)."""
     source = subprocess.run([sys.executable, str(ROOT / "docker" / "source_digest.py")], capture_output=True,
                             text=True, check=True).stdout.strip()
-    try:
-        built_from = docker_client.images.get(IMAGE).labels.get("gpugrade.source")
-    except docker.errors.ImageNotFound:
-        built_from = None
+    image = IMAGE or f"{REPOSITORY}:src-{source}"
+    built_from = _source_of(docker_client, image)
+    if built_from != source and IMAGE is None and _source_of(docker_client, f"{REPOSITORY}:latest") == source:
+        docker_client.images.get(f"{REPOSITORY}:latest").tag(REPOSITORY, f"src-{source}")
+        built_from = source
     if built_from != source:  # missing, or made from other grader sources: (re)build, warm in seconds
         done = subprocess.run([str(ROOT / "docker" / "build-images.sh"), "runner"], cwd=ROOT,
-                              env=os.environ | {"GPUGRADE_RUNNER_IMAGE": IMAGE}, capture_output=True, text=True)
+                              env=os.environ | {"GPUGRADE_RUNNER_IMAGE": image}, capture_output=True, text=True)
         if done.returncode != 0:
-            unavailable(f"the runner image {IMAGE} is {'stale' if built_from else 'missing'} and "
+            unavailable(f"the runner image {image} is {'stale' if built_from else 'missing'} and "
                          f"docker/build-images.sh failed:\n{done.stderr[-2000:]}")
-    return IMAGE
+    if IMAGE is None:
+        _untag_old_sources(docker_client, image)
+    return image
 
 
+def _source_of(client, image: str) -> str | None:
+    """The grader source digest `image` was built from (its gpugrade.source label), or None."""
+    import docker.errors
+
+    try:
+        return client.images.get(image).labels.get("gpugrade.source")
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _untag_old_sources(client, keep: str) -> None:
+    """Remove the tags of other sources' runner images older than OTHER_SOURCES_KEPT_S (each is
+    over a GiB; one is left per source change otherwise). One in use by a container stays."""
+    import datetime
+
+    import docker.errors
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for found in client.images.list(name=REPOSITORY):
+        created = datetime.datetime.fromisoformat(found.attrs["Created"][:19]).replace(tzinfo=datetime.timezone.utc)
+        if (now - created).total_seconds() < OTHER_SOURCES_KEPT_S:
+            continue
+        for tag in found.tags:
+            if tag.startswith(f"{REPOSITORY}:src-") and tag != keep:
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError:
+                    pass  # in use: its owner's
