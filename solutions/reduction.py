@@ -32,7 +32,7 @@ Stage 2: warp shuffles and one atomic per warp (`reduce_shuffle_kernel`, `reduce
     fewer of them is a 32x shorter queue.
 
     How it is graded: the same sizes as stage 1; on the simulator: warp shuffles used, and no
-    more atomics than the reference (one per warp).
+    more atomics per warp launched than the reference (one per warp, whatever the block size).
 
 Stage 3: grid-stride accumulation + warp shuffle, any dtype (`reduce_grid_stride_kernel`, `reduce_grid_stride`).
     Launch a fixed grid of GRID_BLOCKS x THREADS_PER_BLOCK threads whatever n is. Each thread
@@ -46,8 +46,8 @@ Stage 3: grid-stride accumulation + warp shuffle, any dtype (`reduce_grid_stride
     (`acc = 0` then adding int32 gives an integer, adding float32 gives a float).
 
     How it is graded: float32 sizes from 1 to many times the grid with a tolerance growing with
-    sqrt(n), int32 exactly; the grid must not depend on n; on the simulator: no more atomics than
-    the reference, coalesced loads, warp shuffles used.
+    sqrt(n), int32 exactly; the grid must not depend on n; on the simulator: no more atomics per
+    warp launched than the reference, coalesced loads, warp shuffles used.
 """
 
 import numpy as np

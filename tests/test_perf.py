@@ -114,3 +114,23 @@ def test_a_slow_verdict_names_the_work_done_most_more_than_the_references():
     assert heaviest(got, ref) == ("; its kernels load 32.0x the reference's elements from global memory "
                                   "(3,200 against 100)")
     assert heaviest({**ref, "global_loads": 140}, ref) == ""  # under 1.5x, and atomics the reference has none of
+
+
+def test_a_criterion_per_warp_divides_both_sides_by_the_warps_launched():
+    """One atomic per warp, whatever the block size: 512 threads a block launch more warps, and
+    more atomics, than the reference's 256 (the last block's idle warps too); 32 per warp fails."""
+    def atomics(count, grid, block):
+        return {"kernel": "k", "grid": [grid, 1, 1], "block": [block, 1, 1], "counters": {"atomics": count},
+                "lines": []}
+
+    criterion = Criterion(counter="atomics", max_ratio=1.0, label="atomic operations per warp", per="warp")
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
+    reference = [atomics(157 * 8, 157, 256)]
+    expect_performance(stage, [atomics(79 * 16, 79, 512)], reference, modelled=False)
+    assert totals([atomics(1, 79, 512), atomics(1, 3, 33)])["warps_launched"] == 79 * 16 + 3 * 2
+    with pytest.raises(PerformanceShortfall, match=r"^atomic operations per warp: 32 against the reference's 1 "):
+        expect_performance(stage, [atomics(157 * 256, 157, 256)], reference, modelled=False)
+    plain = Criterion(counter="atomics", max_ratio=1.0, label="atomic operations")
+    with pytest.raises(PerformanceShortfall, match="atomic operations: 1264 against the reference's 1256"):
+        expect_performance(Stage("ex", 1, "t", "f", ("a", "b", "c"), (plain,), gpu=GpuThreshold("reference", 1.2)),
+                           [atomics(79 * 16, 79, 512)], reference, modelled=False)

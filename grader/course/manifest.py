@@ -43,6 +43,9 @@ class Criterion:
     max_ratio: float | None = None   # student <= max_ratio * reference + slack
     min_ratio: float | None = None   # student >= min_ratio * reference
     slack: float = 0.0
+    # "warp": the counter per warp launched, on both sides (one atomic per warp is the idea,
+    # whatever the block size: 512 threads a block launch more warps than the reference's 256)
+    per: str | None = None
 
     def describe(self) -> str:
         if self.max_ratio is not None:
@@ -282,9 +285,12 @@ def _criterion(r: _Reader) -> Criterion:
     label = r.get("label", str, counter)
     max_ratio, min_ratio = r.number("max_ratio", None), r.number("min_ratio", None)
     slack = r.number("slack", 0.0)
+    per = r.get("per", str, None)
     r.done()
     if (max_ratio is None) == (min_ratio is None):
         raise r.fail("give exactly one of 'max_ratio' and 'min_ratio'")
     if (max_ratio if max_ratio is not None else min_ratio) <= 0:
         raise r.fail("the ratio must be > 0")
-    return Criterion(counter=counter, label=label, max_ratio=max_ratio, min_ratio=min_ratio, slack=slack)
+    if per not in (None, "warp"):
+        raise r.fail(f"'per' must be \"warp\" (the counter per warp launched), not {per!r}")
+    return Criterion(counter=counter, label=label, max_ratio=max_ratio, min_ratio=min_ratio, slack=slack, per=per)

@@ -10,6 +10,7 @@ criteria raise `PerformanceShortfall` (no points); a time between full and zero 
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from .. import perf_model
@@ -59,7 +60,30 @@ def totals(launches: Iterable[dict]) -> dict[str, float]:
     for key, (num, den) in RATIOS.items():
         denominator = sum(summed.get(k, 0) for k in den)
         summed[key] = sum(summed.get(k, 0) for k in num) / denominator if denominator else 0.0
+    summed[WARPS] = float(sum(_warps(launch) for launch in launches if isinstance(launch, dict)))
     return summed
+
+
+WARPS = "warps_launched"  # (a total of `totals`: what a criterion `per = "warp"` divides by)
+
+
+def _warps(launch: dict) -> int:
+    """The warps a launch ran: its blocks times the warps of a block (a partial warp is one)."""
+    try:
+        blocks = math.prod(int(d) for d in launch["grid"])
+        threads = math.prod(int(d) for d in launch["block"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+    return blocks * -(-threads // 32)
+
+
+def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]) -> tuple[float, float]:
+    """(the student's value, the reference's) of a criterion's counter: per warp launched, with
+    `per = "warp"`."""
+    mine, theirs = float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter])
+    if criterion.per == "warp":
+        mine, theirs = mine / max(got.get(WARPS, 0.0), 1.0), theirs / max(ref.get(WARPS, 0.0), 1.0)
+    return round(mine, 6), round(theirs, 6)
 
 
 def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
@@ -148,7 +172,7 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
     for criterion in stage.criteria:
         if criterion.counter not in ref:
             raise RuntimeError(f"the reference's launches have no counter {criterion.counter!r}")
-        problem = shortfall(criterion, float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter]))
+        problem = shortfall(criterion, *_compared(criterion, got, ref))
         if problem:
             problems.append(problem)
             failed.append(criterion.counter)
