@@ -354,6 +354,15 @@ class Runner:
             wire.send(out, reply)
 
 
+def _first_sentence(text: str) -> str:
+    """An exception's first line, and the line after it where the first ends in a colon (numba's
+    "Kernel launch configuration was not specified. Use the syntax:" says the syntax next)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m grader.runner")
     parser.add_argument("--workspace", required=True)
@@ -388,12 +397,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _first_sentence(text: str) -> str:
-    """An exception's first line, and the line after it where the first ends in a colon (numba's
-    "Kernel launch configuration was not specified. Use the syntax:" says the syntax next)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
