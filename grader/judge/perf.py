@@ -83,7 +83,7 @@ def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]
     mine, theirs = float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter])
     if criterion.per == "warp":
         mine, theirs = mine / max(got.get(WARPS, 0.0), 1.0), theirs / max(ref.get(WARPS, 0.0), 1.0)
-    return round(mine, 6), round(theirs, 6)
+    return mine, theirs
 
 
 def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
