@@ -66,8 +66,9 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     keys: list[str] = []  # per input: its digest
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
-        whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads) \
-            or _transposed(array, report.uploads) or _padded(array, report.uploads)
+        conversions: dict = {}  # dtype -> `array` converted exactly to it (or None), for the three below
+        whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads, conversions) \
+            or _transposed(array, report.uploads, conversions) or _padded(array, report.uploads, conversions)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
@@ -114,8 +115,11 @@ def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], c
     # its leading block)
     found: list[list[tuple[Transfer, int, int]]]
     if isinstance(value, np.ndarray):
-        found = [[(t, t.carried, t.carried_first) if t.digest == key else (t, *_block_carried(t, value.shape, key))]
-                 for t in written if t.digest == key or _block_carried(t, value.shape, key) is not None]
+        found = []
+        for t in written:
+            held = (t.carried, t.carried_first) if t.digest == key else _block_carried(t, value.shape, key)
+            if held is not None:
+                found.append([(t, *held)])
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
             found = [[(t, t.carried, -1) for t in pieces]] if pieces else []
@@ -172,35 +176,42 @@ def _host_made(copied: list[tuple[Transfer, int, int]], host_made: dict[int, Tra
             f"the host\n{carried} of its {size} elements are those bytes{at}: no kernel stored to them")
 
 
-def _converted(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+def _converted(array: np.ndarray, uploads: list[Transfer], conversions: dict | None = None) -> set[int]:
     """The uploads that are `array` converted exactly to another dtype (float32 to float64 for a
-    more accurate sum): confirmed by the digest of the conversion made here."""
+    more accurate sum): confirmed by the digest of the conversion made here. `conversions`: the
+    exact conversions of `array` made so far (`_exactly`), shared with the checks beside this."""
     found, keys = set(), {}  # dtype -> the digest of the exact conversion to it (None: not exact)
     for t in uploads:
         dtype = t.head.dtype if t.head is not None else None
         if dtype is None or dtype == array.dtype or t.nbytes != array.size * dtype.itemsize:
             continue
         if dtype not in keys:
-            converted = _exactly(array, dtype)
+            converted = _exactly(array, dtype, conversions)
             keys[dtype] = digest(converted) if converted is not None else None
         if keys[dtype] == t.digest:
             found.add(t.id)
     return found
 
 
-def _exactly(array: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
-    """`array` converted to `dtype` (numbers to numbers), if the conversion loses nothing."""
+def _exactly(array: np.ndarray, dtype: np.dtype, conversions: dict | None = None) -> np.ndarray | None:
+    """`array` converted to `dtype` (numbers to numbers), if the conversion loses nothing; made
+    once per dtype where `conversions` keeps them."""
     if array.dtype == dtype:
         return array
-    if dtype.kind not in "biufc" or array.dtype.kind not in "biufc":
-        return None
-    with np.errstate(all="ignore"):
-        converted = array.astype(dtype)
-        exact = np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc")
-    return converted if exact else None
+    if conversions is not None and dtype in conversions:
+        return conversions[dtype]
+    converted = None
+    if dtype.kind in "biufc" and array.dtype.kind in "biufc":
+        with np.errstate(all="ignore"):
+            converted = array.astype(dtype)
+            if not np.array_equal(converted.astype(array.dtype), array, equal_nan=array.dtype.kind in "fc"):
+                converted = None
+    if conversions is not None:
+        conversions[dtype] = converted
+    return converted
 
 
-def _transposed(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+def _transposed(array: np.ndarray, uploads: list[Transfer], conversions: dict | None = None) -> set[int]:
     """The uploads that are a matrix transposed on the host (`np.ascontiguousarray(B.T)`, so that
     a warp reads consecutive elements): the same elements, in another order (converted exactly
     to another dtype, too)."""
@@ -212,26 +223,27 @@ def _transposed(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
         if t.head is None or t.nbytes != array.size * t.head.dtype.itemsize:
             continue
         if t.head.dtype not in keys:
-            converted = _exactly(array, t.head.dtype)
+            converted = _exactly(array, t.head.dtype, conversions)
             keys[t.head.dtype] = digest(converted.T) if converted is not None else None
         if keys[t.head.dtype] == t.digest:
             found.add(t.id)
     return found
 
 
-def _padded(array: np.ndarray, uploads: list[Transfer]) -> set[int]:
+def _padded(array: np.ndarray, uploads: list[Transfer], conversions: dict | None = None) -> set[int]:
     """The uploads that are `array` padded with zeros at the end of its axes (a matrix padded to
     whole tiles so that the kernel needs no bounds checks; converted exactly to another dtype,
     too: a vector padded to a power of two in float64): confirmed by the digest of the padded
     array made here. Zeros add nothing a kernel could compute an answer from."""
     if array.ndim == 0 or array.size == 0:
         return set()
+    conversions = {} if conversions is None else conversions  # (one conversion per dtype, not per upload)
     found = set()
     for t in uploads:
         if t.shape is None or len(t.shape) != array.ndim or t.shape == array.shape or t.head is None \
                 or not t.head.size or not all(d <= e for d, e in zip(array.shape, t.shape)):
             continue
-        converted = _exactly(array, t.head.dtype)
+        converted = _exactly(array, t.head.dtype, conversions)
         if converted is None or np.ascontiguousarray(converted).reshape(-1)[:1].tobytes() != t.head[:1].tobytes():
             continue
         padded = np.zeros(t.shape, t.head.dtype)
