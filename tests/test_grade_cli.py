@@ -444,3 +444,32 @@ def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkey
     cheat = grade(host.materialize(course, tmp_path / "host"), ["vector_add"], backend="gpu", course=course,
                   stages=[1])
     assert cheat.score == 0 and cheat.max_score == 11, [(t.name, t.output[:100]) for t in cheat.tests]
+
+
+def test_a_block_of_256_threads_with_barriers_runs_on_numbas_stock_simulator(tmp_path):
+    """The stock simulator runs a thread per CUDA thread of a block: under the runner's usual
+    limit of 256 threads every reduction test failed ("can't start new thread")."""
+    import numpy as np
+
+    from grader.backends import Kind
+    from grader.judge import RunnerConnection, Student
+    from grader.sandbox import Limits, ProcessSandbox
+    from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+    from sandbox_support import unavailable
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    shutil.copy(ROOT / "solutions" / "reduction.py", work / "reduction.py")
+    (work / "reduction.py").chmod(0o644)
+    sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=300))
+    student = Student("reduction", str(work), Kind.GPU, sandbox, allowed_imports=None,
+                      connection=RunnerConnection(str(work), Kind.GPU, sandbox))
+    try:
+        x = np.arange(600, dtype=np.float32)
+        assert student.call("reduce_tree", x).value == x.sum()  # 3 blocks of 256 threads, tree barriers
+    finally:
+        student.close()

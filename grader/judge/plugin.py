@@ -132,7 +132,8 @@ class GradingSession:
         spec = SandboxSpec(settings.sandbox, settings.docker_image, settings.gpus)
         # Runners see a copy of their workspace and nothing else of this machine (the course tree,
         # the results file, other runners): grader.sandbox.
-        limits = Limits(call_timeout_s=settings.timeout, stock_simulator=settings.stock_simulator)
+        limits = Limits.on_stock_simulator(call_timeout_s=settings.timeout) if settings.stock_simulator \
+            else Limits(call_timeout_s=settings.timeout)
         self.sandbox = make_sandbox(spec, limits)
         self.results = Results(submission=settings.submission or self.workspace,
                                backend=self.backend_name, seed=self.seed,

@@ -46,6 +46,13 @@ class Limits:
     # without a GPU, for plumbing tests; no real timing
     stock_simulator: bool = False
 
+    @classmethod
+    def on_stock_simulator(cls, **limits) -> "Limits":
+        """Limits for runners on numba's stock simulator, which runs a thread per CUDA thread of a
+        block (up to 1024, beside the interpreter's own): a block of 256 threads with a barrier
+        stopped at 256 threads in all ("can't start new thread": every reduction test failed)."""
+        return cls(stock_simulator=True, processes=1024 + 64, **limits)
+
     def runner_env(self, backend: str) -> dict[str, str]:
         """What the runner's environment says about the simulator (never numba's for `sim`)."""
         return {"NUMBA_ENABLE_CUDASIM": "1"} if self.stock_simulator and backend == Kind.GPU else {}
