@@ -35,7 +35,7 @@ class _Shadow:
         self.written = 0  # about how many elements `mask` holds (exact, or more with repeated indices)
 
 
-def _region(flat: np.ndarray, array) -> np.ndarray:
+def region(flat: np.ndarray, array) -> np.ndarray:
     """The elements of `flat` (an allocation-sized array) that the handle `array` views."""
     return np.lib.stride_tricks.as_strided(flat[array.offset:], array.shape,
                                            tuple(e * flat.itemsize for e in array.estrides))
@@ -68,6 +68,14 @@ class HostBytes:
         shape, order = shadow.shape
         return store.reshape(shape, order=order)
 
+    def pieces(self, array) -> tuple[tuple[int, ...], str, frozenset[int]] | None:
+        """(the shape and order the allocation of `array` was made with, the uploads that wrote
+        it), for an array `assembled` says is whole again."""
+        shadow = self._shadows.get(array._alloc)
+        if shadow is None or shadow.shape is None:
+            return None
+        return shadow.shape[0], shadow.shape[1], frozenset(shadow.uploads)
+
     def _of(self, array, create: bool = False) -> _Shadow | None:
         alloc = array._alloc
         if array.dtype != alloc.store.dtype:
@@ -88,11 +96,11 @@ class HostBytes:
         if shadow is None:
             return
         key = ... if key is None else key
-        _region(shadow.items, array)[key] = array._view[key]
-        mask = _region(shadow.mask, array)
+        region(shadow.items, array)[key] = array._view[key]
+        mask = region(shadow.mask, array)
         before = int(np.count_nonzero(mask[key]))
         mask[key] = True
-        _region(array._alloc.stored, array)[key] = False  # the host's bytes again, no kernel's
+        region(array._alloc.stored, array)[key] = False  # the host's bytes again, no kernel's
         shadow.written += int(np.count_nonzero(mask[key])) - before
         shadow.uploads.add(upload)
 
@@ -106,16 +114,16 @@ class HostBytes:
             return
         key = ... if key is None else key
         if theirs is None:  # a copy of memory the host never wrote
-            _region(mine.mask, target)[key] = False
+            region(mine.mask, target)[key] = False
             return
-        items = _region(theirs.items, source).copy()
-        mask = _region(theirs.mask, source) & ~_region(source._alloc.stored, source)
+        items = region(theirs.items, source).copy()
+        mask = region(theirs.mask, source) & ~region(source._alloc.stored, source)
         try:
             if key is ...:
                 items, mask = items.reshape(target.shape), mask.reshape(target.shape)
-            _region(mine.items, target)[key] = items
-            _region(mine.mask, target)[key] = mask
-            _region(target._alloc.stored, target)[key] = False
+            region(mine.items, target)[key] = items
+            region(mine.mask, target)[key] = mask
+            region(target._alloc.stored, target)[key] = False
         except ValueError:  # shapes numpy cannot line up: stop following this allocation
             self._shadows.pop(target._alloc, None)
             return
@@ -130,10 +138,10 @@ class HostBytes:
         if shadow is None:
             return None, []
         key = ... if key is None else key
-        mask = _region(shadow.mask, array)[key] & ~_region(array._alloc.stored, array)[key]
+        mask = region(shadow.mask, array)[key] & ~region(array._alloc.stored, array)[key]
         if not mask.any():
             return None, []
-        items = _region(shadow.items, array)[key]
+        items = region(shadow.items, array)[key]
         same = carried_mask(np.asarray(items), np.asarray(array._view[key]), np.asarray(mask))
         return (same, sorted(shadow.uploads)) if same.any() else (None, [])
 

@@ -16,6 +16,7 @@ never imported here. The process is confined by a sandbox of its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -30,11 +31,12 @@ from ..wire import dtypes, shared
 from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply, is_number
 from ..sim.host import SimEvent, SimStream
 from ..sim.sites import launch_site, reported_site
+from . import replay
 from .host_bytes import HostBytes, is_neutral
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
-JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)
+JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # (a replay's substitutions)
 HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
 MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
 KEPT_BYTES = 64 << 20  # kernel-written downloads of a call kept to the call's end (for `CallLog.blocks`)
@@ -135,6 +137,11 @@ class Device:
         self._constant_ids: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
         self._number_ids: dict[tuple, int] = {}  # (dtype, bytes): the upload of a number kernels were given
         self.log = CallLog(None)
+        self.script: replay.Script | None = None  # the call's requests, while it lasts
+        self.last_script: replay.Script | None = None  # the last call's, to its replay
+        self._replay: replay.Replaying | None = None  # a replay in progress
+        self._index: int | None = None  # the request being served, in its call's script
+        self._slot = None  # where in that request the data of the next upload is
 
     # -- the judge's channel ------------------------------------------------------------------
     def judge(self, request: dict) -> dict:
@@ -146,11 +153,13 @@ class Device:
             return {"ok": True}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
+            self.script, self.last_script = replay.Script(self.log.call), None
             self._constant_ids, self._number_ids = {}, {}
             self.sim.streams.take_log()  # the call's stream order starts here
             return {"ok": True}
         if op == "end":
             log, self.log = self.log, CallLog(None)
+            self.last_script, self.script = self.script, None
             if log.call != request.get("call"):
                 return _protocol_error("end of a call that did not begin")
             try:
@@ -160,12 +169,59 @@ class Device:
                 return _protocol_error(f"end: answers: {exc}")
             log.blocks(answers)
             return log.report(*self.sim.streams.take_log())
+        if op == "replay":
+            return self._replay_call(request)
         return _protocol_error(f"unknown op {op!r}")
+
+    def _replay_call(self, request: dict) -> dict:
+        """The last call's requests again, with other data for some uploads (grader.device.replay)."""
+        script = self.last_script
+        if script is None or request.get("call") != script.call:
+            return _protocol_error("replay of a call that is not the last one")
+        try:
+            substitutions = {int(s["upload"]): np.asarray(s["data"]) for s in request.get("substitutions", [])}
+            wanted = [int(i) for i in request.get("downloads", [])]
+        except (TypeError, ValueError, KeyError) as exc:
+            return _protocol_error(f"replay: {exc}")
+        return replay.run(self, script, substitutions, wanted)
+
+    @contextlib.contextmanager
+    def replaying(self, state: "replay.Replaying"):
+        """Ops served for a replay: logged apart (the call's report was sent), kernels as the
+        call launched them, stream order and per-call numbering restored after."""
+        saved = self.log, self._constant_ids, self._number_ids
+        allocations = set(self.kernel_writes), set(self.sources)
+        self.log, self._constant_ids, self._number_ids = CallLog(-1), {}, {}
+        self._replay = state
+        try:
+            yield
+        finally:
+            self._replay = None
+            self.log, self._constant_ids, self._number_ids = saved
+            self.sim.streams.take_log()
+            for key in set(self.kernel_writes) - allocations[0]:
+                del self.kernel_writes[key]
+            for key in set(self.sources) - allocations[1]:
+                del self.sources[key]
 
     # -- the runner's channel -----------------------------------------------------------------
     def runner(self, request: dict) -> dict:
         for handle in request.get("free") or ():
             self.handles.pop(int(handle), None)
+        script = self.script if self._replay is None else None
+        if script is not None:
+            self._index = script.record(request, self.handles)
+        elif self._replay is not None:
+            self._index = self._replay.index
+        try:
+            reply = self._serve(request)
+        finally:
+            self._index = self._slot = None
+        if script is not None:
+            script.replied(len(script.requests) - 1, reply)
+        return reply
+
+    def _serve(self, request: dict) -> dict:
         op = request.get("op")
         method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if method is None:
@@ -247,6 +303,9 @@ class Device:
         """Log an upload; its number (what the memory it fills is computed from). `what`: how
         the judge names it (default: where the student's host code copied it)."""
         self._uploads += 1
+        slot, self._slot = self._slot, None
+        if slot is not None and self.script is not None and self._replay is None and self._index is not None:
+            self.script.uploaded(self._uploads, self._index, slot, digest(data))
         if what is None:
             site = launch_site()
             what = self._relative(f"the array copied to the GPU at {site[0]}:{site[1]}" if site
@@ -268,7 +327,11 @@ class Device:
         self.sources[alloc] = self.sources.get(alloc, frozenset()) | {upload}
         whole = self.host_bytes.assembled(into)
         if whole is not None:  # an array uploaded in pieces (chunks on streams): one upload again
-            self.sources[alloc] = frozenset({self._upload(whole, "an array copied to the GPU in pieces")})
+            upload = self._upload(whole, "an array copied to the GPU in pieces")
+            self.sources[alloc] = frozenset({upload})
+            pieces = self.host_bytes.pieces(into)
+            if self.script is not None and self._replay is None and pieces is not None:
+                self.script.assembled[upload] = pieces
 
     def _download(self, data: np.ndarray, kernel_written: bool, sources, carried=(None, ())) -> None:
         """`carried`: (which of its elements are still bytes the host wrote, or None; the
@@ -280,6 +343,10 @@ class Device:
                  "head": flat[:HEAD].copy(), **_carried_fields(held),
                  "carried_from": list(uploads), "shape": list(np.shape(data))}
         self.log.add("downloads", entry)
+        if self._replay is not None:
+            self._replay.downloads.append(data)
+        elif self.script is not None:
+            self.script.downloaded(data, kernel_written, entry["digest"])
         if kernel_written:  # the runner gets its own copy of the data; this one stays unchanged
             self.log.keep(entry, data, held)
 
@@ -298,6 +365,7 @@ class Device:
         if "data" in request:
             data = _host_array(request["data"], array.shape, array.dtype)
             array.copy_to_device(data)
+            self._slot = "data"
             self._uploaded(data, array)
         return self._register(array)
 
@@ -305,6 +373,7 @@ class Device:
         array = self._array(request)
         data = np.asarray(request["data"])
         array.copy_to_device(data, stream=self._stream(request))  # refuses data that does not fit
+        self._slot = "data"
         self._uploaded(data, array)
         return {"ok": True}
 
@@ -349,6 +418,7 @@ class Device:
         key = _index(request["key"])
         with self._current(request):
             array[key] = data
+        self._slot = "data"
         self._uploaded(data, array, key)
         return {"ok": True}
 
@@ -396,11 +466,19 @@ class Device:
 
     def op_launch(self, request: dict) -> dict:
         package = request["kernel"]
-        kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
+        if self._replay is not None:  # the kernel the call launched, whatever has been sent since
+            kernel = self._replay.kernel()
+        else:
+            kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
+            if self.script is not None and self._index is not None:
+                self.script.kernels[self._index] = kernel
         hosts: list = []
         gpu = self.sim.gpus[int(request.get("device", 0))]
+        args = []
         with gpu:  # (a host array's copy is made on the launch's device)
-            args = [self._arg(a, hosts) for a in request["args"]]
+            for position, spec in enumerate(request["args"]):
+                self._slot = ("arg", position)  # (for a host array: where a replay puts another input)
+                args.append(self._arg(spec, hosts))
         grid, block = _dims(request["grid"]), _dims(request["block"])
         with self._trace() as launches, gpu:
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
@@ -479,6 +557,8 @@ class Device:
         return frozenset(ids)
 
     def _arg(self, spec, hosts: list):
+        if "host" not in spec:
+            self._slot = None
         if "handle" in spec:
             hosts.append((None, 0))
             return self._array(spec)
