@@ -29,6 +29,7 @@ Each failure is a WrongAnswer that says which rule, in the student's terms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,12 +45,26 @@ _TRIED_STARTS = 64  # places a piece's first values are tried at
 _RUN = 16  # first values of a piece looked for together (as many as a copy reports)
 
 
+@dataclass
+class Flow:
+    """How the data went, where `verify` passed (what a replay needs, grader.judge.replay): per
+    input, its uploads, each as (copy, how, detail): "whole" (its bytes in any shape),
+    "converted", "transposed" or "padded" (detail: the upload's dtype), "piece" (detail: (start,
+    stop) of the input's elements, C order); per answer, the downloads it is, each as (copy,
+    how, detail): "whole", "block" (a leading block, in the answer's dtype, of the download or
+    of its transpose), "piece" (detail: (start, stop) of the answer's elements) or "scalar"
+    (detail: its index in the download)."""
+
+    inputs: list[list[tuple[Transfer, str, Any]]] = field(default_factory=list)
+    answers: list[list[tuple[Transfer, str, Any]]] = field(default_factory=list)
+
+
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None,
-           sent: list[np.ndarray] | None = None, numbers: list | None = None) -> None:
+           sent: list[np.ndarray] | None = None, numbers: list | None = None) -> Flow:
     """`labels`: how the messages name each input (default: "input array k"); `sent`: every
     array of the call (default: the inputs): copies of them, whole or in pieces, are not data
     the host made; `numbers`: the call's scalar arguments (SAXPY's alpha): passed on to a kernel,
-    they are not data the host made either."""
+    they are not data the host made either. The flow it found, where it passes."""
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     others = [a for a in sent or () if not any(a is b for b in inputs)]
     # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
@@ -64,17 +79,19 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
     given |= {t.id for t in report.uploads if t.shape and _filled_with_own(t, numbers or ())}
     copies: list[set[int]] = []  # per input: the uploads of it (whole, or pieces covering it)
     keys: list[str] = []  # per input: its digest
+    flow = Flow()
+    by_id = {t.id: t for t in report.uploads}
     for i, array in enumerate(list(inputs) + others):
         key = digest(array)
-        conversions: dict = {}  # dtype -> `array` converted exactly to it (or None), for the three below
-        whole = {t.id for t in report.uploads if t.digest == key} or _converted(array, report.uploads, conversions) \
-            or _transposed(array, report.uploads, conversions) or _padded(array, report.uploads, conversions)
+        whole, how = _copies(array, key, report.uploads)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
         given |= whole | {t.id for *_, t in pieces}
         if i >= len(inputs):
             continue
         keys.append(key)
-        ids = whole or {t.id for t in _covering(pieces, array.size) or ()}
+        flow.inputs.append([(by_id[u], how, by_id[u].head.dtype if by_id[u].head is not None else None)
+                            for u in sorted(whole)] + [(t, "piece", (start, stop)) for start, stop, t in pieces])
+        ids = whole or {t.id for *_, t in _covering(pieces, array.size) or ()}
         if not ids:
             raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
                               f"during the call: the kernels must read the inputs (copy each whole array with "
@@ -89,7 +106,22 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         key = digest(value) if isinstance(value, np.ndarray) else None
         if key not in computed:
             _unchanged(key, inputs, keys, labels)
-        _answer(report, value, key, made, copies, inputs, labels, host_made)
+        flow.answers.append(_answer(report, value, key, made, copies, inputs, labels, host_made))
+    return flow
+
+
+def _copies(array: np.ndarray, key: str, uploads: list[Transfer]) -> tuple[set[int], str]:
+    """The uploads that are `array` whole (in any shape; converted exactly to another dtype; a
+    matrix transposed; padded with zeros), and which of these."""
+    conversions: dict = {}  # dtype -> `array` converted exactly to it (or None), for the three below
+    for how, found in (("whole", lambda: {t.id for t in uploads if t.digest == key}),
+                       ("converted", lambda: _converted(array, uploads, conversions)),
+                       ("transposed", lambda: _transposed(array, uploads, conversions)),
+                       ("padded", lambda: _padded(array, uploads, conversions))):
+        ids = found()
+        if ids:
+            return ids, how
+    return set(), ""
 
 
 def _unchanged(key: str | None, inputs: list[np.ndarray], keys: list[str], labels: list[str]) -> None:
@@ -104,43 +136,54 @@ def _unchanged(key: str | None, inputs: list[np.ndarray], keys: list[str], label
 
 
 def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], copies: list[set[int]],
-            inputs: list[np.ndarray], labels: list[str], host_made: dict[int, Transfer]) -> None:
+            inputs: list[np.ndarray], labels: list[str], host_made: dict[int, Transfer]
+            ) -> list[tuple[Transfer, str, Any]]:
     """`key`: the digest of `value` when it is an array; `made`: the digests of the uploads of
-    data the host made."""
+    data the host made. The downloads the answer is (`Flow.answers`)."""
     if value is None:
-        return
+        return []
     written = [t for t in report.downloads if t.kernel_written]
     # each way the answer came back: its copies, each with how many of the answer's elements it
     # brought back still the host's bytes and the first of them (a padded output: the answer is
-    # its leading block)
+    # its leading block), and how the answer is made of them (`Flow.answers`)
     found: list[list[tuple[Transfer, int, int]]]
+    how: list[list[tuple[Transfer, str, Any]]]
     if isinstance(value, np.ndarray):
-        found = []
+        found, how = [], []
         for t in written:
             held = (t.carried, t.carried_first) if t.digest == key else _block_carried(t, value.shape, key)
             if held is not None:
                 found.append([(t, *held)])
+                how.append([(t, "whole" if t.digest == key else "block", None)])
         if not found:  # copied back in pieces (chunks on streams) into one host array?
             pieces = _covering(_pieces(value, written), value.size)
-            found = [[(t, t.carried, -1) for t in pieces]] if pieces else []
+            found = [[(t, t.carried, -1) for *_, t in pieces]] if pieces else []
+            how = [[(t, "piece", (start, stop)) for start, stop, t in pieces]] if pieces else []
         if key in made or any(t.digest in made for copied in found if len(copied) > 1 for t, *_ in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
     elif isinstance(value, (bool, int, float, complex, np.generic)):
-        found = [[(t, t.carried, -1)] for t in written if _holds(t.head, value)]
+        places = [(t, _held_at(t.head, value)) for t in written]
+        found = [[(t, t.carried, -1)] for t, at in places if at >= 0]
+        how = [[(t, "scalar", at)] for t, at in places if at >= 0]
     else:
-        return
+        return []
     if not found:
         raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
                           "(was it computed on the host?)")
     reasons = [_host_made(copied, host_made, np.shape(value)) for copied in found]
     if all(reasons):
         raise WrongAnswer(reasons[0])
+    how = [way for way, reason in zip(how, reasons) if not reason]
     found = [copied for copied, reason in zip(found, reasons) if not reason]
     for i, ids in enumerate(copies):
         if not any(ids & {u for t, *_ in copied for u in t.sources} for copied in found):
             raise WrongAnswer(f"the answer was not computed from {labels[i]} "
                               f"({inputs[i].dtype}{list(inputs[i].shape)}): the kernels that wrote it never read it")
+    # the way that was computed from every input (the last such copy: the answer as it came back)
+    complete = [way for way, copied in zip(how, found)
+                if all(ids & {u for t, *_ in copied for u in t.sources} for ids in copies)]
+    return (complete or how)[-1]
 
 
 def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> tuple[int, int] | None:
@@ -179,21 +222,21 @@ def _host_made(copied: list[tuple[Transfer, int, int]], host_made: dict[int, Tra
 def _converted(array: np.ndarray, uploads: list[Transfer], conversions: dict | None = None) -> set[int]:
     """The uploads that are `array` converted exactly to another dtype (float32 to float64 for a
     more accurate sum): confirmed by the digest of the conversion made here. `conversions`: the
-    exact conversions of `array` made so far (`_exactly`), shared with the checks beside this."""
+    exact conversions of `array` made so far (`exactly`), shared with the checks beside this."""
     found, keys = set(), {}  # dtype -> the digest of the exact conversion to it (None: not exact)
     for t in uploads:
         dtype = t.head.dtype if t.head is not None else None
         if dtype is None or dtype == array.dtype or t.nbytes != array.size * dtype.itemsize:
             continue
         if dtype not in keys:
-            converted = _exactly(array, dtype, conversions)
+            converted = exactly(array, dtype, conversions)
             keys[dtype] = digest(converted) if converted is not None else None
         if keys[dtype] == t.digest:
             found.add(t.id)
     return found
 
 
-def _exactly(array: np.ndarray, dtype: np.dtype, conversions: dict | None = None) -> np.ndarray | None:
+def exactly(array: np.ndarray, dtype: np.dtype, conversions: dict | None = None) -> np.ndarray | None:
     """`array` converted to `dtype` (numbers to numbers), if the conversion loses nothing; made
     once per dtype where `conversions` keeps them."""
     if array.dtype == dtype:
@@ -223,7 +266,7 @@ def _transposed(array: np.ndarray, uploads: list[Transfer], conversions: dict | 
         if t.head is None or t.nbytes != array.size * t.head.dtype.itemsize:
             continue
         if t.head.dtype not in keys:
-            converted = _exactly(array, t.head.dtype, conversions)
+            converted = exactly(array, t.head.dtype, conversions)
             keys[t.head.dtype] = digest(converted.T) if converted is not None else None
         if keys[t.head.dtype] == t.digest:
             found.add(t.id)
@@ -243,7 +286,7 @@ def _padded(array: np.ndarray, uploads: list[Transfer], conversions: dict | None
         if t.shape is None or len(t.shape) != array.ndim or t.shape == array.shape or t.head is None \
                 or not t.head.size or not all(d <= e for d, e in zip(array.shape, t.shape)):
             continue
-        converted = _exactly(array, t.head.dtype, conversions)
+        converted = exactly(array, t.head.dtype, conversions)
         if converted is None or np.ascontiguousarray(converted).reshape(-1)[:1].tobytes() != t.head[:1].tobytes():
             continue
         padded = np.zeros(t.shape, t.head.dtype)
@@ -299,14 +342,14 @@ def _run_hashes(keys: np.ndarray, run: int) -> np.ndarray:
     return hashes
 
 
-def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[Transfer] | None:
-    """The pieces' copies, when together they hold every element of an array of `size`."""
+def _covering(pieces: list[tuple[int, int, Transfer]], size: int) -> list[tuple[int, int, Transfer]] | None:
+    """The pieces, when together they hold every element of an array of `size`."""
     reach = 0
     for start, stop, _ in sorted(pieces, key=lambda piece: piece[:2]):
         if start > reach:
             return None
         reach = max(reach, stop)
-    return [t for *_, t in pieces] if pieces and reach >= size else None
+    return pieces if pieces and reach >= size else None
 
 
 def _not_an_answer(number: np.generic, numbers, largest: int) -> bool:
@@ -342,21 +385,21 @@ def _filled_with_own(t: Transfer, numbers) -> bool:
     return digest(np.full(t.shape, first, t.head.dtype)) == t.digest
 
 
-def _holds(head: np.ndarray | None, value: Any) -> bool:
-    """Whether `value` is one of the first values of a download, as the device stored it or
-    converted to the value's own type (a sum computed in float64, returned as float32)."""
+def _held_at(head: np.ndarray | None, value: Any) -> int:
+    """Where `value` is among the first values of a download, as the device stored it or
+    converted to the value's own type (a sum computed in float64, returned as float32); -1: not."""
     if head is None or head.size == 0:
-        return False
+        return -1
     value = np.asarray(value)
     try:
         with np.errstate(all="ignore"):
             pairs = [(head, value.astype(head.dtype)), (head.astype(value.dtype), value)]
     except (TypeError, ValueError, OverflowError):
-        return False
+        return -1
     for stored, wanted in pairs:
         same = stored == wanted
         if stored.dtype.kind in "fc":
             same |= np.isnan(stored) & np.isnan(wanted)
         if np.any(same):
-            return True
-    return False
+            return int(np.argmax(same))
+    return -1

@@ -8,7 +8,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,6 +28,7 @@ DEFAULT_RETURN_BYTES = 64 << 20
 SMALL_REPLY = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)  # import, configure, ping: no arrays
 REPORT_BOUNDS = wire.Bounds(json_bytes=32 << 20, frame_bytes=16 << 20)  # a device report: records, heads
 DEVICE_TIMEOUT_S = 60.0  # the device's own answers (its work was done within the runner's call)
+REPLAY_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # a replay's downloads (the device is ours)
 
 
 @dataclass
@@ -41,6 +42,20 @@ class CallResult:
     # on a GPU machine: the same call on the simulator (its device report is the data-flow proof)
     proof: "CallResult | None" = None
     ranks: bool = False  # a call with one buffer per rank (`sent[r]` is rank r's)
+    # the call's device work again with other data for some uploads (grader.device.replay), while
+    # no other call has begun: `replay(substitutions, downloads)` -> Replayed; None without a device
+    replay: "Callable[[dict[int, np.ndarray], list[int]], Replayed] | None" = None
+
+
+@dataclass
+class Replayed:
+    """What a replay of a call's device work gave: the data of the downloads asked for, as the
+    replay made them and as the call did (None where the device kept no copy), or why the replay
+    went another way than the call (`diverged`)."""
+
+    downloads: list[np.ndarray] = field(default_factory=list)
+    originals: list[np.ndarray | None] = field(default_factory=list)
+    diverged: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,7 @@ class RunnerConnection:
         self._ready = False
         self.start_seconds = 0.0  # spent starting runners (and device processes): the host's time
         self._calls = itertools.count(1)
+        self.last_call: int | None = None  # the last call the device reported (the one a replay may run again)
 
     @property
     def remote_device(self) -> bool:
@@ -177,7 +193,7 @@ class RunnerConnection:
                 self._make_ready(runner)
                 self.start_seconds += time.monotonic() - begun
             if device is not None:
-                number = next(self._calls)
+                number = self.last_call = next(self._calls)
                 wire.Reply.parse(device.request({"op": "begin", "call": number}, timeout=DEVICE_TIMEOUT_S,
                                                 bounds=SMALL_REPLY))
             reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
@@ -198,6 +214,34 @@ class RunnerConnection:
         except RunnerError:
             self.close()
             raise
+
+    def replay(self, call: int, substitutions: dict[int, np.ndarray], downloads: list[int],
+               timeout: float = 2 * DEVICE_TIMEOUT_S) -> Replayed:
+        """Call number `call`'s device work again (grader.device.replay): `substitutions`, by
+        upload number, in place of what the call uploaded; the data of `downloads` (indexes in
+        its report). RunnerError where the device cannot (another call began since, a replay that
+        does not finish within `timeout`: the device is restarted)."""
+        if self._device is None or call != self.last_call:
+            raise RunnerError("the call can no longer be replayed: another call began since")
+        message = {"op": "replay", "call": call, "downloads": [int(i) for i in downloads],
+                   "substitutions": [{"upload": int(u), "data": np.ascontiguousarray(d)}
+                                     for u, d in substitutions.items()]}
+        try:
+            doc = self._device.request(message, timeout=timeout, bounds=REPLAY_BOUNDS)
+            base = wire.Reply.parse(doc)
+        except (ProtocolError, RunnerError) as exc:
+            self.close()
+            raise RunnerError(f"the replay of the call's GPU work did not finish: {exc}") from None
+        if not base.ok:
+            raise RunnerError(f"the device refused the replay: {base.error.message}")
+        if doc.get("diverged") is not None:
+            return Replayed(diverged=str(doc["diverged"]))
+        found, kept = doc.get("downloads"), doc.get("originals")
+        if not (isinstance(found, list) and isinstance(kept, list) and len(found) == len(kept) == len(downloads)
+                and all(isinstance(a, np.ndarray) for a in found)
+                and all(a is None or isinstance(a, np.ndarray) for a in kept)):
+            raise RunnerError("the device's replay reply is malformed")
+        return Replayed(found, kept)
 
     def close(self) -> None:
         for process in (self._runner, self._device):
@@ -306,7 +350,11 @@ class Student:
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
             _check_returned(function, reply.returned, returns)
-        return CallResult(reply.returned, reply.args, launches, device, sent)
+        replay = None
+        if device is not None:
+            call, connection = self.connection.last_call, self.connection
+            replay = lambda substitutions, downloads: connection.replay(call, substitutions, downloads)  # noqa: E731
+        return CallResult(reply.returned, reply.args, launches, device, sent, replay=replay)
 
     def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
         """`function(ranks, bufs)` in the runner, with one buffer per rank (rank r's copy of
@@ -594,14 +642,18 @@ class BesideTheSimulator:
 
 
 def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED,
-                          inputs: list[int] | None = None) -> None:
+                          inputs: list[int] | None = None, check: Callable[[list, Any], None] | None = None) -> None:
     """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
     to this side (the device process), `output` (default: what the function returned) was copied
     back from device memory that kernels of this call wrote from the call's inputs (`inputs`:
     the positions of the arguments that are inputs; default: every array argument), and is not
-    bytes the host itself copied there (grader.judge.dataflow). On the gpu backend the launches
-    are the runner's own record: an honest host-side answer loses its points, a forged record
-    is not detected there (the simulator's device process is the proof)."""
+    bytes the host itself copied there (grader.judge.dataflow). With `check(arguments, answer)`
+    (the test's own judgement of an answer, raising WrongAnswer: `output`'s shape, for the
+    arguments given), the call's device work is also replayed on other inputs and its answer
+    must follow them (grader.judge.replay): call this before any other call of the student's.
+    On the gpu backend the launches are the runner's own record: an honest host-side answer
+    loses its points, a forged record is not detected there (the simulator's device process is
+    the proof)."""
     from .correctness import WrongAnswer
 
     if not result.launches:
@@ -613,10 +665,27 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         chosen = [i for i in (range(len(proof.sent)) if inputs is None else inputs)
                   if isinstance(proof.sent[i], np.ndarray)]
         labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
-        verify(proof.device, [proof.sent[i] for i in chosen],
-               proof.value if output is _RETURNED else _in_proof(output, result, proof), labels,
-               [a for a in proof.sent if isinstance(a, np.ndarray)],
-               [a for a in proof.sent if is_number(a)])
+        answer = proof.value if output is _RETURNED else _in_proof(output, result, proof)
+        flow = verify(proof.device, [proof.sent[i] for i in chosen], answer, labels,
+                      [a for a in proof.sent if isinstance(a, np.ndarray)],
+                      [a for a in proof.sent if is_number(a)])
+        if check is not None and proof.replay is not None and _passes(check, proof.sent, answer):
+            from .replay import follow
+
+            single = not isinstance(answer, (list, tuple))
+            follow(proof, flow, chosen, [answer] if single else list(answer), check, single)
+
+
+def _passes(check: Callable[[list, Any], None], arguments: list, answer: Any) -> bool:
+    """Whether the call's own answer passes the test's check (a wrong one is the test's to tell,
+    in its own words: a replay would only blame the inputs for it)."""
+    from .correctness import WrongAnswer
+
+    try:
+        check(arguments, answer)
+    except WrongAnswer:
+        return False
+    return True
 
 
 def _in_proof(value: Any, result: CallResult, proof: CallResult) -> Any:

@@ -1,0 +1,159 @@
+"""The answer must follow the inputs: a call's device work replayed on other inputs.
+
+The data flow (grader.judge.dataflow) proves that the answer came back from memory kernels wrote
+after reading every input, and that no bytes the host made reached it. It judges the numbers a
+kernel is given by their value, and a number no larger than the call's arrays passes as a size:
+so a sum the host computed, split into 16-bit integers (or launched as the grid's y and z
+dimensions) and put together by a kernel that also reads the inputs, would pass. The replay
+asks what the answer depends on. The device runs the call's requests again (grader.device.replay)
+with the uploads of the inputs holding other values of the same shapes, in the same forms
+(converted, transposed, padded, in pieces: as the data flow found them), and every number, grid,
+kernel and other upload as the call had them; the answer is cut from the replayed downloads as
+it was from the call's, and the test's own check judges it against the other inputs. An answer
+the host computed stays the old one and fails.
+
+The other values are the inputs' own, drawn again with repetition (same dtype, range and kinds
+of values: infinities and NaNs where the test put them), from a generator seeded by the inputs'
+digests, so a verdict is the same on every run with the same inputs; an input with one distinct
+value cannot be drawn otherwise and is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import numpy as np
+
+from .correctness import WrongAnswer
+from .dataflow import Flow, exactly
+from ..wire import DeviceReport
+from ..wire.messages import digest
+
+_DRAWS = 4  # tries at a draw whose values are not the input's own, reordered
+
+
+def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Callable[[list, Any], None],
+           single: bool) -> None:
+    """Replay `result`'s call (a CallResult with a device report and `replay`) with other values
+    for its arguments `chosen` (the inputs, in `flow.inputs`' order), and `check(arguments,
+    answer)` the answer (`answers`, cut the same way from the replayed downloads; one value when
+    `single`). WrongAnswer if the replayed answer fails the check or the replay went otherwise."""
+    report: DeviceReport = result.device
+    rng = np.random.default_rng(_seed([result.sent[i] for i in chosen]))
+    arguments = list(result.sent)
+    for i in chosen:
+        arguments[i] = _drawn(result.sent[i], rng)
+    if all(arguments[i] is result.sent[i] for i in chosen):
+        return  # nothing can be drawn otherwise: the call's own answer is all there is
+    substitutions: dict[int, np.ndarray] = {}
+    for i, uploads in zip(chosen, flow.inputs):
+        for t, how, detail in uploads:
+            substitutions[t.id] = _as_uploaded(arguments[i], t.shape, how, detail)
+    index = {id(t): i for i, t in enumerate(report.downloads)}  # (by identity: equal copies are two)
+    wanted = sorted({index[id(t)] for ways in flow.answers for t, *_ in ways})
+    replayed = result.replay(substitutions, wanted)
+    if replayed.diverged is not None:
+        raise WrongAnswer(f"the answer does not follow the inputs: the call's GPU work, run again on other inputs of "
+                          f"the same sizes, went another way: {replayed.diverged}")
+    data = {i: (new, old) for i, new, old in zip(wanted, replayed.downloads, replayed.originals)}
+    remade = []
+    for value, ways in zip(answers, flow.answers):
+        remade.append(_remade(value, [(data[index[id(t)]], how, detail) for t, how, detail in ways]))
+    if any(r is _UNKNOWN for r in remade):
+        return  # (the device kept no copy to cut the answer from: too large a call to tell)
+    try:
+        check(arguments, remade[0] if single else remade)
+    except WrongAnswer as exc:
+        raise WrongAnswer(f"the answer does not follow the inputs: the call's GPU work, run again on other inputs "
+                          f"of the same sizes with everything else the host made held as it was, gave a wrong "
+                          f"answer ({_first_line(exc)}): the kernels were given something the host computed from "
+                          f"the inputs{_numbers(report)}; they must compute the answer from the inputs alone"
+                          ) from None
+
+
+_UNKNOWN = object()
+
+
+def _seed(arrays: list[np.ndarray]) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for array in arrays:
+        h.update(digest(array).encode())
+    return int.from_bytes(h.digest(), "little")
+
+
+def _drawn(array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Other values for `array`: its own, drawn again with repetition, not only reordered (a
+    sum must change); `array` itself where that cannot be."""
+    flat = array.reshape(-1)
+    if flat.size < 2:
+        return array
+    own = _sorted(flat)
+    for _ in range(_DRAWS):
+        drawn = flat[rng.integers(0, flat.size, flat.size)]
+        if not np.array_equal(_sorted(drawn), own, equal_nan=flat.dtype.kind in "fc"):
+            return drawn.reshape(array.shape)
+    return array
+
+
+def _sorted(flat: np.ndarray) -> np.ndarray:
+    return np.sort(flat) if flat.dtype.kind in "biufc" else np.sort(flat.view(np.uint8))
+
+
+def _as_uploaded(array: np.ndarray, shape: tuple[int, ...] | None, how: str, detail: Any) -> np.ndarray:
+    """`array` in the form the data flow found the input uploaded in (`Flow.inputs`)."""
+    if how == "piece":
+        start, stop = detail
+        return np.ascontiguousarray(array).reshape(-1)[start:stop].reshape(shape)
+    converted = array if how == "whole" else exactly(array, detail)
+    if how == "transposed":
+        converted = converted.T
+    elif how == "padded":
+        padded = np.zeros(shape, converted.dtype)
+        padded[tuple(slice(0, d) for d in converted.shape)] = converted
+        converted = padded
+    return np.ascontiguousarray(converted).reshape(shape)
+
+
+def _remade(value: Any, ways: list[tuple[tuple[np.ndarray, np.ndarray | None], str, Any]]) -> Any:
+    """The answer as the call's `value` was cut from its downloads, cut from the replayed ones
+    (each (replayed, the call's), how, detail as in `Flow.answers`)."""
+    if not ways:
+        return _UNKNOWN
+    if isinstance(value, np.ndarray):
+        if ways[0][1] == "piece":
+            out = np.empty(value.size, value.dtype)
+            for (new, _), _, (start, stop) in ways:
+                out[start:stop] = new.reshape(-1)
+            return out.reshape(value.shape)
+        (new, old), how, _ = ways[0]
+        if how == "whole":
+            return new.reshape(value.shape)
+        if old is None:
+            return _UNKNOWN
+        key = digest(value)
+        for transposed in (False, True) if old.ndim == 2 else (False,):
+            block = tuple(slice(0, d) for d in value.shape)
+            view = (lambda a: a.T) if transposed else (lambda a: a)
+            if len(value.shape) == old.ndim and digest(view(old)[block].astype(value.dtype)) == key:
+                return view(new)[block].astype(value.dtype)
+            if view(old).size == value.size and digest(view(old).astype(value.dtype)) == key:
+                return view(new).astype(value.dtype).reshape(value.shape)
+        return _UNKNOWN
+    (new, _), _, at = ways[0]
+    element = new.reshape(-1)[at]
+    return type(value)(element) if isinstance(value, (bool, int, float, complex)) else \
+        np.asarray(element).astype(np.asarray(value).dtype)[()]
+
+
+def _numbers(report: DeviceReport) -> str:
+    """The numbers the kernels were given, as the device named them (where a sum may hide)."""
+    numbers = [t.what for t in report.uploads if t.what.startswith("the number ") and not t.neutral]
+    if not numbers:
+        return ""
+    more = f", and {len(numbers) - 3} more" if len(numbers) > 3 else ""
+    return " (" + "; ".join(numbers[:3]) + more + ")"
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,225 @@
+"""The answer must follow the inputs: a call's device work replayed on other inputs (grader.device.replay,
+grader.judge.replay).
+
+Each cheat here passes every byte-following rule of the data flow (the kernel reads every input,
+no bytes the host made reach the answer, every number a kernel is given could be a size); the
+replay holds what the host computed fixed and the answer stays the old one. Each honest program
+here does something a replay must reproduce exactly: pieces, older allocations, round trips.
+"""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from grader.errors import RunnerError
+from grader.judge import RunnerConnection, Student, require_kernel_launch
+from grader.judge.correctness import WrongAnswer, expect_close
+from grader.sandbox import Limits, ProcessSandbox
+from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+from sandbox_support import unavailable
+
+KERNELS = """
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def add(a, b, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + b[i]
+
+    @cuda.jit
+    def total(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            cuda.atomic.add(out, 0, x[i])
+"""
+
+
+@pytest.fixture
+def student(tmp_path):
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    made = []
+
+    def make(source: str) -> Student:
+        work = tmp_path / f"work{len(made)}"
+        work.mkdir(mode=0o755)
+        (work / "ex.py").write_text(textwrap.dedent(KERNELS) + textwrap.dedent(source))
+        (work / "ex.py").chmod(0o644)
+        sandbox = ProcessSandbox(Limits(call_timeout_s=120))
+        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None,
+                    connection=RunnerConnection(str(work), "sim", sandbox))
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _inputs(n=1000):
+    rng = np.random.default_rng(11)
+    return rng.standard_normal(n).astype(np.float32), (rng.standard_normal(n) + 1).astype(np.float32)
+
+
+def _add_check(args, out):
+    expect_close(out, args[0] + args[1], rtol=1e-6, what="vector_add")
+
+
+def _sum_check(args, got):
+    x = args[0].astype(np.float64)
+    if abs(float(got) - x.sum()) > 1e-4 * np.abs(x).sum():
+        raise WrongAnswer(f"expected {x.sum():.7g}, got {float(got):.7g}")
+
+
+def _replays(result):
+    """`result` counting its replays (the check must have run one)."""
+    count = [0]
+    replay = result.replay
+
+    def counted(*args):
+        count[0] += 1
+        return replay(*args)
+
+    result.replay = counted
+    return count
+
+
+def _sum_call(s, function="reduce"):
+    _, x = _inputs()
+    result = s.call(function, x)
+    _sum_check([x], result.value)  # the call's own answer is right, whoever computed it
+    return result
+
+
+def test_an_honest_call_follows_its_inputs(student):
+    s = student("""
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+            d_out = cuda.device_array_like(d_a)
+            add[(a.size + 127) // 128, 128](d_a, d_b, d_out)
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    result = s.call("vector_add", a, b)
+    replays = _replays(result)
+    require_kernel_launch(result, "sim", check=_add_check)
+    assert replays[0] == 1
+
+
+def test_a_host_sum_in_numbers_no_larger_than_a_size_does_not_follow(student):
+    s = student("""
+        @cuda.jit
+        def put_together(x, out, high, low, exponent):
+            v = high * 4096.0 + low
+            e = exponent - 200
+            while e > 0:
+                v *= 2.0
+                e -= 1
+            while e < 0:
+                v *= 0.5
+                e += 1
+            out[0] = v + x[0] * 0
+
+        def reduce(x):
+            s = float(np.float32(x.astype(np.float64).sum()))  # positive: the inputs' mean is 1
+            mantissa, exponent = np.frexp(s)
+            bits = int(mantissa * (1 << 24))
+            d_x, d_out = cuda.to_device(x), cuda.device_array(1, np.float32)
+            put_together[1, 1](d_x, d_out, bits >> 12, bits & 4095, exponent - 24 + 200)
+            return d_out.copy_to_host()[0]
+    """)
+    result = _sum_call(s)
+    require_kernel_launch(result, "sim")  # every byte-following rule passes
+    with pytest.raises(WrongAnswer, match="does not follow the inputs.*the number .* passed to kernel 'put_together'"):
+        require_kernel_launch(result, "sim", check=_sum_check)
+
+
+def test_a_host_sum_launched_as_the_grid_does_not_follow(student):
+    s = student("""
+        @cuda.jit
+        def from_the_grid(x, out):
+            if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
+                out[0] = (cuda.gridDim.y * 4096 + cuda.gridDim.z) / 1024.0 + x[0] * 0
+
+        def reduce(x):
+            fixed = int(round(float(x.astype(np.float64).sum()) * 1024))  # the sum in 1/1024ths
+            d_x, d_out = cuda.to_device(x), cuda.device_array(1, np.float32)
+            from_the_grid[(1, fixed >> 12, fixed & 4095), 1](d_x, d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    result = _sum_call(s)
+    require_kernel_launch(result, "sim")
+    with pytest.raises(WrongAnswer, match="does not follow the inputs.*grid's y dimension"):
+        require_kernel_launch(result, "sim", check=_sum_check)
+
+
+def test_pieces_older_allocations_and_round_trips_are_replayed_as_they_were(student):
+    # The input copied in chunks into views of one allocation (logged as one upload once whole),
+    # a partial sum copied to the host and back unchanged, and an accumulator allocated at import
+    # (before the call: the replay starts from what it held then).
+    s = student("""
+        ACC = cuda.to_device(np.zeros(1, np.float32))
+
+        def reduce(x):
+            d_x = cuda.device_array(x.size, np.float32)
+            for start in range(0, x.size, 300):
+                d_x[start:start + 300] = x[start:start + 300]
+            d_half = cuda.device_array(1, np.float32)
+            d_half.copy_to_device(np.zeros(1, np.float32))
+            total[(x.size + 127) // 128, 128](d_x, d_half)
+            back = cuda.to_device(d_half.copy_to_host())  # a round trip through the host
+            ACC.copy_to_device(np.zeros(1, np.float32))
+            add[1, 1](ACC, back, ACC)
+            return ACC.copy_to_host()[0]
+    """)
+    result = _sum_call(s)
+    replays = _replays(result)
+    require_kernel_launch(result, "sim", check=_sum_check)
+    assert replays[0] == 1
+
+
+def test_an_input_with_one_value_is_not_replayed(student):
+    s = student("""
+        def reduce(x):
+            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
+            total[(x.size + 127) // 128, 128](d_x, d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    x = np.full(64, 2.0, np.float32)
+    result = s.call("reduce", x)
+    replays = _replays(result)
+    require_kernel_launch(result, "sim", check=_sum_check)
+    assert replays[0] == 0, "no other values can be drawn: nothing to replay"
+
+
+def test_a_wrong_answer_is_left_to_the_test_not_blamed_on_the_inputs(student):
+    s = student("""
+        def reduce(x):
+            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
+            total[(x.size - 1) // 128, 128](d_x, d_out)  # BUG: the last block is missing
+            return d_out.copy_to_host()[0]
+    """)
+    _, x = _inputs()
+    result = s.call("reduce", x)
+    replays = _replays(result)
+    require_kernel_launch(result, "sim", check=_sum_check)  # the test's own check says what is wrong
+    assert replays[0] == 0
+
+
+def test_only_the_last_call_can_be_replayed(student):
+    s = student("""
+        def reduce(x):
+            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
+            total[(x.size + 127) // 128, 128](d_x, d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    first = _sum_call(s)
+    _sum_call(s)
+    with pytest.raises(RunnerError, match="another call began since"):
+        require_kernel_launch(first, "sim", check=_sum_check)
+
