@@ -35,8 +35,10 @@ def _ids(cases):
 def _run(student, backend, rng, function, ranks, n, dtype=np.float32):
     inputs = rank_inputs(rng, ranks, n, dtype)
     result = student.call_ranks(function, inputs)
-    expect_allreduced(result.value, inputs, f"{function}() with {ranks} ranks, n={n} {np.dtype(dtype).name}")
-    require_kernel_launch(result, backend)  # the adds are kernels, every output computed from every input
+    what = f"{function}() with {ranks} ranks, n={n} {np.dtype(dtype).name}"
+    expect_allreduced(result.value, inputs, what)
+    # the adds are kernels, every output computed from every input (and following them)
+    require_kernel_launch(result, backend, check=lambda args, outputs: expect_allreduced(outputs, args, what))
     expect_no_host_traffic(Traffic.of(result, ranks, required=False), inputs[0].nbytes)  # nor through the host
     return result, inputs
 

@@ -40,8 +40,10 @@ def _inputs(rng, n):
 def _check_add(student, backend, rng, n, inputs=None):
     a, b = inputs or _inputs(rng, n)
     result = student.call("vector_add", a, b, returns=Returns.like(a))
-    require_kernel_launch(result, backend)
-    expect_close(result.value, a + b, rtol=1e-6, what=f"vector_add(a, b) with n={n}")
+    what = f"vector_add(a, b) with n={n}"
+    require_kernel_launch(result, backend, check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6,
+                                                                                what=what))
+    expect_close(result.value, a + b, rtol=1e-6, what=what)
     if not (np.array_equal(result.args[0], a) and np.array_equal(result.args[1], b)):
         raise WrongAnswer(f"vector_add(a, b) with n={n} changed its inputs")
     return result
@@ -104,8 +106,10 @@ STRIDE_SIZES = [1, 33, 1025, GRID_THREADS, 5 * GRID_THREADS + 7]
 def _check_grid_stride(student, backend, rng, n):
     a, b = _inputs(rng, n)
     result = student.call("vector_add_grid_stride", a, b, returns=Returns.like(a))
-    require_kernel_launch(result, backend)
-    expect_close(result.value, a + b, rtol=1e-6, what=f"vector_add_grid_stride(a, b) with n={n}")
+    what = f"vector_add_grid_stride(a, b) with n={n}"
+    require_kernel_launch(result, backend, check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6,
+                                                                                what=what))
+    expect_close(result.value, a + b, rtol=1e-6, what=what)
     return result
 
 
@@ -155,7 +159,14 @@ def _check_saxpy(student, backend, rng, n):
     alpha = np.float32(rng.uniform(0.5, 2.0))
     expected = (alpha * x + y).astype(np.float32)
     result = student.call("saxpy_inplace", float(alpha), x, y, returns=Returns.like(y))
-    require_kernel_launch(result, backend, output=[result.value, result.args[2]])
+
+    def check(args, answers):  # y after the call, and what it returned
+        want = (np.float32(args[0]) * args[1] + args[2]).astype(np.float32)
+        for got, what in zip(answers, (f"y after saxpy_inplace(alpha, x, y) with n={n}",
+                                       f"the array saxpy_inplace returned (n={n})")):
+            expect_close(got, want, rtol=1e-5, atol=1e-6, what=what)
+
+    require_kernel_launch(result, backend, output=[result.value, result.args[2]], check=check)
     expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
     expect_close(result.value, expected, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
     if not np.array_equal(result.args[1], x):
