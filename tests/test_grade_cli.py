@@ -473,3 +473,63 @@ def test_a_block_of_256_threads_with_barriers_runs_on_numbas_stock_simulator(tmp
         assert student.call("reduce_tree", x).value == x.sum()  # 3 blocks of 256 threads, tree barriers
     finally:
         student.close()
+
+
+def test_what_numbas_stock_simulator_lacks_is_not_gradable_there_unless_the_simulator_finds_a_bug(tmp_path):
+    """A warp shuffle on the gpu backend's path over numba's stock simulator (which has none):
+    not gradable here (it failed the reference solutions as the student's AttributeError); the
+    same code with a bug the simulator beside it finds still fails."""
+    import textwrap
+
+    import numpy as np
+
+    from grader.backends import Kind
+    from grader.errors import StudentCodeError
+    from grader.judge import RunnerConnection, Student
+    from grader.judge.student import BesideTheSimulator
+    from grader.sandbox import Limits, ProcessSandbox
+    from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+    from sandbox_support import unavailable
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    (work / "ex.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+
+        @cuda.jit
+        def warp_sum(x, out, at):
+            v = x[cuda.threadIdx.x]
+            for offset in (16, 8, 4, 2, 1):
+                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+            if cuda.threadIdx.x == 0:
+                out[at] = v
+
+        def total(x, at):
+            d_out = cuda.device_array(1, np.float32)
+            warp_sum[1, 32](cuda.to_device(x), d_out, at)
+            return d_out.copy_to_host()[0]
+    """))
+    (work / "ex.py").chmod(0o644)
+    made = []
+
+    def student(backend, limits):
+        sandbox = ProcessSandbox(limits)
+        made.append(Student("ex", str(work), backend, sandbox, allowed_imports=None,
+                            connection=RunnerConnection(str(work), backend, sandbox)))
+        return made[-1]
+
+    pair = BesideTheSimulator(student(Kind.GPU, Limits.on_stock_simulator()), student(Kind.SIM, Limits()))
+    x = np.ones(32, np.float32)
+    try:
+        with pytest.raises(pytest.skip.Exception, match="has no cuda.shfl_down_sync"):
+            pair.call("total", x, 0)
+        with pytest.raises(StudentCodeError, match="out-of-bounds access"):
+            pair.call("total", x, 1)  # out[1] of one element: the simulator's finding, not a skip
+    finally:
+        for s in made:
+            s.close()
