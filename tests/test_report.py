@@ -84,11 +84,14 @@ def test_the_table_tells_each_failure_once_per_stage_and_every_test_with_verbose
         TestResult("ex::fast", "ex", 1, 2, 0, Status.FAILED, "needs correctness first: ex stage 1 has failing tests"),
         TestResult("ex::c", "ex", 2, 1, 1, Status.PASSED),
         TestResult("ex::timed", "ex", 2, 2, 0, Status.NOT_GRADABLE, "not gradable on this machine: needs 4 GPUs"),
+        TestResult("ex::d", "ex", 3, 1, 0, Status.NOT_GRADABLE, "not gradable on this machine: no shuffles"),
     ])
     compact = render(results, "table")
     assert compact.count("out-of-bounds access at index 33") == 1
     assert "fails 2 tests: a[n=1], a[n=33]" in compact and "1 performance test not run" in compact
-    assert "1 not gradable here" in compact and "ok (1 test)" in compact
+    assert "1 not gradable here: needs 4 GPUs" in compact and "ok (1 test)" in compact
+    assert "ok (0 tests)" not in compact, "a stage with nothing run here is not 'ok'"
+    assert "1 not gradable here: no shuffles" in compact
     assert "ex::b" not in compact and "-v for every test" in compact
     verbose = render(results, "table", verbose=True)
     assert "ex::b" in verbose and verbose.count("out-of-bounds access at index 33") == 2

@@ -78,9 +78,9 @@ def stage_verdict(tests: list) -> str:
     waiting = [t for t in tests if t.status == Status.FAILED and t.output.startswith(CONSEQUENCE)]
     absent = [t for t in tests if t.status == Status.NOT_GRADABLE]
     lines = []
-    if not failed:
+    ran = len(tests) - len(absent)
+    if not failed and ran:
         timed = next((outcome(t) for t in tests if t.status == Status.PASSED and getattr(t, "timing", None)), "")
-        ran = len(tests) - len(absent)
         lines.append(timed or f"ok ({ran} test{'s' if ran != 1 else ''})")
     groups = grouped(failed)
     for message, members in list(groups.items())[:MAX_GROUPS]:
@@ -90,8 +90,8 @@ def stage_verdict(tests: list) -> str:
         lines.append(f"and {len(groups) - MAX_GROUPS} more kinds of failure (-v)")
     if waiting:
         lines.append(f"{len(waiting)} performance test{'s' if len(waiting) > 1 else ''} not run: correctness first")
-    if absent:
-        lines.append(f"{len(absent)} not gradable here: {first_line(absent[0].output)}")
+    if absent:  # (the output says "not gradable on this machine: why")
+        lines.append(f"{len(absent)} {first_line(absent[0].output).replace('on this machine', 'here', 1)}")
     return "\n".join(lines)
 
 
