@@ -341,9 +341,11 @@ class Student:
         arg_bytes = sum(a.nbytes for a in sent if isinstance(a, np.ndarray))
         answer_bytes = returns.reply_bytes if returns is not None else DEFAULT_RETURN_BYTES
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=arg_bytes + answer_bytes)
+        started = time.monotonic()
         reply, device = self._timed(lambda t: self.connection.call(
             {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, sent)), timeout)
+        replay = self._replayer(device, time.monotonic() - started)
         if device is not None and device.findings:  # the simulated GPU's word, whatever the runner says
             finding = device.findings[0]
             raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
@@ -351,11 +353,16 @@ class Student:
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
             _check_returned(function, reply.returned, returns)
-        replay = None
-        if device is not None:
-            call, connection = self.connection.last_call, self.connection
-            replay = lambda substitutions, downloads: connection.replay(call, substitutions, downloads)  # noqa: E731
         return CallResult(reply.returned, reply.args, launches, device, sent, replay=replay)
+
+    def _replayer(self, device: "wire.DeviceReport | None", seconds: float):
+        """`CallResult.replay` for the call just made (`seconds` long, the runner's start aside):
+        a replay runs its device work again, so it may take as long (on a busy machine, longer)."""
+        if device is None:
+            return None
+        call, connection = self.connection.last_call, self.connection
+        limit = max(2 * DEVICE_TIMEOUT_S, 4 * seconds)
+        return lambda substitutions, downloads: connection.replay(call, substitutions, downloads, limit)
 
     def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
         """`function(ranks, bufs)` in the runner, with one buffer per rank (rank r's copy of
@@ -366,9 +373,11 @@ class Student:
         sent = [np.ascontiguousarray(b) for b in buffers]
         total = sum(b.nbytes for b in sent)
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 * total + (1 << 20))
+        started = time.monotonic()
         reply, device = self._timed(lambda t: self.connection.call(
             {"op": "call", "module": self.module, "function": function, "args": [], "ranks": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, [])), timeout)
+        replay = self._replayer(device, time.monotonic() - started)
         if device is not None and device.findings:
             finding = device.findings[0]
             raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
@@ -379,7 +388,7 @@ class Student:
             self.connection.close()  # the runner's own code sends the buffers back: this is no answer of the student's
             raise RunnerError("the runner broke the protocol: a call with ranks must return one buffer per rank")
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
-        return CallResult(reply.returned, [], launches, device, sent, ranks=True)
+        return CallResult(reply.returned, [], launches, device, sent, ranks=True, replay=replay)
 
     def time(self, function: str, input_sets: list, *, timeout: float | None = None,
              returns: "Returns | None" = None, **options: Any) -> "TimedResult":
