@@ -223,3 +223,28 @@ def test_only_the_last_call_can_be_replayed(student):
     with pytest.raises(RunnerError, match="another call began since"):
         require_kernel_launch(first, "sim", check=_sum_check)
 
+
+
+def test_a_call_with_ranks_is_replayed_with_every_ranks_buffer_drawn_again(tmp_path):
+    from pathlib import Path
+
+    from grader.judge.collective import expect_allreduced, rank_inputs
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    (work / "allreduce.py").write_text((Path(__file__).resolve().parents[1] / "solutions" / "allreduce.py").read_text())
+    (work / "allreduce.py").chmod(0o644)
+    sandbox = ProcessSandbox(Limits(call_timeout_s=120))
+    s = Student("allreduce", str(work), "sim", sandbox, allowed_imports=None,
+                connection=RunnerConnection(str(work), "sim", sandbox))
+    try:
+        inputs = rank_inputs(np.random.default_rng(5), 4, 1000, np.float32)
+        result = s.call_ranks("allreduce_ring", inputs)
+        replays = _replays(result)
+        require_kernel_launch(result, "sim", check=lambda args, outs: expect_allreduced(outs, args, "ring"))
+        assert replays[0] == 1
+    finally:
+        s.close()
