@@ -38,6 +38,14 @@ KERNELS = """
 """
 
 
+REDUCE = """
+    def reduce(x):
+        d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
+        total[(x.size + 127) // 128, 128](d_x, d_out)
+        return d_out.copy_to_host()[0]
+"""
+
+
 @pytest.fixture
 def student(tmp_path):
     reason = bubblewrap_unavailable()
@@ -184,12 +192,7 @@ def test_pieces_older_allocations_and_round_trips_are_replayed_as_they_were(stud
 
 
 def test_an_input_with_one_value_is_not_replayed(student):
-    s = student("""
-        def reduce(x):
-            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
-            total[(x.size + 127) // 128, 128](d_x, d_out)
-            return d_out.copy_to_host()[0]
-    """)
+    s = student(REDUCE)
     x = np.full(64, 2.0, np.float32)
     result = s.call("reduce", x)
     replays = _replays(result)
@@ -198,12 +201,7 @@ def test_an_input_with_one_value_is_not_replayed(student):
 
 
 def test_a_wrong_answer_is_left_to_the_test_not_blamed_on_the_inputs(student):
-    s = student("""
-        def reduce(x):
-            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
-            total[(x.size - 1) // 128, 128](d_x, d_out)  # BUG: the last block is missing
-            return d_out.copy_to_host()[0]
-    """)
+    s = student(REDUCE.replace("(x.size + 127) // 128", "(x.size - 1) // 128"))  # BUG: the last block is missing
     _, x = _inputs()
     result = s.call("reduce", x)
     replays = _replays(result)
@@ -212,12 +210,7 @@ def test_a_wrong_answer_is_left_to_the_test_not_blamed_on_the_inputs(student):
 
 
 def test_only_the_last_call_can_be_replayed(student):
-    s = student("""
-        def reduce(x):
-            d_x, d_out = cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32))
-            total[(x.size + 127) // 128, 128](d_x, d_out)
-            return d_out.copy_to_host()[0]
-    """)
+    s = student(REDUCE)
     first = _sum_call(s)
     _sum_call(s)
     with pytest.raises(RunnerError, match="another call began since"):
