@@ -109,9 +109,11 @@ class Replaying:
         return self.script.kernels[self.index]
 
 
-def run(device, script: Script, substitutions: dict[int, np.ndarray], wanted: list[int]) -> dict:
+def run(device, script: Script, substitutions: dict[int, np.ndarray], wanted: list[int],
+        originals: frozenset[int] = frozenset()) -> dict:
     """Replay `script` on `device` (grader.device.server.Device) with `substitutions`; the data
-    of the replayed downloads `wanted` and of the same downloads as the call made them."""
+    of the replayed downloads `wanted`, and of those of them in `originals` as the call made
+    them (None where the call's were not kept)."""
     if script.too_large:
         return {"ok": True, "diverged": f"the call moved more than {SCRIPT_BYTES >> 20} MiB through the GPU: "
                                         f"too much to replay"}
@@ -161,7 +163,8 @@ def run(device, script: Script, substitutions: dict[int, np.ndarray], wanted: li
     if diverged is not None:
         return {"ok": True, "diverged": diverged}
     return {"ok": True, "downloads": [state.downloads[i] for i in wanted],
-            "originals": [script.downloads[i] if 0 <= i < len(script.downloads) else None for i in wanted]}
+            "originals": [script.downloads[i] if i in originals and 0 <= i < len(script.downloads) else None
+                          for i in wanted]}
 
 
 def _pieces(script: Script, substitutions: dict[int, np.ndarray]) -> dict[int, tuple[int, np.ndarray]]:

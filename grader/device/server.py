@@ -181,9 +181,10 @@ class Device:
         try:
             substitutions = {int(s["upload"]): np.asarray(s["data"]) for s in request.get("substitutions", [])}
             wanted = [int(i) for i in request.get("downloads", [])]
+            originals = frozenset(int(i) for i in request.get("originals", []))
         except (TypeError, ValueError, KeyError) as exc:
             return _protocol_error(f"replay: {exc}")
-        return replay.run(self, script, substitutions, wanted)
+        return replay.run(self, script, substitutions, wanted, originals)
 
     @contextlib.contextmanager
     def replaying(self, state: "replay.Replaying"):

@@ -52,7 +52,8 @@ def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Cal
             substitutions[t.id] = _as_uploaded(arguments[i], t.shape, how, detail)
     index = {id(t): i for i, t in enumerate(report.downloads)}  # (by identity: equal copies are two)
     wanted = sorted({index[id(t)] for ways in flow.answers for t, *_ in ways})
-    replayed = result.replay(substitutions, wanted)
+    blocks = sorted({index[id(t)] for ways in flow.answers for t, how, _ in ways if how == "block"})
+    replayed = result.replay(substitutions, wanted, blocks)  # (a block is cut as it was from the call's)
     if replayed.diverged is not None:
         raise WrongAnswer(f"the answer does not follow the inputs: the call's GPU work, run again on other inputs of "
                           f"the same sizes, went another way: {replayed.diverged}")
@@ -88,16 +89,23 @@ def _drawn(array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     flat = array.reshape(-1)
     if flat.size < 2:
         return array
-    own = _sorted(flat)
     for _ in range(_DRAWS):
         drawn = flat[rng.integers(0, flat.size, flat.size)]
-        if not np.array_equal(_sorted(drawn), own, equal_nan=flat.dtype.kind in "fc"):
+        if not _reordered(drawn, flat):
             return drawn.reshape(array.shape)
     return array
 
 
-def _sorted(flat: np.ndarray) -> np.ndarray:
-    return np.sort(flat) if flat.dtype.kind in "biufc" else np.sort(flat.view(np.uint8))
+def _reordered(drawn: np.ndarray, flat: np.ndarray) -> bool:
+    """Whether `drawn` holds exactly the values of `flat`, in another order: told by the sums
+    at once but for small arrays (the chance of a draw with repetition being a permutation)."""
+    if flat.dtype.kind in "biuf":
+        with np.errstate(all="ignore"):
+            if np.nansum(drawn, dtype=np.float64) != np.nansum(flat, dtype=np.float64):
+                return False
+    if flat.dtype.kind not in "biufc":
+        drawn, flat = drawn.view(np.uint8), flat.view(np.uint8)
+    return np.array_equal(np.sort(drawn), np.sort(flat), equal_nan=flat.dtype.kind in "fc")
 
 
 def _as_uploaded(array: np.ndarray, shape: tuple[int, ...] | None, how: str, detail: Any) -> np.ndarray:

@@ -44,8 +44,9 @@ class CallResult:
     proof: "CallResult | None" = None
     ranks: bool = False  # a call with one buffer per rank (`sent[r]` is rank r's)
     # the call's device work again with other data for some uploads (grader.device.replay), while
-    # no other call has begun: `replay(substitutions, downloads)` -> Replayed; None without a device
-    replay: "Callable[[dict[int, np.ndarray], list[int]], Replayed] | None" = None
+    # no other call has begun: `replay(substitutions, downloads, originals)` -> Replayed; None
+    # without a device
+    replay: "Callable[..., Replayed] | None" = None
 
 
 @dataclass
@@ -217,14 +218,16 @@ class RunnerConnection:
             raise
 
     def replay(self, call: int, substitutions: dict[int, np.ndarray], downloads: list[int],
-               timeout: float = 2 * DEVICE_TIMEOUT_S) -> Replayed:
+               originals: list[int] = (), timeout: float = 2 * DEVICE_TIMEOUT_S) -> Replayed:
         """Call number `call`'s device work again (grader.device.replay): `substitutions`, by
         upload number, in place of what the call uploaded; the data of `downloads` (indexes in
-        its report). RunnerError where the device cannot (another call began since, a replay that
-        does not finish within `timeout`: the device is restarted)."""
+        its report), and of those in `originals` as the call made them. RunnerError where the
+        device cannot (another call began since, a replay that does not finish within
+        `timeout`: the device is restarted)."""
         if self._device is None or call != self.last_call:
             raise RunnerError("the call can no longer be replayed: another call began since")
         message = {"op": "replay", "call": call, "downloads": [int(i) for i in downloads],
+                   "originals": [int(i) for i in originals],
                    "substitutions": [{"upload": int(u), "data": np.ascontiguousarray(d)}
                                      for u, d in substitutions.items()]}
         try:
@@ -362,7 +365,8 @@ class Student:
             return None
         call, connection = self.connection.last_call, self.connection
         limit = max(2 * DEVICE_TIMEOUT_S, 4 * seconds)
-        return lambda substitutions, downloads: connection.replay(call, substitutions, downloads, limit)
+        return lambda substitutions, downloads, originals=(): connection.replay(call, substitutions, downloads,
+                                                                                originals, limit)
 
     def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
         """`function(ranks, bufs)` in the runner, with one buffer per rank (rank r's copy of
