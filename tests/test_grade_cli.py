@@ -85,7 +85,8 @@ def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
 
 def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     """A sum that is exactly that of a part of x names the part: the first block's partial sum only
-    (one pass of the tree), or the first warp of each block (lane 0 tested as threadIdx.x == 0)."""
+    (one pass of the tree), or the first warp of each block (lane 0 tested as threadIdx.x == 0); or
+    counts elements again as a grid-stride loop stepping by the block does."""
     from grader.course import Course
     from grader.grading import grade
 
@@ -97,6 +98,14 @@ def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     assert "exactly the sum of the first 256 elements (x[0:256])" in tree, tree
     shuffle = outputs("reduction_shuffle_one_atomic_per_block", 2)["reduction::shuffle[n=1025]"]
     assert "the first 32 elements of every 256" in shuffle and "cuda.laneid == 0" in shuffle, shuffle
+    # a grid-stride loop that steps by the block: each block adds everything from its start on
+    strided = outputs("reduction_grid_stride_wrong_stride", 3)
+    for name, times in (("grid_stride_float32[n=1025]", "k // 256 + 1 times"),
+                        ("grid_stride_float32[n=20487]", "min(k // 256 + 1, 16) times"),
+                        ("grid_stride_int32_exact[n=1000]", "k // 256 + 1 times")):
+        output = strided[f"reduction::{name}"]
+        assert f"element k counted {times}" in output and "cuda.gridsize(1)" in output, output
+    assert "array(" not in strided["reduction::grid_stride_int32_exact[n=1000]"], "a number, not its repr"
 
 
 def test_table_and_junit_formats(tmp_path):

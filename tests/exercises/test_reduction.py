@@ -34,14 +34,37 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
     if x.dtype.kind in "iu":
         expected = int(x.astype(np.int64).sum())
         if value.dtype.kind not in "iu" or int(value) != expected:
-            raise WrongAnswer(f"{what}: expected exactly {expected} ({x.dtype}), got {value!r}")
+            got_text = str(value.item()) + (f" ({value.dtype})" if value.dtype.kind not in "iu" else "")
+            raise WrongAnswer(f"{what}: expected exactly {expected} ({x.dtype}), got {got_text}"
+                              f"{_counted_again(float(value), x) if value.dtype.kind in 'iu' else ''}")
         return
     expected = float(x.astype(np.float64).sum())
     allowed = reduction_rtol(x.size) * float(np.abs(x).astype(np.float64).sum()) + 1e-6
     if not np.isfinite(float(value)) or abs(float(value) - expected) > allowed:
         raise WrongAnswer(f"{what}: expected {expected:.7g}, got {float(value):.7g} "
                           f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g})"
-                          f"{_part(float(value), x) or _multiple(float(value), expected)}")
+                          f"{_part(float(value), x) or _counted_again(float(value), x) or _multiple(float(value), expected)}")
+
+
+def _counted_again(value: float, x: np.ndarray) -> str:
+    """A sum that counts element k min(k // b + 1, g) times: a grid-stride loop of g blocks of b
+    threads that steps by the block's size, not the grid's (each block adds everything from its
+    own start on)."""
+    n, x64 = x.size, x.astype(np.float64)
+    scale = np.abs(x64)
+    steps = np.arange(n)
+    for b in (1 << j for j in range(5, 11)):
+        if b >= n:
+            break
+        for g in range(2, min(n // b + 1, 64) + 1):
+            counts = np.minimum(steps // b + 1, g)
+            allowed = reduction_rtol(int(counts.sum())) * float(counts @ scale) + 1e-6
+            if abs(value - float(counts @ x64)) <= allowed:
+                times = f"k // {b} + 1" if g >= (n - 1) // b + 1 else f"min(k // {b} + 1, {g})"
+                return (f"; that is exactly the sum with element k counted {times} times: each block adds every "
+                        f"element from its own start on, stepping by the block's size {b} (a grid-stride loop "
+                        f"steps by the whole grid: cuda.gridsize(1))")
+    return ""
 
 
 def _multiple(value: float, expected: float) -> str:
