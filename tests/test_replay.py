@@ -205,8 +205,9 @@ def test_a_wrong_answer_is_left_to_the_test_not_blamed_on_the_inputs(student):
     _, x = _inputs()
     result = s.call("reduce", x)
     replays = _replays(result)
-    require_kernel_launch(result, "sim", check=_sum_check)  # the test's own check says what is wrong
-    assert replays[0] == 0
+    with pytest.raises(WrongAnswer, match="^expected .*, got") as failed:  # in the test's own words
+        require_kernel_launch(result, "sim", check=_sum_check)
+    assert replays[0] == 0 and "follow" not in str(failed.value)
 
 
 def test_only_the_last_call_can_be_replayed(student):
@@ -241,3 +242,29 @@ def test_a_call_with_ranks_is_replayed_with_every_ranks_buffer_drawn_again(tmp_p
         assert replays[0] == 1
     finally:
         s.close()
+
+
+def test_a_wrong_answer_says_what_the_data_flow_saw_of_it(student):
+    # a bug, not a cheat: the loop that should read b never runs; the answer is wrong (the test's
+    # words first) and the data flow's reason follows on the same line
+    s = student("""
+        @cuda.jit
+        def add_first(a, b, out, rounds):
+            i = cuda.grid(1)
+            if i < out.size:
+                v = a[i]
+                for _ in range(rounds):
+                    v += b[i]
+                out[i] = v
+
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+            d_out = cuda.device_array_like(d_a)
+            add_first[(a.size + 127) // 128, 128](d_a, d_b, d_out, 0)  # BUG: no round
+            return d_out.copy_to_host()
+    """)
+    a, b = _inputs()
+    with pytest.raises(WrongAnswer) as failed:
+        require_kernel_launch(s.call("vector_add", a, b), "sim", check=_add_check)
+    headline = str(failed.value).splitlines()[0]
+    assert headline.startswith("vector_add") and "never read it" in headline, headline

@@ -684,8 +684,10 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     the positions of the arguments that are inputs; default: every array argument), and is not
     bytes the host itself copied there (grader.judge.dataflow). With `check(arguments, answer)`
     (the test's own judgement of an answer, raising WrongAnswer: `output`'s shape, for the
-    arguments given), the call's device work is also replayed on other inputs and its answer
-    must follow them (grader.judge.replay): call this before any other call of the student's.
+    arguments given), a wrong answer fails first in the test's words (a kernel that never read an
+    input because of a bug is told by its wrong answer, not as data the host made), and the call's
+    device work is replayed on other inputs, its answer judged again (grader.judge.replay): call
+    this before any other call of the student's.
     On the gpu backend the launches are the runner's own record: an honest host-side answer
     loses its points, a forged record is not detected there (the simulator's device process is
     the proof)."""
@@ -693,22 +695,41 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
 
     if not result.launches:
         raise WrongAnswer("no kernel was launched: the result must be computed on the GPU")
+    wrong = None
+    if check is not None:
+        try:
+            check(result.sent, result.value if output is _RETURNED else output)
+        except WrongAnswer as exc:
+            wrong = exc
     proof = result.proof if result.proof is not None else result
-    if proof.device is not None:
-        from .dataflow import verify
+    if proof.device is None:
+        if wrong is not None:
+            raise wrong
+        return
+    from .dataflow import verify
 
-        chosen = [i for i in (range(len(proof.sent)) if inputs is None else inputs)
-                  if isinstance(proof.sent[i], np.ndarray)]
-        labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
-        answer = proof.value if output is _RETURNED else _in_proof(output, result, proof)
+    chosen = [i for i in (range(len(proof.sent)) if inputs is None else inputs)
+              if isinstance(proof.sent[i], np.ndarray)]
+    labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
+    answer = proof.value if output is _RETURNED else _in_proof(output, result, proof)
+    try:
         flow = verify(proof.device, [proof.sent[i] for i in chosen], answer, labels,
                       [a for a in proof.sent if isinstance(a, np.ndarray)],
                       [a for a in proof.sent if is_number(a)])
-        if check is not None and proof.replay is not None and _passes(check, proof.sent, answer):
-            from .replay import follow
+    except WrongAnswer as exc:
+        if wrong is None:
+            raise
+        # a wrong answer in the test's words, with what the data flow saw of it (a kernel that
+        # never read an input: a loop over the tiles that never runs)
+        first, _, rest = str(wrong).partition("\n")
+        raise WrongAnswer(f"{first}; {str(exc).splitlines()[0]}" + (f"\n{rest}" if rest else "")) from None
+    if wrong is not None:
+        raise wrong
+    if check is not None and proof.replay is not None and (proof is result or _passes(check, proof.sent, answer)):
+        from .replay import follow
 
-            single = not isinstance(answer, (list, tuple))
-            follow(proof, flow, chosen, [answer] if single else list(answer), check, single)
+        single = not isinstance(answer, (list, tuple))
+        follow(proof, flow, chosen, [answer] if single else list(answer), check, single)
 
 
 def _passes(check: Callable[[list, Any], None], arguments: list, answer: Any) -> bool:
