@@ -83,3 +83,20 @@ def test_an_input_converted_exactly_or_transposed_is_the_input():
     doubles = np.ascontiguousarray(matrix.T, dtype=np.float64)
     wide = Transfer(digest(doubles), doubles.nbytes, head=doubles.reshape(-1)[:16].copy(), id=9, shape=(7, 5))
     assert _transposed(matrix, copies + [wide]) == {3, 9}  # transposed and converted exactly
+
+
+def test_a_sum_of_partial_sums_the_host_copied_back_says_the_last_step_ran_on_the_host():
+    from grader.judge.correctness import WrongAnswer
+    from grader.judge.dataflow import verify
+    from grader.wire import DeviceReport
+
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    partials = np.array([x[i:i + 256].sum() for i in range(0, 1000, 256)], np.float32)
+    upload = Transfer(digest(x), x.nbytes, head=x[:16].copy(), id=1, shape=x.shape)
+    download = Transfer(digest(partials), partials.nbytes, kernel_written=True, head=partials.copy(), sources=(1,),
+                        shape=partials.shape, total=float(partials.astype(np.float64).sum()))
+    report = DeviceReport(1, [], [], [upload], [download])
+    with pytest.raises(WrongAnswer, match="the sum of 4 values a kernel wrote and the host copied back"):
+        verify(report, [x], partials.sum())
+    with pytest.raises(WrongAnswer, match="was it computed on the host"):
+        verify(report, [x], np.float32(x.astype(np.float64).sum() + 1))  # nothing it is the sum of

@@ -343,6 +343,11 @@ class Device:
                  "kernel_written": kernel_written, "sources": sorted(sources),
                  "head": flat[:HEAD].copy(), **_carried_fields(held),
                  "carried_from": list(uploads), "shape": list(np.shape(data))}
+        if kernel_written and flat.size > 1 and flat.dtype.kind in "biuf":
+            with np.errstate(all="ignore"):
+                total = float(np.sum(flat, dtype=np.float64))  # (partial sums the host added up?)
+            if np.isfinite(total):
+                entry["total"] = total
         self.log.add("downloads", entry)
         if self._replay is not None:
             self._replay.downloads.append(data)

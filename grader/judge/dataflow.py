@@ -169,6 +169,7 @@ def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], c
     else:
         return []
     if not found:
+        _summed_on_the_host(value, written)
         raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
                           "(was it computed on the host?)")
     reasons = [_host_made(copied, host_made, np.shape(value)) for copied in found]
@@ -184,6 +185,21 @@ def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], c
     complete = [way for way, copied in zip(how, found)
                 if all(ids & {u for t, *_ in copied for u in t.sources} for ids in copies)]
     return (complete or how)[-1]
+
+
+def _summed_on_the_host(value: Any, written: list[Transfer]) -> None:
+    """A number that is the sum of an array kernels wrote and the host copied back (partial sums
+    per block, added up with NumPy): the last step of the reduction ran on the host."""
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+        return
+    value = float(value)
+    for t in written:
+        if t.total is not None and abs(value - t.total) <= 1e-5 * max(abs(t.total), abs(value)) + 1e-6:
+            size = int(np.prod(t.shape, dtype=np.int64)) if t.shape is not None else 0
+            raise WrongAnswer(f"the answer is the sum of {size} values a kernel wrote and the host copied back: the "
+                              f"last step of the reduction ran on the host (launch a kernel on those partial sums "
+                              f"too, until one value is left, or let each block add its sum atomically), and the "
+                              f"answer must be copied back from GPU memory")
 
 
 def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> tuple[int, int] | None:

@@ -443,6 +443,7 @@ class Transfer:
     # converted back), or the same of its transpose (a matrix); `carried` and `carried_first` as
     # above, of the block's elements
     blocks: tuple[tuple[tuple[int, ...], str, int, int], ...] = ()
+    total: float | None = None       # kernel-written downloads of numbers: the sum of their elements
 
     @classmethod
     def parse(cls, doc: Any, where: str, download: bool) -> "Transfer":
@@ -466,7 +467,8 @@ class Transfer:
         return cls(_text(doc.get("digest"), f"{where}.digest", 64), _int(doc.get("nbytes"), f"{where}.nbytes"),
                    kernel_written, head, _int(doc.get("id", 0), f"{where}.id"), ids["sources"],
                    neutral, _text(doc.get("what", ""), f"{where}.what", MAX_NAME), _int(doc.get("carried", 0), f"{where}.carried"),
-                   ids["carried_from"], _int(doc.get("carried_first", -1), f"{where}.carried_first", -1), shape, blocks)
+                   ids["carried_from"], _int(doc.get("carried_first", -1), f"{where}.carried_first", -1), shape, blocks,
+                   None if doc.get("total") is None else _number(doc["total"], f"{where}.total", -math.inf))
 
 
 MAX_ANSWER_SHAPES = 16  # shapes of a call's answers the device looks for as leading blocks of downloads
