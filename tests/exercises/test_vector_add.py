@@ -162,11 +162,11 @@ def _check_saxpy(student, backend, rng, n):
     expected = (alpha * x + y).astype(np.float32)
     result = student.call("saxpy_inplace", float(alpha), x, y, returns=Returns.like(y))
 
-    def check(args, answers):  # y after the call, and what it returned
+    def check(args, answers):  # what it returned and y after the call (y told first)
         want = (np.float32(args[0]) * args[1] + args[2]).astype(np.float32)
-        for got, what in zip(answers, (f"y after saxpy_inplace(alpha, x, y) with n={n}",
-                                       f"the array saxpy_inplace returned (n={n})")):
-            expect_close(got, want, rtol=1e-5, atol=1e-6, what=what)
+        returned, y_after = answers
+        expect_close(y_after, want, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
+        expect_close(returned, want, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
 
     require_kernel_launch(result, backend, output=[result.value, result.args[2]], check=check)
     expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
