@@ -198,8 +198,7 @@ def _summed_on_the_host(value: Any, written: list[Transfer]) -> None:
             size = int(np.prod(t.shape, dtype=np.int64)) if t.shape is not None else 0
             raise WrongAnswer(f"the answer is the sum of {size} values a kernel wrote and the host copied back: the "
                               f"last step of the reduction ran on the host (launch a kernel on those partial sums "
-                              f"too, until one value is left, or let each block add its sum atomically), and the "
-                              f"answer must be copied back from GPU memory")
+                              f"too, until one value is left, and copy that value back from GPU memory)")
 
 
 def _block_carried(t: Transfer, shape: tuple[int, ...], key: str | None) -> tuple[int, int] | None:
