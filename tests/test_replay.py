@@ -268,3 +268,37 @@ def test_a_wrong_answer_says_what_the_data_flow_saw_of_it(student):
         require_kernel_launch(s.call("vector_add", a, b), "sim", check=_add_check)
     headline = str(failed.value).splitlines()[0]
     assert headline.startswith("vector_add") and "never read it" in headline, headline
+
+
+def test_a_test_that_needs_inputs_of_a_kind_draws_them_itself(student):
+    # a count by binary search needs its input sorted: values drawn again are not, and the honest
+    # kernel's answer on them would be wrong; the test's own draw keeps them sorted
+    s = student("""
+        @cuda.jit
+        def count_below(xs, limit, out):
+            lo, hi = 0, xs.size
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if xs[mid] < limit[0]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[0] = lo
+
+        def below(xs, limit):
+            d_out = cuda.device_array(1, np.int64)
+            count_below[1, 1](cuda.to_device(xs), cuda.to_device(limit), d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    rng = np.random.default_rng(4)
+    xs, limit = np.sort(rng.standard_normal(500)).astype(np.float32), np.array([0.25], np.float32)
+
+    def check(args, got):
+        if int(got) != int(np.count_nonzero(args[0] < args[1][0])):
+            raise WrongAnswer(f"expected {np.count_nonzero(args[0] < args[1][0])}, got {got}")
+
+    result = s.call("below", xs, limit)
+    require_kernel_launch(result, "sim", check=check,
+                          draw=lambda args, g: [np.sort(g.standard_normal(500)).astype(np.float32), args[1]])
+    with pytest.raises(WrongAnswer, match="does not follow the inputs"):  # unsorted draws: wrong, as said
+        require_kernel_launch(result, "sim", check=check)

@@ -34,17 +34,23 @@ _DRAWS = 4  # tries at a draw whose values are not the input's own, reordered
 
 
 def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Callable[[list, Any], None],
-           single: bool) -> None:
+           single: bool, draw: Callable[[list, np.random.Generator], list] | None = None) -> None:
     """Replay `result`'s call (a CallResult with a device report and `replay`) with other values
     for its arguments `chosen` (the inputs, in `flow.inputs`' order), and `check(arguments,
     answer)` the answer (`answers`, cut the same way from the replayed downloads; one value when
-    `single`). WrongAnswer if the replayed answer fails the check or the replay went otherwise."""
+    `single`). `draw(arguments, rng)`: the other arguments, where the test knows what its inputs
+    must be (sorted, positive, ...; the same shapes and dtypes); default: the inputs' own values
+    drawn again. WrongAnswer if the replayed answer fails the check or the replay went otherwise."""
     report: DeviceReport = result.device
     rng = np.random.default_rng(_seed([result.sent[i] for i in chosen]))
-    arguments = list(result.sent)
-    for i in chosen:
-        arguments[i] = _drawn(result.sent[i], rng)
-    if all(arguments[i] is result.sent[i] for i in chosen):
+    if draw is None:
+        arguments = list(result.sent)
+        for i in chosen:
+            arguments[i] = _drawn(result.sent[i], rng)
+    else:
+        arguments = _own_draw(draw, list(result.sent), rng, chosen)
+    if all(arguments[i] is result.sent[i] or np.array_equal(arguments[i], result.sent[i], equal_nan=True)
+           for i in chosen):
         return  # nothing can be drawn otherwise: the call's own answer is all there is
     substitutions: dict[int, np.ndarray] = {}
     for i, uploads in zip(chosen, flow.inputs):
@@ -74,6 +80,18 @@ def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Cal
 
 
 _UNKNOWN = object()
+
+
+def _own_draw(draw, sent: list, rng: np.random.Generator, chosen: list[int]) -> list:
+    """The test's `draw`, its arrays as the call's (a test's mistake is told as one)."""
+    arguments = list(draw(list(sent), rng))
+    for i in chosen:
+        new, old = np.asarray(arguments[i]), sent[i]
+        if new.shape != old.shape or new.dtype != old.dtype:
+            raise ValueError(f"draw() gave argument {i} as {new.dtype}{list(new.shape)}; the call's is "
+                             f"{old.dtype}{list(old.shape)}")
+        arguments[i] = np.ascontiguousarray(new)
+    return arguments
 
 
 def _seed(arrays: list[np.ndarray]) -> int:

@@ -677,7 +677,8 @@ class BesideTheSimulator:
 
 
 def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETURNED,
-                          inputs: list[int] | None = None, check: Callable[[list, Any], None] | None = None) -> None:
+                          inputs: list[int] | None = None, check: Callable[[list, Any], None] | None = None,
+                          draw: Callable[[list, np.random.Generator], list] | None = None) -> None:
     """The answer must be the GPU's work: some kernel ran and, where the simulated GPU reports
     to this side (the device process), `output` (default: what the function returned) was copied
     back from device memory that kernels of this call wrote from the call's inputs (`inputs`:
@@ -687,7 +688,9 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     arguments given), a wrong answer fails first in the test's words (a kernel that never read an
     input because of a bug is told by its wrong answer, not as data the host made), and the call's
     device work is replayed on other inputs, its answer judged again (grader.judge.replay): call
-    this before any other call of the student's.
+    this before any other call of the student's. `draw(arguments, rng)` makes the replay's
+    arguments where the inputs must be of a kind (sorted, positive); default: the inputs' own
+    values drawn again with repetition.
     On the gpu backend the launches are the runner's own record: an honest host-side answer
     loses its points, a forged record is not detected there (the simulator's device process is
     the proof)."""
@@ -729,7 +732,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         from .replay import follow
 
         single = not isinstance(answer, (list, tuple))
-        follow(proof, flow, chosen, [answer] if single else list(answer), check, single)
+        follow(proof, flow, chosen, [answer] if single else list(answer), check, single, draw)
 
 
 def _passes(check: Callable[[list, Any], None], arguments: list, answer: Any) -> bool:
