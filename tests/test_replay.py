@@ -302,3 +302,23 @@ def test_a_test_that_needs_inputs_of_a_kind_draws_them_itself(student):
                           draw=lambda args, g: [np.sort(g.standard_normal(500)).astype(np.float32), args[1]])
     with pytest.raises(WrongAnswer, match="does not follow the inputs"):  # unsorted draws: wrong, as said
         require_kernel_launch(result, "sim", check=check)
+
+
+def test_a_stream_made_at_import_is_replayed_on_as_the_call_used_it(student):
+    s = student("""
+        STREAM = cuda.stream()
+
+        def vector_add(a, b):
+            d_a, d_b = cuda.to_device(a, stream=STREAM), cuda.to_device(b, stream=STREAM)
+            d_out = cuda.device_array_like(d_a, stream=STREAM)
+            add[(a.size + 127) // 128, 128, STREAM](d_a, d_b, d_out)
+            out = d_out.copy_to_host(stream=STREAM)
+            STREAM.synchronize()
+            return out
+    """)
+    a, b = _inputs()
+    for _ in range(2):  # the second call: the stream has a history
+        result = s.call("vector_add", a, b)
+        replays = _replays(result)
+        require_kernel_launch(result, "sim", check=_add_check)
+        assert replays[0] == 1
