@@ -100,3 +100,18 @@ def test_a_sum_of_partial_sums_the_host_copied_back_says_the_last_step_ran_on_th
         verify(report, [x], partials.sum())
     with pytest.raises(WrongAnswer, match="was it computed on the host"):
         verify(report, [x], np.float32(x.astype(np.float64).sum() + 1))  # nothing it is the sum of
+
+
+def test_column_panels_of_a_matrix_in_copies_of_their_own_tile_it():
+    from grader.judge.dataflow import _tiles, _tiling
+
+    matrix = np.random.default_rng(4).standard_normal((40, 100)).astype(np.float32)
+    panels = [np.ascontiguousarray(matrix[:, j:j + 32]) for j in range(0, 100, 32)]  # the last: 4 wide
+    copies = [_copy(p) for p in panels]
+    assert _tiling(_tiles(matrix, copies), matrix.shape) is not None
+    assert _tiling(_tiles(matrix, copies[:-1]), matrix.shape) is None  # one panel missing
+    blocks = [_copy(np.ascontiguousarray(matrix[i:i + 16, j:j + 50])) for i in range(0, 40, 16) for j in (0, 50)]
+    assert _tiling(_tiles(matrix, blocks), matrix.shape) is not None
+    # a copy with a panel's first values and other bytes is no tile
+    forged = _copy(np.ascontiguousarray(matrix[:, :32]) + 1, head=matrix[0, :16])
+    assert _tiles(matrix, [forged]) == []

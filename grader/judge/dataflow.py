@@ -6,8 +6,8 @@ from. The judge holds the call's inputs and the student's answer, and checks:
 - every input array was copied to the device, whole, during the call (in any shape; converted
   exactly to another dtype; a matrix transposed; padded with zeros at the end of its axes; in
   pieces into one allocation: the device logs it as one upload once every element is there; or in
-  pieces into several: each piece found in the input by its first values and confirmed by its
-  digest);
+  pieces into several: each piece, a run of its elements or a tile of a matrix, found in the input
+  by its first values and confirmed by its digest);
 - the answer (an array, or a scalar read from device memory) is bytes some download of the call
   returned (or the leading block of one: a padded output sliced on the host; or one converted to
   the answer's dtype on the host; or downloads of pieces of it, found the same way as an input's:
@@ -50,10 +50,10 @@ class Flow:
     """How the data went, where `verify` passed (what a replay needs, grader.judge.replay): per
     input, its uploads, each as (copy, how, detail): "whole" (its bytes in any shape),
     "converted", "transposed" or "padded" (detail: the upload's dtype), "piece" (detail: (start,
-    stop) of the input's elements, C order); per answer, the downloads it is, each as (copy,
-    how, detail): "whole", "block" (a leading block, in the answer's dtype, of the download or
-    of its transpose), "piece" (detail: (start, stop) of the answer's elements) or "scalar"
-    (detail: its index in the download)."""
+    stop) of the input's elements, C order), "tile" (detail: (row, column) of a matrix's tile);
+    per answer, the downloads it is, each as (copy, how, detail): "whole", "block" (a leading
+    block, in the answer's dtype, of the download or of its transpose), "piece" or "tile" (as
+    the inputs') or "scalar" (detail: its index in the download)."""
 
     inputs: list[list[tuple[Transfer, str, Any]]] = field(default_factory=list)
     answers: list[list[tuple[Transfer, str, Any]]] = field(default_factory=list)
@@ -85,13 +85,16 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         key = digest(array)
         whole, how = _copies(array, key, report.uploads)
         pieces = [] if whole else _pieces(array, [t for t in report.uploads if not t.neutral])
-        given |= whole | {t.id for *_, t in pieces}
+        covered = _covering(pieces, array.size)
+        tiles = [] if whole or covered else _tiles(array, [t for t in report.uploads if not t.neutral])
+        given |= whole | {t.id for *_, t in pieces + tiles}
         if i >= len(inputs):
             continue
         keys.append(key)
         flow.inputs.append([(by_id[u], how, by_id[u].head.dtype if by_id[u].head is not None else None)
-                            for u in sorted(whole)] + [(t, "piece", (start, stop)) for start, stop, t in pieces])
-        ids = whole or {t.id for *_, t in _covering(pieces, array.size) or ()}
+                            for u in sorted(whole)] + [(t, "piece", (start, stop)) for start, stop, t in pieces]
+                           + [(t, "tile", (row, col)) for row, col, t in tiles])
+        ids = whole or {t.id for *_, t in covered or _tiling(tiles, array.shape) or ()}
         if not ids:
             raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
                               f"during the call: the kernels must read the inputs (copy each whole array with "
@@ -159,6 +162,10 @@ def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], c
             pieces = _covering(_pieces(value, written), value.size)
             found = [[(t, t.carried, -1) for *_, t in pieces]] if pieces else []
             how = [[(t, "piece", (start, stop)) for start, stop, t in pieces]] if pieces else []
+        if not found:  # or in tiles of a matrix (column panels)?
+            tiles = _tiling(_tiles(value, written), value.shape)
+            found = [[(t, t.carried, -1) for *_, t in tiles]] if tiles else []
+            how = [[(t, "tile", (row, col)) for row, col, t in tiles]] if tiles else []
         if key in made or any(t.digest in made for copied in found if len(copied) > 1 for t, *_ in copied):
             raise WrongAnswer("the answer is what the host copied to the GPU: it was computed on the host, not "
                               "by a kernel")
@@ -344,6 +351,52 @@ def _pieces(array: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int
                     and digest(flat[start:stop].reshape(t.shape)) == t.digest:
                 found.append((start, stop, t))
     return found
+
+
+def _tiles(matrix: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int, Transfer]]:
+    """The copies that are a tile of `matrix` narrower than its rows (a column panel, a block:
+    `np.ascontiguousarray(B[:, j:j + 64])` on a stream of its own), found by their first row's
+    first values, confirmed by their digests; (row, column, copy) each. Runs of whole rows are
+    `_pieces`'."""
+    if matrix.ndim != 2 or 1 in matrix.shape:
+        return []
+    rows, cols = matrix.shape
+    candidates = [t for t in transfers if t.head is not None and t.head.size and t.shape is not None
+                  and len(t.shape) == 2 and t.head.dtype == matrix.dtype and t.shape[0] <= rows
+                  and t.shape[1] < cols and t.nbytes == t.shape[0] * t.shape[1] * matrix.itemsize][:MAX_PIECES]
+    width = matrix.dtype.itemsize
+    if not candidates or width not in (1, 2, 4, 8):
+        return []
+    keys = np.ascontiguousarray(matrix).reshape(-1).view(np.dtype(f"u{width}"))
+    indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    found = []
+    for t in candidates:
+        height, wide = t.shape
+        run = min(_RUN, wide)  # the first row's first values (a tile's rows are not contiguous here)
+        if run not in indexes:
+            places = _run_hashes(keys, run)
+            order = np.argsort(places, kind="stable")
+            indexes[run] = order, places[order]
+        order, ordered = indexes[run]
+        head = np.ascontiguousarray(t.head[:run]).view(keys.dtype)
+        key = _run_hashes(head, run)[0]
+        lo, hi = np.searchsorted(ordered, key, "left"), np.searchsorted(ordered, key, "right")
+        for place in order[lo:hi][:_TRIED_STARTS].tolist():
+            row, col = divmod(place, cols)
+            if row + height <= rows and col + wide <= cols and np.array_equal(keys[place:place + run], head) \
+                    and digest(matrix[row:row + height, col:col + wide]) == t.digest:
+                found.append((row, col, t))
+    return found
+
+
+def _tiling(tiles: list[tuple[int, int, Transfer]], shape: tuple[int, ...]) -> list[tuple[int, int, Transfer]] | None:
+    """The tiles, when together they hold every element of a matrix of `shape`."""
+    if not tiles:
+        return None
+    held = np.zeros(shape, bool)
+    for row, col, t in tiles:
+        held[row:row + t.shape[0], col:col + t.shape[1]] = True
+    return tiles if held.all() else None
 
 
 def _run_hashes(keys: np.ndarray, run: int) -> np.ndarray:

@@ -131,6 +131,9 @@ def _as_uploaded(array: np.ndarray, shape: tuple[int, ...] | None, how: str, det
     if how == "piece":
         start, stop = detail
         return np.ascontiguousarray(array).reshape(-1)[start:stop].reshape(shape)
+    if how == "tile":
+        row, col = detail
+        return np.ascontiguousarray(array[row:row + shape[0], col:col + shape[1]])
     converted = array if how == "whole" else exactly(array, detail)
     if how == "transposed":
         converted = converted.T
@@ -152,6 +155,11 @@ def _remade(value: Any, ways: list[tuple[tuple[np.ndarray, np.ndarray | None], s
             for (new, _), _, (start, stop) in ways:
                 out[start:stop] = new.reshape(-1)
             return out.reshape(value.shape)
+        if ways[0][1] == "tile":
+            out = np.empty(value.shape, value.dtype)
+            for (new, _), _, (row, col) in ways:
+                out[row:row + new.shape[0], col:col + new.shape[1]] = new
+            return out
         (new, old), how, _ = ways[0]
         if how == "whole":
             return new.reshape(value.shape)
