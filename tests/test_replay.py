@@ -360,3 +360,16 @@ def test_a_matrix_in_column_panels_on_streams_is_the_input_and_the_answer(studen
     replays = _replays(result)
     require_kernel_launch(result, "sim", check=check)
     assert replays[0] == 1
+
+
+def test_a_script_keeps_so_much_and_then_says_it_is_too_large_to_replay():
+    from grader.device import replay
+
+    script = replay.Script(1)
+    for _ in range(replay.SCRIPT_REQUESTS + 5):
+        script.replied(script.record({"op": "stream"}, {}), {"ok": True, "stream": 1})
+    assert script.too_large and len(script.requests) == replay.SCRIPT_REQUESTS
+    big = replay.Script(2)
+    big.record({"op": "upload", "handle": 1, "data": np.zeros(replay.SCRIPT_BYTES // 8 + 1)}, {})
+    assert big.too_large and big.record({"op": "sync"}, {}) == -1
+    assert "too much to replay" in replay.run(None, big, {}, [])["diverged"]

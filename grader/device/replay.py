@@ -32,6 +32,7 @@ from ..sim.host import Allocation, SimDeviceArray
 from .host_bytes import region
 
 SCRIPT_BYTES = 256 << 20  # request data, copies of older allocations and downloads kept per call
+SCRIPT_REQUESTS = 100_000  # requests kept per call (beyond: too much to replay, as beyond the bytes)
 _HANDLE_KEYS = ("handle", "source", "stream", "event")
 _MADE_KEYS = ("handle", "stream", "event")  # what a reply names as made
 
@@ -65,6 +66,10 @@ class Script:
     def record(self, request: dict, handles: dict[int, Any]) -> int:
         """Keep `request` before it runs (the objects it names that the call did not make, as
         they are now); its index."""
+        if len(self.requests) >= SCRIPT_REQUESTS:  # a runner flooding the device: kept no more
+            self.too_large = True
+        if self.too_large:
+            return -1
         self.requests.append(request)
         self.ok.append(False)
         self.made.append({})
@@ -79,6 +84,8 @@ class Script:
         return len(self.requests) - 1
 
     def replied(self, index: int, reply: dict) -> None:
+        if index < 0:
+            return
         self.ok[index] = bool(reply.get("ok"))
         for key in _MADE_KEYS:
             handle = reply.get(key)
@@ -88,6 +95,8 @@ class Script:
 
     def uploaded(self, upload: int, index: int, slot: Any, key: str) -> None:
         """Upload number `upload` is the data at `slot` of request `index` (digest `key`)."""
+        if index < 0:
+            return
         self.slots[upload] = (index, slot)
         if key in self._digests:
             self.links[upload] = self._digests[key]
@@ -115,8 +124,8 @@ def run(device, script: Script, substitutions: dict[int, np.ndarray], wanted: li
     of the replayed downloads `wanted`, and of those of them in `originals` as the call made
     them (None where the call's were not kept)."""
     if script.too_large:
-        return {"ok": True, "diverged": f"the call moved more than {SCRIPT_BYTES >> 20} MiB through the GPU: "
-                                        f"too much to replay"}
+        return {"ok": True, "diverged": f"the call made more than {SCRIPT_REQUESTS} requests of the GPU or moved "
+                                        f"more than {SCRIPT_BYTES >> 20} MiB through it: too much to replay"}
     table: dict[int, int] = {}
     state = Replaying(script)
     pieces = _pieces(script, substitutions)

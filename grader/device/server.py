@@ -210,8 +210,9 @@ class Device:
         for handle in request.get("free") or ():
             self.handles.pop(int(handle), None)
         script = self.script if self._replay is None else None
+        index = None
         if script is not None:
-            self._index = script.record(request, self.handles)
+            index = self._index = script.record(request, self.handles)
         elif self._replay is not None:
             self._index = self._replay.index
         try:
@@ -219,7 +220,7 @@ class Device:
         finally:
             self._index = self._slot = None
         if script is not None:
-            script.replied(len(script.requests) - 1, reply)
+            script.replied(index, reply)
         return reply
 
     def _serve(self, request: dict) -> dict:
@@ -476,7 +477,7 @@ class Device:
             kernel = self._replay.kernel()
         else:
             kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
-            if self.script is not None and self._index is not None:
+            if self.script is not None and self._index is not None and self._index >= 0:
                 self.script.kernels[self._index] = kernel
         hosts: list = []
         gpu = self.sim.gpus[int(request.get("device", 0))]
