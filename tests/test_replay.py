@@ -97,6 +97,13 @@ def _replays(result):
     return count
 
 
+def _replayed_once(result, check):
+    """`require_kernel_launch` with `check` passes, having replayed the call once."""
+    replays = _replays(result)
+    require_kernel_launch(result, "sim", check=check)
+    assert replays[0] == 1
+
+
 def _sum_call(s, function="reduce"):
     _, x = _inputs()
     result = s.call(function, x)
@@ -114,9 +121,7 @@ def test_an_honest_call_follows_its_inputs(student):
     """)
     a, b = _inputs()
     result = s.call("vector_add", a, b)
-    replays = _replays(result)
-    require_kernel_launch(result, "sim", check=_add_check)
-    assert replays[0] == 1
+    _replayed_once(result, _add_check)
 
 
 def test_a_host_sum_in_numbers_no_larger_than_a_size_does_not_follow(student):
@@ -186,9 +191,7 @@ def test_pieces_older_allocations_and_round_trips_are_replayed_as_they_were(stud
             return ACC.copy_to_host()[0]
     """)
     result = _sum_call(s)
-    replays = _replays(result)
-    require_kernel_launch(result, "sim", check=_sum_check)
-    assert replays[0] == 1
+    _replayed_once(result, _sum_check)
 
 
 def test_an_input_with_one_value_is_not_replayed(student):
@@ -319,9 +322,7 @@ def test_a_stream_made_at_import_is_replayed_on_as_the_call_used_it(student):
     a, b = _inputs()
     for _ in range(2):  # the second call: the stream has a history
         result = s.call("vector_add", a, b)
-        replays = _replays(result)
-        require_kernel_launch(result, "sim", check=_add_check)
-        assert replays[0] == 1
+        _replayed_once(result, _add_check)
 
 
 def test_a_matrix_in_column_panels_on_streams_is_the_input_and_the_answer(student):
@@ -357,9 +358,7 @@ def test_a_matrix_in_column_panels_on_streams_is_the_input_and_the_answer(studen
         expect_close(got, (args[0].astype(np.float64) @ args[1]).astype(np.float32), rtol=1e-4, atol=1e-4, what="C")
 
     result = s.call("matmul", A, B)
-    replays = _replays(result)
-    require_kernel_launch(result, "sim", check=check)
-    assert replays[0] == 1
+    _replayed_once(result, check)
 
 
 def test_a_script_keeps_so_much_and_then_says_it_is_too_large_to_replay():
