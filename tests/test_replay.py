@@ -372,3 +372,15 @@ def test_a_script_keeps_so_much_and_then_says_it_is_too_large_to_replay():
     big.record({"op": "upload", "handle": 1, "data": np.zeros(replay.SCRIPT_BYTES // 8 + 1)}, {})
     assert big.too_large and big.record({"op": "sync"}, {}) == -1
     assert "too much to replay" in replay.run(None, big, {}, [])["diverged"]
+
+
+def test_a_host_array_a_kernel_adds_into_is_replayed_from_what_it_held_before_the_call(student):
+    # numba copies a host array handed to a kernel back into it after the launch: the script keeps
+    # what it held before, or the replay would start the sum from the call's answer
+    s = student("""
+        def reduce(x):
+            out = np.zeros(1, np.float32)
+            total[(x.size + 127) // 128, 128](cuda.to_device(x), out)
+            return out[0]
+    """)
+    _replayed_once(_sum_call(s), _sum_check)

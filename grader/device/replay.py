@@ -70,7 +70,7 @@ class Script:
             self.too_large = True
         if self.too_large:
             return -1
-        self.requests.append(request)
+        self.requests.append(_before_the_launch(request))
         self.ok.append(False)
         self.made.append({})
         self._count(sum(a.nbytes for a in _arrays(request)))
@@ -150,7 +150,8 @@ def run(device, script: Script, substitutions: dict[int, np.ndarray], wanted: li
                     data = _substitute(device, translated, slot, upload, substitutions, pieces, script, state)
                     if data is not None:
                         _put(translated, slot, data)
-                        placed.add(pieces[upload][0] if upload in pieces else upload)
+                        placed.add(pieces[upload][0] if upload in pieces and upload not in substitutions
+                                   else upload)
                 reply = device.runner(translated)
                 if bool(reply.get("ok")) != script.ok[index]:
                     error = reply.get("error") or {}
@@ -257,6 +258,17 @@ def _translated_arg(spec: Any, table: dict[int, int]) -> Any:
     if isinstance(spec.get("tuple"), list):
         return dict(spec, tuple=[_translated_arg(v, table) for v in spec["tuple"]])
     return spec
+
+
+def _before_the_launch(request: dict) -> dict:
+    """`request` as kept: a launch's host arrays that numba copies back into after it (the device
+    does so into the request's own array) copied as they are now."""
+    args = request.get("args")
+    if request.get("op") != "launch" or not isinstance(args, list):
+        return request
+    kept = [dict(spec, host=np.array(spec["host"])) if isinstance(spec, dict) and spec.get("writeback")
+            and isinstance(spec.get("host"), np.ndarray) else spec for spec in args]
+    return dict(request, args=kept)
 
 
 def _references(request: dict) -> list[int]:
