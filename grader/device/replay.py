@@ -261,12 +261,12 @@ def _translated_arg(spec: Any, table: dict[int, int]) -> Any:
 
 
 def _before_the_launch(request: dict) -> dict:
-    """`request` as kept: a launch's host arrays that numba copies back into after it (the device
-    does so into the request's own array) copied as they are now."""
+    """`request` as kept: a launch's host arrays copied as they are now (numba copies the kernel's
+    result back into one after the launch, and the device does so into the request's own array)."""
     args = request.get("args")
     if request.get("op") != "launch" or not isinstance(args, list):
         return request
-    kept = [dict(spec, host=np.array(spec["host"])) if isinstance(spec, dict) and spec.get("writeback")
+    kept = [dict(spec, host=np.array(spec["host"])) if isinstance(spec, dict)
             and isinstance(spec.get("host"), np.ndarray) else spec for spec in args]
     return dict(request, args=kept)
 
