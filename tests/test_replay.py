@@ -384,3 +384,15 @@ def test_a_host_array_a_kernel_adds_into_is_replayed_from_what_it_held_before_th
             return out[0]
     """)
     _replayed_once(_sum_call(s), _sum_check)
+
+
+def test_equal_inputs_share_their_uploads_and_are_drawn_alike(student):
+    s = student("""
+        def vector_add(a, b):
+            d_a = cuda.to_device(a)
+            d_out = cuda.device_array_like(d_a)
+            add[(a.size + 127) // 128, 128](d_a, cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+    """)
+    a, _ = _inputs()
+    _replayed_once(s.call("vector_add", a, a.copy()), _add_check)

@@ -45,8 +45,10 @@ def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Cal
     rng = np.random.default_rng(_seed([result.sent[i] for i in chosen]))
     if draw is None:
         arguments = list(result.sent)
-        for i in chosen:
-            arguments[i] = _drawn(result.sent[i], rng)
+        first: dict[str, int] = {}  # an input's digest -> the first input with it (equal inputs share one
+        for i in chosen:             # upload: they are drawn alike)
+            k = first.setdefault(digest(result.sent[i]), i)
+            arguments[i] = _drawn(result.sent[i], rng) if k == i else arguments[k]
     else:
         arguments = _own_draw(draw, list(result.sent), rng, chosen)
     if all(arguments[i] is result.sent[i] or np.array_equal(arguments[i], result.sent[i], equal_nan=True)
