@@ -327,25 +327,14 @@ def _pieces(array: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int
                   and t.head.dtype == flat.dtype and 0 < t.nbytes < flat.nbytes][:MAX_PIECES]
     if not candidates or width not in (1, 2, 4, 8):
         return []
-    as_int = np.dtype(f"u{width}")  # bytes compared, NaNs included
-    keys = flat.view(as_int)
-    # each place keyed by a hash of the values from it (as many as the piece's first values), so
-    # that a value repeated all over the array (zeros of an int array) still tells places apart
-    indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    places = _Places(flat)
+    keys = places.keys
     found = []
     for t in candidates:
-        head, n = np.ascontiguousarray(t.head).view(as_int), t.nbytes // width
+        head, n = np.ascontiguousarray(t.head).view(keys.dtype), t.nbytes // width
         if int(np.prod(t.shape, dtype=np.int64)) != n:
             continue
-        run = min(_RUN, head.size, n)
-        if run not in indexes:
-            places = _run_hashes(keys, run)
-            order = np.argsort(places, kind="stable")
-            indexes[run] = order, places[order]
-        order, ordered = indexes[run]
-        key = _run_hashes(head[:run], run)[0]
-        lo, hi = np.searchsorted(ordered, key, "left"), np.searchsorted(ordered, key, "right")
-        for start in order[lo:hi][:_TRIED_STARTS].tolist():  # every place it is (a short piece: several)
+        for start in places.of(head[:min(_RUN, head.size, n)]):  # every place it is (a short piece: several)
             stop = start + n
             if stop <= flat.size and np.array_equal(keys[start:start + head.size], head) \
                     and digest(flat[start:stop].reshape(t.shape)) == t.digest:
@@ -364,24 +353,17 @@ def _tiles(matrix: np.ndarray, transfers: list[Transfer]) -> list[tuple[int, int
     candidates = [t for t in transfers if t.head is not None and t.head.size and t.shape is not None
                   and len(t.shape) == 2 and t.head.dtype == matrix.dtype and t.shape[0] <= rows
                   and t.shape[1] < cols and t.nbytes == t.shape[0] * t.shape[1] * matrix.itemsize][:MAX_PIECES]
-    width = matrix.dtype.itemsize
-    if not candidates or width not in (1, 2, 4, 8):
+    if not candidates or matrix.dtype.itemsize not in (1, 2, 4, 8):
         return []
-    keys = np.ascontiguousarray(matrix).reshape(-1).view(np.dtype(f"u{width}"))
-    indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    places = _Places(np.ascontiguousarray(matrix).reshape(-1))
+    keys = places.keys
     found = []
     for t in candidates:
         height, wide = t.shape
-        run = min(_RUN, wide)  # the first row's first values (a tile's rows are not contiguous here)
-        if run not in indexes:
-            places = _run_hashes(keys, run)
-            order = np.argsort(places, kind="stable")
-            indexes[run] = order, places[order]
-        order, ordered = indexes[run]
-        head = np.ascontiguousarray(t.head[:run]).view(keys.dtype)
-        key = _run_hashes(head, run)[0]
-        lo, hi = np.searchsorted(ordered, key, "left"), np.searchsorted(ordered, key, "right")
-        for place in order[lo:hi][:_TRIED_STARTS].tolist():
+        # the first row's first values (a tile's rows are not contiguous here)
+        head = np.ascontiguousarray(t.head[:min(_RUN, wide)]).view(keys.dtype)
+        run = head.size
+        for place in places.of(head):
             row, col = divmod(place, cols)
             if row + height <= rows and col + wide <= cols and np.array_equal(keys[place:place + run], head) \
                     and digest(matrix[row:row + height, col:col + wide]) == t.digest:
@@ -397,6 +379,29 @@ def _tiling(tiles: list[tuple[int, int, Transfer]], shape: tuple[int, ...]) -> l
     for row, col, t in tiles:
         held[row:row + t.shape[0], col:col + t.shape[1]] = True
     return tiles if held.all() else None
+
+
+class _Places:
+    """Where runs of values occur in a flat array: each place keyed by a hash of the values from
+    it (as many as a copy's first values), so that a value repeated all over the array (zeros of
+    an int array) still tells places apart; one sorted index per run length, made once."""
+
+    def __init__(self, flat: np.ndarray):
+        self.keys = flat.view(np.dtype(f"u{flat.dtype.itemsize}"))  # bytes compared, NaNs included
+        self._indexes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def of(self, head: np.ndarray) -> list[int]:
+        """The places (at most _TRIED_STARTS) whose values may begin with `head` (keys' dtype):
+        a hash match, for the caller to confirm."""
+        run = head.size
+        if run not in self._indexes:
+            hashes = _run_hashes(self.keys, run)
+            order = np.argsort(hashes, kind="stable")
+            self._indexes[run] = order, hashes[order]
+        order, ordered = self._indexes[run]
+        key = _run_hashes(head, run)[0]
+        lo, hi = np.searchsorted(ordered, key, "left"), np.searchsorted(ordered, key, "right")
+        return order[lo:hi][:_TRIED_STARTS].tolist()
 
 
 def _run_hashes(keys: np.ndarray, run: int) -> np.ndarray:
