@@ -308,8 +308,4 @@ def _clone(alloc: Allocation, store: np.ndarray, initialised: np.ndarray) -> All
 
 def _view_of(array, alloc: Allocation | None):
     """`array` (a handle made before the call) as the same view of `alloc`, its allocation's clone."""
-    if alloc is None:
-        return array
-    view = np.lib.stride_tricks.as_strided(alloc.store[array.offset:], array.shape,
-                                           tuple(e * alloc.dtype.itemsize for e in array.estrides))
-    return SimDeviceArray(alloc, view, array._sim)
+    return array if alloc is None else SimDeviceArray(alloc, region(alloc.store, array), array._sim)

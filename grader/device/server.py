@@ -305,14 +305,15 @@ class Device:
         """Log an upload; its number (what the memory it fills is computed from). `what`: how
         the judge names it (default: where the student's host code copied it)."""
         self._uploads += 1
+        key = digest(data)
         slot, self._slot = self._slot, None
         if slot is not None and self.script is not None and self._replay is None and self._index is not None:
-            self.script.uploaded(self._uploads, self._index, slot, digest(data))
+            self.script.uploaded(self._uploads, self._index, slot, key)
         if what is None:
             site = launch_site()
             what = self._relative(f"the array copied to the GPU at {site[0]}:{site[1]}" if site
                                   else "an array copied to the GPU")
-        self.log.add("uploads", {"digest": digest(data), "nbytes": int(data.nbytes), "id": self._uploads,
+        self.log.add("uploads", {"digest": key, "nbytes": int(data.nbytes), "id": self._uploads,
                                  "neutral": is_neutral(data), "what": what, "shape": list(np.shape(data)),
                                  "head": np.ascontiguousarray(data).reshape(-1)[:HEAD].copy()})
         return self._uploads
