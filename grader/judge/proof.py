@@ -34,7 +34,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
     device work is replayed on other inputs, its answer judged again (grader.judge.replay): call
     this before any other call of the student's. `draw(arguments, rng)` makes the replay's
     arguments where the inputs must be of a kind (sorted, positive); default: the inputs' own
-    values drawn again with repetition.
+    values drawn again with repetition from their lower or upper half.
     On the gpu backend the launches are the runner's own record: an honest host-side answer
     loses its points, a forged record is not detected there (the simulator's device process is
     the proof)."""

@@ -43,12 +43,13 @@ def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Cal
     must be (sorted, positive, ...; the same shapes and dtypes); default: the inputs' own values
     drawn again. WrongAnswer if the replayed answer fails the check or the replay went otherwise."""
     report: DeviceReport = result.device
-    rng = np.random.default_rng(_seed([result.sent[i] for i in chosen]))
+    keys = [digest(result.sent[i]) for i in chosen]
+    rng = np.random.default_rng(_seed(keys))
     if draw is None:
         arguments = list(result.sent)
         first: dict[str, int] = {}  # an input's digest -> the first input with it (equal inputs share one
-        for i in chosen:             # upload: they are drawn alike)
-            k = first.setdefault(digest(result.sent[i]), i)
+        for i, key in zip(chosen, keys):  # upload: they are drawn alike)
+            k = first.setdefault(key, i)
             arguments[i] = _drawn(result.sent[i], rng) if k == i else arguments[k]
     else:
         arguments = _own_draw(draw, list(result.sent), rng, chosen)
@@ -97,10 +98,11 @@ def _own_draw(draw, sent: list, rng: np.random.Generator, chosen: list[int]) -> 
     return arguments
 
 
-def _seed(arrays: list[np.ndarray]) -> int:
+def _seed(keys: list[str]) -> int:
+    """A seed from the inputs' digests (a verdict repeats with the same inputs)."""
     h = hashlib.blake2b(digest_size=8)
-    for array in arrays:
-        h.update(digest(array).encode())
+    for key in keys:
+        h.update(key.encode())
     return int.from_bytes(h.digest(), "little")
 
 
