@@ -41,9 +41,9 @@ def _check_add(student, backend, rng, n, inputs=None):
     a, b = inputs or _inputs(rng, n)
     result = student.call("vector_add", a, b, returns=Returns.like(a))
     what = f"vector_add(a, b) with n={n}"
+    # (the check judges the answer first, then the data flow and the replay)
     require_kernel_launch(result, backend, check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6,
                                                                                 what=what))
-    expect_close(result.value, a + b, rtol=1e-6, what=what)
     if not (np.array_equal(result.args[0], a) and np.array_equal(result.args[1], b)):
         raise WrongAnswer(f"vector_add(a, b) with n={n} changed its inputs")
     return result
@@ -86,7 +86,6 @@ def test_special_values(student, backend, rng):
     a[:3] = [np.inf, -np.inf, np.nan]
     result = student.call("vector_add", a, b, returns=Returns.like(a))
     require_kernel_launch(result, backend, check=lambda args, got: _expect_ieee_sum(got, *args))
-    _expect_ieee_sum(result.value, a, b)
 
 
 def _expect_ieee_sum(got, a, b):
@@ -112,7 +111,6 @@ def _check_grid_stride(student, backend, rng, n):
     what = f"vector_add_grid_stride(a, b) with n={n}"
     require_kernel_launch(result, backend, check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6,
                                                                                 what=what))
-    expect_close(result.value, a + b, rtol=1e-6, what=what)
     return result
 
 
@@ -159,7 +157,6 @@ SAXPY_SIZES = [1, 33, 1025, 40000]
 def _check_saxpy(student, backend, rng, n):
     x, y = _inputs(rng, n)
     alpha = np.float32(rng.uniform(0.5, 2.0))
-    expected = (alpha * x + y).astype(np.float32)
     result = student.call("saxpy_inplace", float(alpha), x, y, returns=Returns.like(y))
 
     def check(args, answers):  # what it returned and y after the call (y told first)
@@ -169,8 +166,6 @@ def _check_saxpy(student, backend, rng, n):
         expect_close(returned, want, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
 
     require_kernel_launch(result, backend, output=[result.value, result.args[2]], check=check)
-    expect_close(result.args[2], expected, rtol=1e-5, atol=1e-6, what=f"y after saxpy_inplace(alpha, x, y) with n={n}")
-    expect_close(result.value, expected, rtol=1e-5, atol=1e-6, what=f"the array saxpy_inplace returned (n={n})")
     if not np.array_equal(result.args[1], x):
         raise WrongAnswer(f"saxpy_inplace(alpha, x, y) with n={n} changed x")
     return result, (float(alpha), x, y)
