@@ -374,6 +374,30 @@ def test_a_script_keeps_so_much_and_then_says_it_is_too_large_to_replay():
     assert "too much to replay" in replay.run(None, big, {}, [])["diverged"]
 
 
+def test_an_answer_that_cannot_be_cut_again_from_the_replay_fails_closed():
+    from grader.judge import replay
+
+    old = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert replay._remade(None, []) is None  # an answer the call did not return stays so
+    assert replay._remade(old[:2, :3].copy(), [((old + 1, old), "block", None)]).tolist() == (old + 1)[:2, :3].tolist()
+    for ways in ([], [((old + 1, None), "block", None)], [((old + 1, old), "block", None)]):
+        assert replay._remade(np.full((2, 3), 7, np.float32), ways) is replay._UNKNOWN
+    # follow: a block the device kept no copy of cannot be cut again; the call's answer does not stand
+    from types import SimpleNamespace
+    from grader.judge.dataflow import Flow
+    from grader.judge.student import Replayed
+    from grader.wire import DeviceReport
+    from grader.wire.messages import Transfer
+
+    a = np.arange(1.0, 7.0, dtype=np.float32)
+    up, down = Transfer("u", a.nbytes, id=1, shape=(6,)), Transfer("d", 64, kernel_written=True, shape=(16,))
+    result = SimpleNamespace(sent=[a], device=DeviceReport(1, [], [], [up], [down]),
+                             replay=lambda *_: Replayed([np.zeros(16, np.float32)], [None]))
+    flow = Flow(inputs=[[(up, "whole", None)]], answers=[[(down, "block", None)]])
+    with pytest.raises(WrongAnswer, match="cannot tell whether it follows the inputs"):
+        replay.follow(result, flow, [0], [a * 2], lambda args, got: None, True)
+
+
 def test_a_host_array_a_kernel_adds_into_is_replayed_from_what_it_held_before_the_call(student):
     # numba copies a host array handed to a kernel back into it after the launch: the script keeps
     # what it held before, or the replay would start the sum from the call's answer

@@ -71,8 +71,10 @@ def follow(result, flow: Flow, chosen: list[int], answers: list[Any], check: Cal
     remade = []
     for value, ways in zip(answers, flow.answers):
         remade.append(_remade(value, [(data[index[id(t)]], how, detail) for t, how, detail in ways]))
-    if any(r is _UNKNOWN for r in remade):
-        return  # (the device kept no copy to cut the answer from: too large a call to tell)
+    if any(r is _UNKNOWN for r in remade):  # (fail closed: the call's own answer would stand unchecked)
+        raise WrongAnswer("the answer could not be cut again from the replayed call's downloads as the data flow "
+                          "found it cut from the call's: the grader cannot tell whether it follows the inputs "
+                          "(copy the answer back whole from the array a kernel wrote)")
     try:
         check(arguments, remade[0] if single else remade)
     except WrongAnswer as exc:
@@ -159,7 +161,9 @@ def _as_uploaded(array: np.ndarray, shape: tuple[int, ...] | None, how: str, det
 
 def _remade(value: Any, ways: list[tuple[tuple[np.ndarray, np.ndarray | None], str, Any]]) -> Any:
     """The answer as the call's `value` was cut from its downloads, cut from the replayed ones
-    (each (replayed, the call's), how, detail as in `Flow.answers`)."""
+    (each (replayed, the call's), how, detail as in `Flow.answers`); _UNKNOWN where it cannot be."""
+    if value is None:
+        return None  # (an answer the call did not return: the test's check judges it, as it did the call's)
     if not ways:
         return _UNKNOWN
     if isinstance(value, np.ndarray):
