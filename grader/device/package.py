@@ -258,6 +258,7 @@ class Builder:
         self._kernels: dict[str, Any] = {}
         self._constants: dict[str, list] = {}
         self._trees: dict[str, ast.Module] = {}
+        self._kernel_specs: dict[str, dict] = {}  # package id -> its kernel's spec (file, name, line)
 
     def cached(self, package_id: str):
         """A kernel built before, named by its package's id."""
@@ -300,7 +301,7 @@ class Builder:
             options = dict(spec["options"])
             is_device = bool(options.pop("device", False))
             signatures = [tuple(decode_numba_type(t) for t in sig) for sig in spec["signatures"]]
-            jit = self.cuda.jit(device=is_device, **options)
+            jit = self.cuda.jit(device=is_device, **self._accepted(options))
             dispatcher = jit(plain[key])
             for sig in signatures:
                 dispatcher.compile(sig)
@@ -311,8 +312,26 @@ class Builder:
                 namespace[name] = self._decode(value, jitted)
         kernel = jitted[package["kernel"]]
         self._kernels[package["id"]] = kernel
+        self._kernel_specs[package["id"]] = functions[package["kernel"]]
         self._constants[package["id"]] = (constant_arrays(package), constant_numbers(package))
         return kernel
+
+    def _accepted(self, options: dict) -> dict:
+        """The jit options this `cuda.jit` takes (numba's stock simulator takes fewer: `lineinfo`,
+        `max_registers` change nothing there)."""
+        import inspect
+
+        parameters = inspect.signature(self.cuda.jit).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return options
+        return {key: value for key, value in options.items() if key in parameters}
+
+    def definition(self, package_id: str) -> ast.FunctionDef | None:
+        """The `def` of a kernel built before, as parsed from its file (None: never built here)."""
+        spec = self._kernel_specs.get(str(package_id))
+        if spec is None or spec["file"] not in self._trees:
+            return None
+        return _find_def(self._trees[spec["file"]], spec["name"], int(spec["line"]))
 
     def _define(self, spec: dict, namespace: dict):
         tree = self._trees[spec["file"]]

@@ -682,10 +682,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen-fd", type=int, help="a listening socket: the runner connects once")
     parser.add_argument("--workspace", help="this process's own (empty) workspace")
     parser.add_argument("--runner-workspace", default="/workspace", help="the runner's workspace (for messages)")
+    parser.add_argument("--gpu", action="store_true", help="device memory and launches on the machine's GPU "
+                                                           "(grader.device.gpu_server), not the simulator")
     args = parser.parse_args(argv)
     judge_in, judge_out = os.fdopen(args.in_fd, "rb", buffering=0), os.fdopen(args.out_fd, "wb", buffering=0)
     try:
-        device = Device(args.devices, args.runner_workspace)
+        if args.gpu:
+            from .gpu_server import GpuDevice
+
+            device = GpuDevice(args.devices, args.runner_workspace)
+        else:
+            device = Device(args.devices, args.runner_workspace)
     except Exception:  # noqa: BLE001 - say why on stderr, for the judge's output tail
         traceback.print_exc()
         sys.exit(3)

@@ -170,6 +170,8 @@ class GradingSession:
             if self.backend_name == Kind.GPU:
                 student = BesideTheSimulator(student, Student(
                     exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._sim_connection("student"),
+                    allowed_imports=self._allowed_imports(), budget=budget), Student(
+                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._timer_connection("student"),
                     allowed_imports=self._allowed_imports(), budget=budget))
             self.students[exercise] = student
         return self.students[exercise]
@@ -181,6 +183,15 @@ class GradingSession:
                                                            compile_check=not trusted, trusted=trusted,
                                                            device_process=self.device_process)
         return self.sim_connections[whose]
+
+    def _timer_connection(self, whose: str, workspace: str | None = None, trusted: bool = False) -> RunnerConnection:
+        """A runner whose device is the GPU's device process (grader.device.gpu_server): the timings
+        of the performance tests, kernel times the runner cannot touch (grader.judge.gpu_timing)."""
+        key = f"{whose} timer"
+        if key not in self.sim_connections:
+            self.sim_connections[key] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
+                                                         compile_check=False, trusted=trusted, gpu_device=True)
+        return self.sim_connections[key]
 
     def _course_manifest(self):
         """course.toml, read once per session (a CourseError if the course has none)."""
@@ -228,7 +239,9 @@ class GradingSession:
                 if self.backend_name == Kind.GPU:
                     live = BesideTheSimulator(live, Student(
                         exercise, connection.workspace, Kind.SIM, self.sandbox,
-                        connection=self._sim_connection("reference", connection.workspace, trusted=True)))
+                        connection=self._sim_connection("reference", connection.workspace, trusted=True)), Student(
+                        exercise, connection.workspace, Kind.SIM, self.sandbox,
+                        connection=self._timer_connection("reference", connection.workspace, trusted=True)))
                 self.references[exercise] = RecordingReference(live, self.recorded) if self.record_path else live
             elif self.recorded_path.is_file():
                 self.references[exercise] = RecordedReference(self.recorded, self.recorded_path)

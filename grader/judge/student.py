@@ -112,7 +112,8 @@ class RunnerConnection:
     """
 
     def __init__(self, workspace: str, backend: str, sandbox: Sandbox, devices: int = MAX_RANKS,
-                 compile_check: bool = True, trusted: bool = False, device_process: bool = True):
+                 compile_check: bool = True, trusted: bool = False, device_process: bool = True,
+                 gpu_device: bool = False):
         self.workspace = workspace
         self.backend = backend
         self.sandbox = sandbox
@@ -120,6 +121,9 @@ class RunnerConnection:
         self.compile_check = compile_check  # off only for trusted course code (reference solutions)
         self.trusted = trusted  # the reference runner: a uid and a view of its own, never a student's
         self.device_process = device_process  # False: the simulator inside the runner (debugging, measuring)
+        # the device process on the machine's GPU (grader.device.gpu_server), the runner a client of
+        # it as of the simulator's (backend "sim"): the timer, whose kernel times the runner cannot touch
+        self.gpu_device = gpu_device
         self._runner: Runner | None = None
         self._device: Runner | None = None
         self._ready = False
@@ -131,7 +135,8 @@ class RunnerConnection:
     def remote_device(self) -> bool:
         """Whether the simulated GPU runs as a device process of its own beside the runner (it
         reports launches, findings and copies to this side directly)."""
-        return self.backend == Kind.SIM and self.device_process and bool(getattr(self.sandbox, "hosts_device", False))
+        return self.backend == Kind.SIM and (self.device_process or self.gpu_device) and \
+            bool(getattr(self.sandbox, "hosts_device", False))
 
     def start(self) -> Runner:
         """Start the runner (and its device process); returns at once, their imports go on in
@@ -139,7 +144,8 @@ class RunnerConnection:
         if self._runner is None:
             if self.remote_device:
                 try:
-                    self._device, link = self.sandbox.start_device(self.devices, self.workspace, trusted=self.trusted)
+                    self._device, link = self.sandbox.start_device(self.devices, self.workspace, trusted=self.trusted,
+                                                                   **({"gpu": True} if self.gpu_device else {}))
                     self._runner = self.sandbox.start(self.workspace, self.backend, self.devices,
                                                       trusted=self.trusted, device=link)
                 except BaseException:
@@ -174,19 +180,35 @@ class RunnerConnection:
 
     def alone(self):
         """On a GPU: the machine's GPUs to this block alone (a timing: grader.judge.gpu_lock)."""
-        return gpu_lock.holding(alone=True) if self.backend == Kind.GPU else contextlib.nullcontext(0.0)
+        return gpu_lock.holding(alone=True) if self.on_gpu else contextlib.nullcontext(0.0)
 
-    def call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool = True):
+    def device_name(self) -> str:
+        """The GPU's name, as the GPU's device process says it (this connection's, started if need be)."""
+        self.start()
+        if not self._ready:
+            self._make_ready(self._runner)
+        if self._device is None:
+            return "unknown GPU"
+        doc = self._device.request({"op": "ping"}, timeout=DEVICE_TIMEOUT_S, bounds=SMALL_REPLY)
+        return str(doc.get("device", "unknown GPU") if isinstance(doc, dict) else "unknown GPU")[:200]
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether this connection's kernels run on the machine's GPU (its runner's or its device's)."""
+        return self.backend == Kind.GPU or self.gpu_device
+
+    def call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool = True,
+             flush: bool = False):
         """(the runner's reply, the device process's report of the call or None). The device
         is told where the call begins and ends, and reports what its kernels did in between.
         On a GPU the call holds the machine's GPU lock shared with other grades' calls (a timing
         in `alone()` has it to itself)."""
-        if self.backend != Kind.GPU:
-            return self._call(message, timeout, bounds, parse, report)
+        if not self.on_gpu:
+            return self._call(message, timeout, bounds, parse, report, flush)
         with gpu_lock.holding():
-            return self._call(message, timeout, bounds, parse, report)
+            return self._call(message, timeout, bounds, parse, report, flush)
 
-    def _call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool):
+    def _call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool, flush: bool):
         begun = time.monotonic()
         runner = self.start()
         device = self._device if report else None
@@ -196,8 +218,9 @@ class RunnerConnection:
                 self.start_seconds += time.monotonic() - begun
             if device is not None:
                 number = self.last_call = next(self._calls)
-                wire.Reply.parse(device.request({"op": "begin", "call": number}, timeout=DEVICE_TIMEOUT_S,
-                                                bounds=SMALL_REPLY))
+                # (`flush`: the GPU's device process empties the L2 cache first: a timed call)
+                wire.Reply.parse(device.request({"op": "begin", "call": number, **({"flush": True} if flush else {})},
+                                                timeout=DEVICE_TIMEOUT_S, bounds=SMALL_REPLY))
             reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
             if device is None:
                 return reply, None
@@ -335,9 +358,10 @@ class Student:
                 self.connection.close()       # the next call starts a fresh runner
             raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback, error.finding)
 
-    def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None
-             ) -> CallResult:
-        """`function(*args)` in the runner. `returns`: the shape and dtype the test expects back."""
+    def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None,
+             flush: bool = False) -> CallResult:
+        """`function(*args)` in the runner. `returns`: the shape and dtype the test expects back;
+        `flush`: the L2 cache emptied first (a timed call on the GPU's device process)."""
         self._check_policy()
         self._import(timeout)
         sent = [a for a in args]
@@ -347,7 +371,7 @@ class Student:
         started = time.monotonic()
         reply, device = self._timed(lambda t: self.connection.call(
             {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
-            lambda doc: wire.CallReply.parse(doc, sent)), timeout)
+            lambda doc: wire.CallReply.parse(doc, sent), flush=flush), timeout)
         replay = self._replayer(device, time.monotonic() - started)
         if device is not None and device.findings:  # the simulated GPU's word, whatever the runner says
             finding = device.findings[0]
@@ -361,7 +385,7 @@ class Student:
     def _replayer(self, device: "wire.DeviceReport | None", seconds: float):
         """`CallResult.replay` for the call just made (`seconds` long, the runner's start aside):
         a replay runs its device work again, so it may take as long (on a busy machine, longer)."""
-        if device is None:
+        if device is None or self.connection.gpu_device:  # (the GPU's device times calls, never replays them)
             return None
         call, connection = self.connection.last_call, self.connection
         limit = max(2 * DEVICE_TIMEOUT_S, 4 * seconds)
@@ -395,11 +419,12 @@ class Student:
         return CallResult(reply.returned, [], launches, device, sent, ranks=True, replay=replay)
 
     def time(self, function: str, input_sets: list, *, timeout: float | None = None,
-             returns: "Returns | None" = None, **options: Any) -> "TimedResult":
+             returns: "Returns | None" = None, check=None, **options: Any) -> "TimedResult":
         """Time `function` on each input set in turn with the backend's harness in the runner (gpu:
         CUDA events per kernel, warm-up, L2 flush, adaptive repeats; `options` tune it), bounded
         by this side's clock: kernel times adding up to more than the wall time the judge saw
-        are a forgery. The last output of each set comes back for the test to re-check."""
+        are a forgery. The last output of each set comes back, re-checked with `check(inputs,
+        output)` where given."""
         self._check_policy()
         self._import(timeout)
         sets = [list(inputs) for inputs in input_sets]
@@ -420,6 +445,9 @@ class Student:
         if returns is not None:
             for out in reply.outputs:
                 _check_returned(function, out, returns)
+        for inputs, output in zip(sets, reply.outputs):
+            if check is not None:
+                check(inputs, output)
         return TimedResult(reply.times_ms, reply.launches_per_call, reply.stopped, reply.device, reply.outputs, wall)
 
     def gpu_count(self) -> int:
@@ -614,8 +642,9 @@ class BesideTheSimulator:
     performance criteria): records kept in the student's own process on the GPU are feedback only.
     Timing is the GPU's."""
 
-    def __init__(self, gpu: "Student", sim: "Student"):
+    def __init__(self, gpu: "Student", sim: "Student", timer: "Student | None" = None):
         self.gpu, self.sim = gpu, sim
+        self.timer = timer  # the same module in a runner on the GPU's device process: the timings
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: "Returns | None" = None
              ) -> CallResult:
@@ -648,8 +677,17 @@ class BesideTheSimulator:
                         f"backend's code path cannot run this call on it (the simulator found nothing wrong with "
                         f"it; on a GPU it runs)")
 
-    def time(self, *args: Any, **kwargs: Any) -> "TimedResult":
-        return self.gpu.time(*args, **kwargs)
+    def time(self, function: str, input_sets: list, check=None, returns: "Returns | None" = None,
+             **options: Any) -> "TimedResult":
+        """`function` timed on the GPU: by the GPU's device process, the judge calling it with
+        fresh inputs and checking every answer (grader.judge.gpu_timing); without a timer, by
+        the harness in the GPU runner (its times bounded by the judge's clock only)."""
+        if self.timer is None:
+            return self.gpu.time(function, input_sets, returns=returns, check=check, **options)
+        from .gpu_timing import time_calls
+
+        return self._on_gpu(lambda: time_calls(self.timer, function, input_sets, check, returns, **options),
+                            lambda: self.sim.call(function, *input_sets[0], returns=returns))
 
     def copy_bandwidth(self, nbytes: int) -> float:
         return self.gpu.copy_bandwidth(nbytes)
@@ -673,6 +711,8 @@ class BesideTheSimulator:
     def close(self) -> None:
         self.gpu.close()
         self.sim.close()
+        if self.timer is not None:
+            self.timer.close()
 
 
 def _check_returned(function: str, value: Any, returns: Returns) -> None:

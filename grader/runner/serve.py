@@ -21,29 +21,9 @@ import numpy as np
 
 from .. import wire
 from ..backends import Kind
+from ..backends.gpu import sticky_cuda_error
 from ..backends.runtime import open_backend
 from ..wire.messages import error_reply
-
-
-# CUDA errors that leave the process's context unusable ("sticky"): every later CUDA call of this
-# process fails too, so the judge replaces the runner. Code -> what it means for the student.
-STICKY_CUDA_ERRORS = {
-    700: "illegal memory access: your kernel read or wrote outside an allocation",
-    702: "the kernel ran too long and was stopped (launch timeout)",
-    710: "a device-side assert failed in your kernel",
-    714: "hardware stack error in your kernel (deep recursion or a huge local array?)",
-    715: "illegal instruction in your kernel",
-    716: "misaligned address: your kernel accessed memory at an address not aligned to its type",
-    719: "your kernel failed while running (launch failure)",
-}
-
-
-def sticky_cuda_error(exc: BaseException) -> str | None:
-    """What a context-destroying CUDA error means, or None for any other exception."""
-    code = getattr(exc, "code", None)
-    if type(exc).__name__ == "CudaAPIError" and isinstance(code, int) and code in STICKY_CUDA_ERRORS:
-        return STICKY_CUDA_ERRORS[code]
-    return None
 
 
 class Runner:

@@ -266,7 +266,7 @@ class DockerSandbox:
 
         return unavailable() is None
 
-    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False):
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False):
         from .process import ProcessSandbox
 
         folder = tempfile.mkdtemp(prefix="gpugrade-device-")
@@ -278,7 +278,7 @@ class DockerSandbox:
             os.chmod(path, 0o777)  # the container's own uid connects
             listener.listen(1)
             device = ProcessSandbox(self.limits).device_process(devices, WORKSPACE, trusted, "--listen-fd",
-                                                                listener.detach())
+                                                                listener.detach(), gpu)
         except BaseException:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)

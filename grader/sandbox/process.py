@@ -205,27 +205,29 @@ class ProcessSandbox:
             fds = (device,)
         return RunnerProcess(workspace, backend, self.limits, trusted, args=args, fds=fds)
 
-    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False) -> tuple[RunnerProcess, int]:
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False
+                     ) -> tuple[RunnerProcess, int]:
         """The device process (grader.device) for one runner, in a sandbox of its own (another
-        uid, view and namespaces than the runner's); returns it and the link to give `start`
-        (the runner's end of a socket pair)."""
+        uid, view and namespaces than the runner's; `gpu`: the machine's GPU in its view, and
+        device memory and launches there); returns it and the link to give `start` (the
+        runner's end of a socket pair)."""
         self._check()
         runner_end, device_end = socket.socketpair()
         try:
-            return self.device_process(devices, runner_workspace, trusted, "--runner-fd", device_end.detach()), \
+            return self.device_process(devices, runner_workspace, trusted, "--runner-fd", device_end.detach(), gpu), \
                 runner_end.detach()
         except BaseException:
             runner_end.close()
             raise
 
-    def device_process(self, devices: int, runner_workspace: str, trusted: bool, flag: str, fd: int
-                       ) -> RunnerProcess:
+    def device_process(self, devices: int, runner_workspace: str, trusted: bool, flag: str, fd: int,
+                       gpu: bool = False) -> RunnerProcess:
         """`python -m grader.device` confined, its runner socket `fd` (connected, or listening)."""
         self._check()
         seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
-        return RunnerProcess(None, Kind.SIM, self.limits, trusted, module="grader.device",
-                             args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as),
-                             fds=(fd,))
+        return RunnerProcess(None, Kind.GPU if gpu else Kind.SIM, self.limits, trusted, module="grader.device",
+                             args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as)
+                             + (("--gpu",) if gpu else ()), fds=(fd,))
 
 
 class NoSandbox(ProcessSandbox):

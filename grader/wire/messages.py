@@ -198,6 +198,7 @@ class LaunchSummary:
     compiled: dict = field(default_factory=dict)
     lines: list[dict] = field(default_factory=list)
     typing_note: str | None = None
+    ms: float | None = None  # the kernel's time between two CUDA events, from a GPU's device process
 
     @classmethod
     def parse(cls, doc: Any, where: str = "launch") -> "LaunchSummary":
@@ -244,6 +245,7 @@ class LaunchSummary:
             compiled=_plain(_dict(doc.get("compiled", {}), f"{where}.compiled"), f"{where}.compiled"),
             lines=lines,
             typing_note=_text(doc.get("typing_note"), f"{where}.typing_note", optional=True),
+            ms=None if doc.get("ms") is None else float(_number(doc["ms"], f"{where}.ms")),
         )
 
     def as_dict(self) -> dict:
@@ -253,7 +255,8 @@ class LaunchSummary:
                 "fallback_reason": self.fallback_reason, "counters": dict(self.counters),
                 "warnings": list(self.warnings), "arrays_written": list(self.arrays_written),
                 "arrays_read": list(self.arrays_read),
-                "compiled": self.compiled, "lines": [dict(e) for e in self.lines], "typing_note": self.typing_note}
+                "compiled": self.compiled, "lines": [dict(e) for e in self.lines], "typing_note": self.typing_note,
+                **({"ms": self.ms} if self.ms is not None else {})}
 
 
 def _request_sample(doc: Any, where: str) -> dict:

@@ -1,0 +1,93 @@
+"""Timing on a GPU from a process the student's code cannot touch.
+
+The student's function is called by the judge, again and again, in a runner whose device is the
+GPU's device process (grader.device.gpu_server): the runner holds no GPU, every kernel is launched
+by the device process between two CUDA events, and each call's report to the judge carries its
+kernels' times. A time a speed is graded on is never the runner's word (a runner that patches
+numba's events or its clock changes nothing here).
+
+- Warm-up: the first call (the kernels' compilation in the device process, first launches) is
+  not timed.
+- Each timed call has the GPU to itself (grader.judge.gpu_lock) and starts with the L2 cache
+  emptied; its time is the sum of its kernels' times: host code and copies are not the kernels'.
+- Fresh inputs for every timed call after the first of each input set: the set's own values drawn
+  again (grader.judge.replay's draw: a sum moves too), so a call can never be answered from an
+  earlier one; every call's answer is checked by the test's check, and its data flow (the answer
+  copied back from memory kernels of that call wrote from its inputs) by grader.judge.dataflow on
+  the device's report.
+- Adaptive repeats: until the median's relative error is under `target`, at least `min_repeats`
+  calls, at most `max_repeats` or `cap_s` seconds of the judge's clock.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..backends.gpu import relative_error_of_median
+from ..errors import StudentCodeError
+from ..wire.messages import digest
+from .correctness import WrongAnswer
+from .proof import require_kernel_launch
+from .replay import _drawn, _seed
+
+
+def time_calls(timer, function: str, input_sets: list, check: Callable[[list, Any], None] | None = None,
+               returns=None, *, warmup: int = 1, target: float = 0.02, min_repeats: int = 5,
+               max_repeats: int = 30, cap_s: float = 15.0, **_ignored: Any):
+    """`function` timed on `timer` (a Student whose connection has the GPU's device process) over
+    the input sets; the judge checks every timed call's answer with `check(inputs, answer)`. A
+    TimedResult (its `outputs`: the answer of each input set's first timed call)."""
+    sets = [list(inputs) for inputs in input_sets]
+    try:
+        return _timed(timer, function, sets, check, returns, warmup, target, min_repeats, max_repeats, cap_s)
+    except StudentCodeError as exc:
+        if exc.kind == "simulator":  # the device's finding (on a GPU, perhaps a lost context):
+            timer.connection.close()  # the next timing starts with a fresh device process
+        raise
+
+
+def _timed(timer, function, sets, check, returns, warmup, target, min_repeats, max_repeats, cap_s):
+    from .student import TimedResult
+
+    rng = np.random.default_rng(_seed([digest(a) for inputs in sets for a in inputs if isinstance(a, np.ndarray)]))
+    max_repeats = max(max_repeats, len(sets))
+    times: list[float] = []
+    outputs: list = [None] * len(sets)
+    launches = 0
+    stopped = "repeat cap"
+    with timer.connection.alone():  # no other grade's kernels on the GPU meanwhile
+        for i in range(warmup):
+            timer.call(function, *sets[i % len(sets)], returns=returns)
+        began = time.monotonic()
+        for i in range(max_repeats):
+            which = i % len(sets)
+            inputs = sets[which] if i < len(sets) else _fresh(sets[which], rng)
+            result = timer.call(function, *inputs, returns=returns, flush=True)
+            try:
+                require_kernel_launch(result, "gpu", check=check)
+            except WrongAnswer as exc:
+                fresh = ", on inputs of its own (the set's values drawn again)" if i >= len(sets) else ""
+                raise WrongAnswer(f"timed call {i + 1} on the GPU{fresh}: {exc}") from None
+            if i < len(sets):
+                outputs[which] = result.value
+            missing = [launch["kernel"] for launch in result.launches if launch.get("ms") is None]
+            if missing:  # (a device process that did not time a launch is not the GPU's)
+                raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
+            launches = len(result.launches)
+            times.append(sum(launch["ms"] for launch in result.launches))
+            if len(times) >= max(min_repeats, len(sets)) and relative_error_of_median(times) < target:
+                stopped = "precise"
+                break
+            if len(times) >= len(sets) and time.monotonic() - began > cap_s:
+                stopped = "time cap"
+                break
+        wall = time.monotonic() - began
+    return TimedResult(times, launches, stopped, timer.connection.device_name(), outputs, wall)
+
+
+def _fresh(inputs: list, rng: np.random.Generator) -> list:
+    """Other values for a call: each array's own values drawn again; numbers as they were."""
+    return [_drawn(a, rng) if isinstance(a, np.ndarray) else a for a in inputs]

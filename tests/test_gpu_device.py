@@ -1,0 +1,189 @@
+"""Timing from the GPU's device process (grader.device.gpu_server, grader.judge.gpu_timing).
+
+The student's runner holds no GPU: its kernels are launched, timed and reported by a device process
+of the grader's, so a runner that forges times, answers timed calls from a cache, or computes the
+answer on the host at the timed sizes gains nothing. No GPU here: numba's stock simulator stands in
+for it in the device process (NUMBA_ENABLE_CUDASIM=1, `Limits.on_stock_simulator`), which proves the
+code path and the judgements, never a real time (its "times" are the host's clock around each
+launch).
+"""
+
+import ast
+import textwrap
+
+import numpy as np
+import pytest
+
+from grader.device.gpu_server import accesses_of
+from grader.errors import StudentCodeError
+from grader.judge import RunnerConnection, Student
+from grader.judge.correctness import WrongAnswer, expect_close
+from grader.judge.gpu_timing import time_calls
+from grader.sandbox import Limits, ProcessSandbox
+from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+from sandbox_support import unavailable
+
+KERNELS = """
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def add(a, b, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + b[i]
+
+    @cuda.jit
+    def copy(src, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = src[i]
+
+    def add_on_gpu(a, b):
+        out = cuda.device_array(a.shape, a.dtype)
+        add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), out)
+        return out.copy_to_host()
+"""
+
+
+@pytest.fixture
+def timer(tmp_path):
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    made = []
+
+    def make(source: str) -> Student:
+        work = tmp_path / f"work{len(made)}"
+        work.mkdir(mode=0o755)
+        (work / "ex.py").write_text(textwrap.dedent(KERNELS) + textwrap.dedent(source))
+        (work / "ex.py").chmod(0o644)
+        sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=120))
+        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None,
+                    connection=RunnerConnection(str(work), "sim", sandbox, gpu_device=True))
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _sets(n=300):
+    rng = np.random.default_rng(5)
+    return [(rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)) for _ in range(2)]
+
+
+def _add_check(args, out):
+    expect_close(out, args[0] + args[1], rtol=1e-6, what="add")
+
+
+FEW = {"min_repeats": 4, "max_repeats": 4, "target": 0.0}
+
+
+def test_each_launch_is_timed_by_the_device_and_every_timed_answer_is_checked(timer):
+    s = timer("def vector_add(a, b):\n    return add_on_gpu(a, b)\n")
+    checked = []
+    timing = time_calls(s, "vector_add", _sets(), lambda args, out: (checked.append(args), _add_check(args, out)),
+                        **FEW)
+    assert len(timing.times_ms) == 4 and timing.launches_per_call == 1 and all(t > 0 for t in timing.times_ms)
+    assert timing.device == "numba's stock simulator" and timing.stopped == "repeat cap"
+    assert len(checked) == 4
+    # calls 3 and 4 had inputs of their own: the sets' values drawn again, never a set itself
+    assert not any(np.array_equal(checked[k][0], checked[j][0]) for k in (2, 3) for j in (0, 1))
+    result = s.call("vector_add", *_sets()[0], flush=True)
+    launch = result.launches[0]
+    assert launch["kernel"] == "add" and launch["ms"] > 0 and launch["executor"] == "gpu"
+    assert launch["arrays_written"] == ["out"] and launch["arrays_read"] == ["a", "b"]
+
+
+def test_a_runner_that_forges_its_event_times_changes_nothing(timer):
+    # the runner's own events and the harness that used them, patched to say 1 ns: the times the
+    # judge gets are the device process's, which the student's code never reaches
+    s = timer("""
+        import grader.backends.gpu as harness
+        from numba.cuda import simulator  # noqa: F401  (whatever numba module is there)
+
+        class Instant:
+            def record(self, stream=0): pass
+            def synchronize(self): pass
+            def elapsed_time(self, other): return 1e-6
+        cuda.event = lambda timing=True: Instant()
+        harness.time_call = lambda *a, **k: None
+
+        def vector_add(a, b):
+            return add_on_gpu(a, b)
+    """.replace("        from numba.cuda import simulator  # noqa: F401  (whatever numba module is there)\n", ""))
+    timing = time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+    assert min(timing.times_ms) > 1e-3, timing.times_ms  # (the stock simulator's launch: milliseconds)
+
+
+def test_answers_from_an_earlier_call_fail_the_timed_calls(timer):
+    # a runner that launches the kernel but answers each input set from its first call
+    s = timer("""
+        seen = {}
+
+        def vector_add(a, b):
+            out = add_on_gpu(a, b)
+            return seen.setdefault(a.size, out)
+    """)
+    with pytest.raises(WrongAnswer, match=r"timed call 2 on the GPU: add"):
+        time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+
+
+def test_an_answer_the_host_computed_at_the_timed_sizes_fails(timer):
+    # honest at the small sizes the simulator proves, the host's sum copied through a kernel at the
+    # timed ones: the device's data flow sees what the host copied to the GPU come back
+    s = timer("""
+        def vector_add(a, b):
+            if a.size < 100:
+                return add_on_gpu(a, b)
+            out, scratch = cuda.device_array(a.shape, a.dtype), cuda.device_array(a.shape, a.dtype)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), scratch)  # for show
+            copy[(a.size + 127) // 128, 128](cuda.to_device(a + b), out)
+            return out.copy_to_host()
+    """)
+    assert np.array_equal(s.call("vector_add", *_sets(50)[0]).value, sum(_sets(50)[0]))
+    with pytest.raises(WrongAnswer, match="timed call 1 on the GPU: the answer is what the host copied to the GPU"):
+        time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+
+
+def test_a_kernels_error_in_the_device_process_is_the_students_and_the_next_timing_starts_afresh(timer):
+    s = timer("""
+        @cuda.jit
+        def unguarded(a, b, out):
+            i = cuda.grid(1)
+            out[i] = a[i] + b[i]
+
+        def vector_add(a, b):
+            out = cuda.device_array(a.shape, a.dtype)
+            unguarded[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), out)
+            return out.copy_to_host()
+
+        def fine(a, b):
+            return add_on_gpu(a, b)
+    """)
+    with pytest.raises(StudentCodeError, match="IndexError"):  # (on a GPU: an illegal address, the context lost)
+        time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+    assert len(time_calls(s, "fine", _sets(), _add_check, **FEW).times_ms) == 4
+
+
+def test_what_a_kernel_reads_and_writes_is_read_from_its_code():
+    source = """
+        def k(a, b, out, hits, n, scratch, alias):
+            i = cuda.grid(1)
+            if i < out.size and i < a.shape[0]:
+                out[i] = a[i] + b[i, 0]
+            hits[i] += 1
+            cuda.atomic.add(n, 0, 1)
+            t = alias
+            t[0] = 1
+            if scratch.ndim == 1:
+                pass
+    """
+    node = ast.parse(textwrap.dedent(source)).body[0]
+    found = accesses_of(node, ["a", "b", "out", "hits", "n", "scratch", "alias"])
+    assert found == {"a": (True, False), "b": (True, False), "out": (False, True), "hits": (True, True),
+                     "n": (True, True), "scratch": (False, False), "alias": (True, True)}
+    assert accesses_of(None, ["x"]) == {"x": (True, True)}
