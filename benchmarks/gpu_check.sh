@@ -12,8 +12,9 @@
 #                      and this checkout (runners start as `python -I`, which ignores PYTHONPATH)
 #   1. doctor.txt      `gpugrade doctor`: what grading sees there (GPU, numba-cuda, toolchain)
 #   2. solutions.*     the reference solutions graded on --backend gpu, performance included
-#                      (each perf test times the kernels with the harness against the reference
-#                      itself, in another runner: full marks expected; the JSON holds each test's
+#                      (each perf test's kernels timed by a GPU device process of the grader's,
+#                      the judge calling the function with fresh inputs, against the reference
+#                      timed the same way: full marks expected; the JSON holds each test's
 #                      median, spread, repeats, GB/s and fraction of the measured copy bandwidth)
 #   3. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's

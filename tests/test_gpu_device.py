@@ -98,6 +98,26 @@ def test_each_launch_is_timed_by_the_device_and_every_timed_answer_is_checked(ti
     assert launch["arrays_written"] == ["out"] and launch["arrays_read"] == ["a", "b"]
 
 
+def test_host_arrays_streams_views_and_events_are_served_on_the_gpus_device(timer):
+    # what host code does besides cuda.to_device: numba copies a host array argument to the
+    # device and back; slices, reshapes, a stream, the student's own events
+    s = timer("""
+        def vector_add(a, b):
+            stream = cuda.stream()
+            start, end = cuda.event(), cuda.event()
+            start.record(stream)
+            d_a = cuda.to_device(a.reshape(1, -1), stream=stream).reshape(a.size)
+            out = np.zeros_like(a)
+            add[(a.size + 127) // 128, 128, stream](d_a[:], b, out)  # b and out: host arrays
+            end.record(stream)
+            end.synchronize()
+            assert cuda.event_elapsed_time(start, end) >= 0
+            return out
+    """)
+    timing = time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+    assert timing.launches_per_call == 1 and len(timing.times_ms) == 4
+
+
 def test_a_runner_that_forges_its_event_times_changes_nothing(timer):
     # the runner's own events and the harness that used them, patched to say 1 ns: the times the
     # judge gets are the device process's, which the student's code never reaches

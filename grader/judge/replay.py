@@ -118,10 +118,10 @@ def _drawn(array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if flat.size < 2:
         return array
     pool = flat
-    if flat.dtype.kind in "biuf":
-        order = np.argsort(flat, kind="stable")  # (NaNs last: in the upper half)
+    if flat.dtype.kind in "biuf":  # (a partition, not a sort: 2^24 values in 0.05 s, not 2 s; NaNs last)
         half = (flat.size + 1) // 2
-        pool = flat[order[:half] if rng.integers(0, 2) else order[flat.size - half:]]
+        pool = np.partition(flat, half - 1)[:half] if rng.integers(0, 2) else \
+            np.partition(flat, flat.size - half)[flat.size - half:]
     for _ in range(_DRAWS):
         drawn = pool[rng.integers(0, pool.size, flat.size)]
         if not _reordered(drawn, flat):

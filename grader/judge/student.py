@@ -679,11 +679,11 @@ class BesideTheSimulator:
 
     def time(self, function: str, input_sets: list, check=None, returns: "Returns | None" = None,
              **options: Any) -> "TimedResult":
-        """`function` timed on the GPU: by the GPU's device process, the judge calling it with
-        fresh inputs and checking every answer (grader.judge.gpu_timing); without a timer, by
-        the harness in the GPU runner (its times bounded by the judge's clock only)."""
+        """`function` timed on the GPU by the GPU's device process, the judge calling it with
+        fresh inputs and checking every answer (grader.judge.gpu_timing); never by the harness
+        in the student's own runner (`Student.time`: its word, bounded by the judge's clock)."""
         if self.timer is None:
-            return self.gpu.time(function, input_sets, returns=returns, check=check, **options)
+            raise RuntimeError("no timer: a submission on a GPU is timed by a GPU device process (plugin)")
         from .gpu_timing import time_calls
 
         return self._on_gpu(lambda: time_calls(self.timer, function, input_sets, check, returns, **options),
