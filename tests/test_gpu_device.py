@@ -207,3 +207,67 @@ def test_what_a_kernel_reads_and_writes_is_read_from_its_code():
     assert found == {"a": (True, False), "b": (True, False), "out": (False, True), "hits": (True, True),
                      "n": (True, True), "scratch": (False, False), "alias": (True, True)}
     assert accesses_of(None, ["x"]) == {"x": (True, True)}
+
+
+def test_a_runners_background_launches_wait_for_its_next_call(timer):
+    # a thread of the student's that keeps launching kernels: the GPU's device process serves its
+    # runner only within a call the judge began, so nothing of the student's runs on the GPU while
+    # the judge times something else (another grade, the reference)
+    import time
+
+    s = timer("""
+        import threading, time
+
+        done = []
+
+        def hog():
+            d_a = cuda.to_device(np.ones(64, np.float32))
+            d_out = cuda.device_array(64, np.float32)
+            while True:
+                add[1, 64](d_a, d_a, d_out)
+                done.append(time.monotonic())
+
+        def start():
+            threading.Thread(target=hog, daemon=True).start()
+            time.sleep(0.5)
+            return len(done)
+
+        def stamps():
+            time.sleep(0.5)
+            return np.array(done)
+    """)
+    assert s.call("start").value > 0  # launched within the call
+    quiet_from = time.monotonic() + 0.2
+    time.sleep(1.5)
+    quiet_to = time.monotonic() - 0.05
+    stamps = s.call("stamps").value
+    assert stamps.size > 2 and not np.any((stamps > quiet_from) & (stamps < quiet_to)), \
+        np.round(stamps[(stamps > quiet_from - 0.5)] - quiet_from, 3)
+
+
+def test_ranks_streams_and_copies_between_ranks_on_the_gpus_device(tmp_path):
+    # the all-reduce's ranks (grader.backends.ranks) tell each rank's memory by its address: the
+    # GPU's device process gives the device pointers (all addresses 0 made every copy one rank's)
+    import shutil
+
+    from grader.judge.collective import expect_allreduced, rank_inputs
+
+    from conftest import ROOT
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    shutil.copy(ROOT / "solutions" / "allreduce.py", work / "allreduce.py")
+    (work / "allreduce.py").chmod(0o644)
+    sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=300))
+    s = Student("allreduce", str(work), "sim", sandbox, allowed_imports=None,
+                connection=RunnerConnection(str(work), "sim", sandbox, gpu_device=True))
+    try:
+        inputs = rank_inputs(np.random.default_rng(2), 3, 37, np.float32)
+        result = s.call_ranks("allreduce_pipelined", inputs)
+        expect_allreduced(result.value, inputs, "pipelined")
+        assert result.launches and all(launch["ms"] >= 0 for launch in result.launches)
+    finally:
+        s.close()

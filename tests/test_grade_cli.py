@@ -424,9 +424,10 @@ def test_bench_times_the_performance_tests_kernels_on_a_chosen_gpu(tmp_path):
 
 
 def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkeypatch):
-    """The gpu backend without a GPU (NUMBA_ENABLE_CUDASIM=1 stands in for one; no timing is proved):
-    the same maximum as on the simulator, the timing harness run, a host-computed answer loses its
-    points (the simulator beside the GPU is the proof), performance reported as not gradable."""
+    """The gpu backend without a GPU (NUMBA_ENABLE_CUDASIM=1 stands in for one in the GPU's device
+    process; no timing is proved): the same maximum as on the simulator, the timed calls made, a
+    host-computed answer loses its points (the simulator beside the GPU is the proof), performance
+    reported as not gradable."""
     from grader.course import Course
     from grader.course.validate import load_known_wrong
     from grader.grading import grade
@@ -441,7 +442,8 @@ def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkey
     not_gradable = [t for t in on_gpu.tests if t.status == "not_gradable"]
     assert [t.name for t in not_gradable] == ["vector_add::keeps_up_with_the_reference"], \
         [(t.name, t.status, t.output[:300]) for t in on_gpu.tests if t.status != "passed"] + on_gpu.errors
-    # the timing harness ran (reference and student, outputs re-checked), its times not graded
+    # the timed calls ran (reference and student, through the GPU's device process, every answer
+    # checked), their times not graded
     assert "measured on numba's stock simulator" in not_gradable[0].output
     assert "median of" in not_gradable[0].output and "the reference:" in not_gradable[0].output
     assert on_gpu.score == 11 - not_gradable[0].max_score, [(t.name, t.output[:80]) for t in on_gpu.tests]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..wire import dtypes
-from ..wire.messages import MAX_ANSWER_SHAPES
+from ..wire.messages import MAX_ANSWER_SHAPES, error_reply
 from .. import wire
 from .package import Builder, NotPackable
 from .server import CallLog, Device, _dims, _host_array, _index, _protocol_error
@@ -108,7 +108,7 @@ class GpuDevice(Device):
     def judge(self, request: dict) -> dict:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "backend": "gpu", "device": self._name()}
+            return {"ok": True, "backend": "gpu", "device": self._name(), "gpus": self._count()}
         if op == "configure":
             return {"ok": True}  # (a GPU compiles for real: no compile check to configure)
         if op == "begin":
@@ -153,12 +153,22 @@ class GpuDevice(Device):
         self._timed = []
 
     def _finding(self, type_name: str, message: str, record: dict | None = None) -> dict:
-        """A failed request (called while its exception is handled): a CUDA error that destroys
-        the context said in the student's words first; the judge starts a fresh device after it."""
+        """A failed request (called while its exception is handled), logged for the judge: a CUDA
+        error that destroys the context is said in the student's words first, as "context_lost"
+        (the judge starts a fresh device process after it)."""
         from ..backends.gpu import sticky_cuda_error
 
         meaning = sticky_cuda_error(sys.exc_info()[1])
-        return super()._finding(type_name, f"{meaning} ({message})" if meaning else message, record)
+        message = self._relative(f"{meaning} ({message})" if meaning else message)
+        finding = {"kind": "context_lost" if meaning else "simulator", "type": type_name, "message": message}
+        self.log.add("findings", finding)
+        return error_reply(**finding)
+
+    def serving_runner(self) -> bool:
+        """Only within a call the judge began: a runner's thread that launches kernels in the
+        background waits for the next call of its own (and its kernels are timed in it), never
+        running on the GPU while another grade, or the reference, is timed."""
+        return self.log.call is not None
 
     # -- memory -------------------------------------------------------------------------------
     def _gpu(self, request: dict):
@@ -170,7 +180,7 @@ class GpuDevice(Device):
         array = held.array
         flags = array.flags  # (numba's: a dict; the stock simulator's: NumPy's flags)
         return {"ok": True, "handle": handle, "shape": list(array.shape), "strides": list(array.strides),
-                "dtype": dtypes.describe(np.dtype(array.dtype)), "device": 0, "address": 0,
+                "dtype": dtypes.describe(np.dtype(array.dtype)), "device": 0, "address": _address(array),
                 "c_contiguous": bool(flags["C_CONTIGUOUS"]), "f_contiguous": bool(flags["F_CONTIGUOUS"])}
 
     def _new_alloc(self) -> _Alloc:
@@ -407,6 +417,15 @@ class _Event:
 
     def __init__(self, event):
         self.event = event
+
+
+def _address(array) -> int:
+    """Where the array's first element is (the runner tells ranks' memory apart by it): the
+    device pointer; on numba's stock simulator, its NumPy array's."""
+    interface = getattr(type(array), "__cuda_array_interface__", None)
+    if interface is not None:
+        return int(array.__cuda_array_interface__["data"][0] or 0)
+    return int(array._ary.__array_interface__["data"][0])
 
 
 def _dim3(value) -> tuple[int, int, int]:

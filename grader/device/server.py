@@ -206,6 +206,11 @@ class Device:
                 del self.sources[key]
 
     # -- the runner's channel -----------------------------------------------------------------
+    def serving_runner(self) -> bool:
+        """Whether the runner's requests are read now (the simulator: always; its module's import
+        makes requests outside any call)."""
+        return True
+
     def runner(self, request: dict) -> dict:
         for handle in request.get("free") or ():
             self.handles.pop(int(handle), None)
@@ -645,7 +650,8 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
     judge_fd, runner_fd = judge_in.fileno(), runner_sock.fileno()
     watched = [judge_fd, runner_fd]
     while watched:
-        ready, _, _ = select.select(watched, [], [])
+        listening = [fd for fd in watched if fd == judge_fd or device.serving_runner()]
+        ready, _, _ = select.select(listening, [], [])
         if judge_fd in ready:  # the judge first: an `end` is never delayed by the runner's traffic
             try:
                 request = wire.receive(judge_in, JUDGE_BOUNDS)

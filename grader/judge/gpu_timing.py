@@ -27,7 +27,6 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.gpu import relative_error_of_median
-from ..errors import StudentCodeError
 from ..wire.messages import digest
 from .correctness import WrongAnswer
 from .proof import require_kernel_launch
@@ -40,18 +39,9 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
     """`function` timed on `timer` (a Student whose connection has the GPU's device process) over
     the input sets; the judge checks every timed call's answer with `check(inputs, answer)`. A
     TimedResult (its `outputs`: the answer of each input set's first timed call)."""
-    sets = [list(inputs) for inputs in input_sets]
-    try:
-        return _timed(timer, function, sets, check, returns, warmup, target, min_repeats, max_repeats, cap_s)
-    except StudentCodeError as exc:
-        if exc.kind == "simulator":  # the device's finding (on a GPU, perhaps a lost context):
-            timer.connection.close()  # the next timing starts with a fresh device process
-        raise
-
-
-def _timed(timer, function, sets, check, returns, warmup, target, min_repeats, max_repeats, cap_s):
     from .student import TimedResult
 
+    sets = [list(inputs) for inputs in input_sets]
     rng = np.random.default_rng(_seed([digest(a) for inputs in sets for a in inputs if isinstance(a, np.ndarray)]))
     max_repeats = max(max_repeats, len(sets))
     times: list[float] = []

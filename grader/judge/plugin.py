@@ -267,7 +267,8 @@ class GradingSession:
         """Start the runners now: their imports overlap the first tests instead of delaying them."""
         if not session.items:
             return
-        self.connection.start()
+        # (on a GPU the submission's calls go to a runner on the GPU's device process: BesideTheSimulator)
+        (self._timer_connection("student") if self.backend_name == Kind.GPU else self.connection).start()
         perf = {exercise_of(i) for i in session.items if i.get_closest_marker("perf") is not None}
         if any(os.path.isfile(os.path.join(self.reference_dir, f"{e}.py")) for e in perf):
             self._reference_connection().start()

@@ -123,7 +123,7 @@ def _drawn(array: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         pool = np.partition(flat, half - 1)[:half] if rng.integers(0, 2) else \
             np.partition(flat, flat.size - half)[flat.size - half:]
     for _ in range(_DRAWS):
-        drawn = pool[rng.integers(0, pool.size, flat.size)]
+        drawn = pool[rng.integers(0, pool.size, flat.size, dtype=np.int64 if pool.size >> 31 else np.int32)]
         if not _reordered(drawn, flat):
             return drawn.reshape(array.shape)
     return array

@@ -184,13 +184,21 @@ class RunnerConnection:
 
     def device_name(self) -> str:
         """The GPU's name, as the GPU's device process says it (this connection's, started if need be)."""
+        return str(self._device_info().get("device", "unknown GPU"))[:200]
+
+    def device_gpus(self) -> int:
+        """How many GPUs the GPU's device process sees."""
+        gpus = self._device_info().get("gpus", 1)
+        return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and 0 < gpus <= 1024 else 1
+
+    def _device_info(self) -> dict:
         self.start()
         if not self._ready:
             self._make_ready(self._runner)
         if self._device is None:
-            return "unknown GPU"
+            return {}
         doc = self._device.request({"op": "ping"}, timeout=DEVICE_TIMEOUT_S, bounds=SMALL_REPLY)
-        return str(doc.get("device", "unknown GPU") if isinstance(doc, dict) else "unknown GPU")[:200]
+        return doc if isinstance(doc, dict) else {}
 
     @property
     def on_gpu(self) -> bool:
@@ -211,7 +219,9 @@ class RunnerConnection:
     def _call(self, message: dict, timeout: float | None, bounds: wire.Bounds, parse, report: bool, flush: bool):
         begun = time.monotonic()
         runner = self.start()
-        device = self._device if report else None
+        # the GPU's device process serves the runner only within a call (gpu_server.serving_runner):
+        # every request of its runner is one, its report kept where asked for
+        device = self._device if report or self.gpu_device else None
         try:
             if not self._ready:
                 self._make_ready(runner)
@@ -230,8 +240,9 @@ class RunnerConnection:
                                                                timeout=DEVICE_TIMEOUT_S, bounds=REPORT_BOUNDS))
             except (ProtocolError, RunnerError) as exc:  # the device itself failed: not the student's doing
                 self.close()
-                raise RunnerError(f"the simulated GPU (device process) failed: {exc}") from None
-            return reply, found
+                what = "the GPU's device process" if self.gpu_device else "the simulated GPU (device process)"
+                raise RunnerError(f"{what} failed: {exc}") from None
+            return reply, found if report else None
         except ProtocolError as exc:
             output = runner.output_tail()
             self.close()
@@ -373,8 +384,11 @@ class Student:
             {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, sent), flush=flush), timeout)
         replay = self._replayer(device, time.monotonic() - started)
-        if device is not None and device.findings:  # the simulated GPU's word, whatever the runner says
+        if device is not None and device.findings:  # the device's word, whatever the runner says
             finding = device.findings[0]
+            if finding.kind == "context_lost":  # the GPU's device process is of no use any more
+                self.connection.close()
+                raise StudentCodeError("context_lost", finding.type, finding.message)
             raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
         self._raise_for(reply)
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
@@ -640,21 +654,32 @@ class BesideTheSimulator:
     simulator's device process. The answer the tests check is the GPU's; the simulator's call is
     the proof (its findings fail the call, its device report is the data flow, its counters the
     performance criteria): records kept in the student's own process on the GPU are feedback only.
-    Timing is the GPU's."""
+    Timing is the GPU's device process's.
+
+    `timer`: the module in a runner whose device is the GPU's device process (grader.device.
+    gpu_server); the calls on the GPU and the timings go there, so the student's host code never
+    holds the GPU itself. `gpu`: a runner on the GPU itself, for what the device process does not
+    serve: an all-reduce's multi-GPU timing (closed after it, so that nothing of the student's
+    runs on the GPU outside the judge's calls), and, for the trusted reference, the copy bandwidth,
+    library and NCCL baselines."""
 
     def __init__(self, gpu: "Student", sim: "Student", timer: "Student | None" = None):
         self.gpu, self.sim = gpu, sim
-        self.timer = timer  # the same module in a runner on the GPU's device process: the timings
+        self.timer = timer
+
+    @property
+    def _on(self) -> "Student":
+        return self.timer if self.timer is not None else self.gpu
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: "Returns | None" = None
              ) -> CallResult:
-        on_gpu = self._on_gpu(lambda: self.gpu.call(function, *args, timeout=timeout, returns=returns),
+        on_gpu = self._on_gpu(lambda: self._on.call(function, *args, timeout=timeout, returns=returns),
                               lambda: self.sim.call(function, *args, timeout=timeout, returns=returns))
         on_sim = self.sim.call(function, *args, timeout=timeout, returns=returns)
         return CallResult(on_gpu.value, on_gpu.args, on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim)
 
     def call_ranks(self, function: str, buffers: list[np.ndarray], timeout: float | None = None) -> CallResult:
-        on_gpu = self._on_gpu(lambda: self.gpu.call_ranks(function, buffers, timeout=timeout),
+        on_gpu = self._on_gpu(lambda: self._on.call_ranks(function, buffers, timeout=timeout),
                               lambda: self.sim.call_ranks(function, buffers, timeout=timeout))
         on_sim = self.sim.call_ranks(function, buffers, timeout=timeout)
         return CallResult(on_gpu.value, [], on_sim.launches, on_sim.device, on_gpu.sent, proof=on_sim, ranks=True)
@@ -696,10 +721,13 @@ class BesideTheSimulator:
         return self.gpu.library_seconds(what, shape)
 
     def gpu_count(self) -> int:
-        return self.gpu.gpu_count()
+        return self.timer.connection.device_gpus() if self.timer is not None else self.gpu.gpu_count()
 
     def time_ranks(self, *args: Any, **kwargs: Any) -> "RanksTiming":
-        return self.gpu.time_ranks(*args, **kwargs)
+        try:
+            return self.gpu.time_ranks(*args, **kwargs)
+        finally:  # its runner holds the GPU: not a moment longer than this timing
+            self.gpu.connection.close()
 
     def nccl_allreduce(self, *args: Any, **kwargs: Any) -> "RanksTiming":
         return self.gpu.nccl_allreduce(*args, **kwargs)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import wire
+from ..backends import Kind
 from ..errors import RunnerError, UsageError
 from .base import Limits, death_reason, exchange_within, runner_uid
 
@@ -155,7 +156,9 @@ class DockerRunner:
             security_opt=["no-new-privileges"],
             init=True,  # python is not pid 1: signals and exit codes as on a host, zombies reaped
             log_config=docker.types.LogConfig(type="none"),  # output is read here, never piles up on disk
-            device_requests=_gpu_requests(settings.gpus),
+            # GPUs for a runner of the gpu backend only: a simulator's runner, or one whose device is
+            # the GPU's device process on the host, never holds one
+            device_requests=_gpu_requests(settings.gpus) if backend == Kind.GPU else [],
         )
         env = {"HOME": "/tmp", "TMPDIR": "/tmp", "NUMBA_CACHE_DIR": "/tmp/numba", "GPUGRADE_CACHE_DIR": "/tmp",
                "PYTHONDONTWRITEBYTECODE": "1",
