@@ -423,7 +423,13 @@ def test_gpu_count_is_the_runners_rank_devices(tmp_path):
 def test_beside_the_simulator_times_on_the_gpu():
     calls = []
 
+    class Connection:
+        def close(self):
+            calls.append(("closed",))
+
     class Gpu:
+        connection = Connection()
+
         def gpu_count(self):
             return 4
 
@@ -439,7 +445,8 @@ def test_beside_the_simulator_times_on_the_gpu():
     assert both.gpu_count() == 4
     assert both.time_ranks("allreduce_pipelined", 4, 1 << 24, warmup=2, timed=9) == "gpu timing"
     assert both.nccl_allreduce(4, 1 << 24, timed=9) == "gpu nccl"
-    assert calls == [("time_ranks", ("allreduce_pipelined", 4, 1 << 24), {"warmup": 2, "timed": 9}),
+    # (the runner that held the GPUs for the student's timing closed at once after it)
+    assert calls == [("time_ranks", ("allreduce_pipelined", 4, 1 << 24), {"warmup": 2, "timed": 9}), ("closed",),
                      ("nccl_allreduce", (4, 1 << 24), {"timed": 9})]
 
 

@@ -171,7 +171,7 @@ class GpuDevice(Device):
         return self.log.call is not None
 
     # -- memory -------------------------------------------------------------------------------
-    def _gpu(self, request: dict):
+    def _current(self, request: dict):
         """`with` the request's device (the runner's current one; one GPU: GPU 0 for every rank)."""
         return self.cuda.gpus[int(request.get("device", 0)) % self.gpus]
 
@@ -203,7 +203,7 @@ class GpuDevice(Device):
         shape = tuple(int(s) for s in request["shape"])
         dtype = dtypes.parse(request["dtype"])
         order = "F" if request.get("order") == "F" else "C"
-        with self._gpu(request):
+        with self._current(request):
             if "data" in request:
                 data = _host_array(request["data"], shape, dtype)
                 held = Held(self.cuda.to_device(np.asfortranarray(data) if order == "F" else data), self._new_alloc())
@@ -236,7 +236,7 @@ class GpuDevice(Device):
 
     def op_copy(self, request: dict) -> dict:
         target, source = self._array(request), self._array(request, "source")
-        with self._gpu(request):
+        with self._current(request):
             target.array.copy_to_device(source.array, stream=self._stream(request))
         self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
         self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
@@ -255,7 +255,7 @@ class GpuDevice(Device):
     def op_setitem(self, request: dict) -> dict:
         held = self._array(request)
         key = _index(request["key"])
-        with self._gpu(request):
+        with self._current(request):
             if "source" in request:
                 source = self._array(request, "source")
                 held.array[key] = source.array
@@ -297,30 +297,24 @@ class GpuDevice(Device):
         return event.event
 
     def op_stream(self, request: dict) -> dict:
-        with self._gpu(request):
+        with self._current(request):
             return {"ok": True, "stream": self._keep(_Stream(self.cuda.stream()))}
 
     def op_event(self, request: dict) -> dict:
-        with self._gpu(request):
+        with self._current(request):
             return {"ok": True, "event": self._keep(_Event(self.cuda.event()))}
 
     def op_record(self, request: dict) -> dict:
         """The student's own event: its time, from the first event recorded here (what the
         client's `elapsed_time` subtracts)."""
         event = self._event(request)
-        with self._gpu(request):
+        with self._current(request):
             event.record(self._stream(request))
             event.synchronize()
             if self._origin is None:
                 self._origin = event
             ms = self._origin.elapsed_time(event)
         return {"ok": True, "ms": max(float(ms), 0.0)}
-
-    def op_wait(self, request: dict) -> dict:
-        event = self._event(request)
-        with self._gpu(request):
-            event.wait(self._stream(request))
-        return {"ok": True}
 
     def op_sync(self, request: dict) -> dict:
         if request.get("event"):
@@ -339,7 +333,7 @@ class GpuDevice(Device):
         accesses = self._accesses.get(package["id"]) or self._accesses.setdefault(
             package["id"], accesses_of(self.builder.definition(package["id"]), names))
         hosts: list = []
-        with self._gpu(request):
+        with self._current(request):
             args = []
             for position, spec in enumerate(request["args"]):
                 self._slot = ("arg", position)
@@ -380,29 +374,8 @@ class GpuDevice(Device):
                     self._downloaded(host_array, value)
         return {"ok": True, "writeback": back}
 
-    def _arg(self, spec, hosts: list):
-        if "handle" in spec:
-            hosts.append((None, 0))
-            return self._array(spec)
-        if "host" in spec:
-            data = np.asarray(spec["host"])
-            if spec.get("order") == "F":
-                data = np.asfortranarray(data)
-            if not spec.get("writeback"):  # numba copies it to the device for the launch alone
-                upload = self._upload(data)
-                hosts.append((None, upload))
-                return data
-            held = Held(self.cuda.to_device(data), self._new_alloc())
-            self._uploaded(data, held)
-            hosts.append((data, 0))
-            return held
-        self._slot = None
-        hosts.append((None, 0))
-        if "tuple" in spec:
-            return tuple(self._arg(v, []) for v in spec["tuple"])
-        if "complex" in spec:
-            return complex(*spec["complex"])
-        return spec["value"]
+    def _host_copy(self, data: np.ndarray) -> Held:
+        return Held(self.cuda.to_device(data), self._new_alloc())
 
 
 class _Stream:

@@ -525,6 +525,12 @@ class Device:
                     self._downloaded(host, value)
         return {"ok": True, "writeback": back}
 
+    def _host_copy(self, data: np.ndarray):
+        """Device memory holding a host array a kernel is given (copied back after the launch)."""
+        array = self.sim.host.to_device(data)
+        self.host_bytes.allocated(array)
+        return array
+
     def _constant_uploads(self, package_id: str) -> frozenset[int]:
         """The kernel's constant arrays, each logged once per call as an upload (data the host
         made that the kernel reads)."""
@@ -584,8 +590,7 @@ class Device:
                 return data
             # numba copies it to the device and back after the launch: done here, so that the
             # copy is followed as any upload is (which of its elements a kernel stored to)
-            array = self.sim.host.to_device(data)
-            self.host_bytes.allocated(array)
+            array = self._host_copy(data)
             self._uploaded(data, array)
             hosts.append((data, 0))
             return array
