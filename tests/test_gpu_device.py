@@ -271,3 +271,15 @@ def test_ranks_streams_and_copies_between_ranks_on_the_gpus_device(tmp_path):
         assert result.launches and all(launch["ms"] >= 0 for launch in result.launches)
     finally:
         s.close()
+
+
+def test_the_runner_reports_the_real_gpus_attributes_the_device_process_sends():
+    from grader.sim.devices import Devices
+
+    devices = Devices(2)
+    for device in devices.devices:
+        device.describe({"MULTIPROCESSOR_COUNT": 108, "MAX_THREADS_PER_BLOCK": 1024, "compute_capability": [8, 0],
+                         "name": "NVIDIA A100-SXM4-80GB", "WARP_SIZE": True, "MAX_SHARED_MEMORY_PER_BLOCK": -1})
+    first = devices.devices[0]
+    assert (first.MULTIPROCESSOR_COUNT, first.compute_capability, first.name) == (108, (8, 0), "NVIDIA A100-SXM4-80GB")
+    assert first.WARP_SIZE == 32 and first.MAX_SHARED_MEMORY_PER_BLOCK == 48 * 1024  # (nonsense ignored)

@@ -26,6 +26,12 @@ class DeviceProcess:
     def configure(self, compile_check: bool | None = None) -> None:
         pass  # the judge configures the device process directly
 
+    def describe(self, attributes: dict) -> None:
+        """The real GPU's attributes, where the device process runs on one: what host code reads
+        of `cuda.get_current_device()` (grid sizes by SM count) is that GPU's."""
+        for device in self.device.devices.devices:
+            device.describe(attributes)
+
     def synchronize(self) -> None:
         from numba import cuda
 

@@ -34,6 +34,8 @@ from .. import wire
 from .package import Builder, NotPackable
 from .server import CallLog, Device, _dims, _host_array, _index, _protocol_error
 
+# numba Device attributes host code reads (grid sizing, limits), passed to the runner's client
+DEVICE_ATTRIBUTES = ("MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE")
 _SHAPE_ATTRIBUTES = {"shape", "size", "ndim", "dtype", "strides", "itemsize", "nbytes"}  # no data read
 
 
@@ -98,6 +100,19 @@ class GpuDevice(Device):
             return "unknown GPU"
         return name.decode() if isinstance(name, bytes) else str(name)
 
+    def _attributes(self) -> dict:
+        """What host code reads of `cuda.get_current_device()`, this GPU's (for the runner's client;
+        the stock simulator's: none, the client's virtual device stands)."""
+        if self.stock:
+            return {}
+        try:
+            device = self.cuda.get_current_device()
+            found = {name: int(getattr(device, name)) for name in DEVICE_ATTRIBUTES}
+            found["compute_capability"] = [int(v) for v in device.compute_capability]
+        except Exception:  # noqa: BLE001 - the client's virtual device then stands
+            return {}
+        return {**found, "name": self._name()}
+
     def _count(self) -> int:
         try:
             return len(self.cuda.gpus)
@@ -109,8 +124,8 @@ class GpuDevice(Device):
         op = request.get("op")
         if op == "ping":
             return {"ok": True, "backend": "gpu", "device": self._name(), "gpus": self._count()}
-        if op == "configure":
-            return {"ok": True}  # (a GPU compiles for real: no compile check to configure)
+        if op == "configure":  # (a GPU compiles for real: no compile check to configure)
+            return {"ok": True, "attributes": self._attributes()}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
             self._constant_ids, self._number_ids = {}, {}

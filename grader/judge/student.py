@@ -162,13 +162,17 @@ class RunnerConnection:
         # The interpreters' start and numba's imports are not the student's time: the call's
         # limit starts once both answer.
         configure = {"op": "configure", "compile_check": self.compile_check}
+        told = dict(configure)
         if self._device is not None:
             try:
-                wire.Reply.parse(self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+                doc = self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY)
+                wire.Reply.parse(doc)
             except RunnerError as exc:  # the grader's own process: say so, not "the student's process"
                 raise RunnerError(f"the simulated GPU (device process) did not start: {exc.reason}",
                                   self._device.output_tail()) from None
-        wire.Reply.parse(runner.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
+            if isinstance(doc.get("attributes"), dict):  # the GPU's own, for the runner's get_current_device()
+                told["device"] = doc["attributes"]
+        wire.Reply.parse(runner.request(told, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
         self._ready = True
 
     def request(self, message: dict, timeout: float | None = None, bounds: wire.Bounds = SMALL_REPLY,

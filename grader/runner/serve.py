@@ -295,9 +295,12 @@ class Runner:
         return {"ok": True}
 
     def configure(self, request: dict) -> dict:
-        """Settings the judge may change: only the compile check, off for its trusted reference runner."""
+        """Settings the judge may change: the compile check (off for its trusted reference runner),
+        and the attributes of the GPU the device process runs on (`device`)."""
         if "compile_check" in request:
             self.backend.configure(compile_check=bool(request["compile_check"]))
+        if isinstance(request.get("device"), dict) and hasattr(self.backend, "describe"):
+            self.backend.describe(request["device"])
         return {"ok": True}
 
     def serve(self, inp, out) -> None:

@@ -61,6 +61,18 @@ class VirtualDevice:
         self.supports_bfloat16 = self.compute_capability >= (8, 0)
         self.supports_fp8 = self.compute_capability >= (8, 9)
 
+    def describe(self, attributes: dict) -> None:
+        """Report a real GPU's attributes (its device process's): positive integers only, a name."""
+        for key in ("MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE"):
+            value = attributes.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31:
+                setattr(self, key, value)
+        capability = attributes.get("compute_capability")
+        if isinstance(capability, list) and len(capability) == 2 and all(isinstance(v, int) for v in capability):
+            self.compute_capability = tuple(capability)
+        if isinstance(attributes.get("name"), str):
+            self.name = attributes["name"][:200]
+
     def advance(self, ms: float) -> float:
         with self._lock:
             self.clock_ms += ms
