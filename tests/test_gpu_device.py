@@ -250,16 +250,17 @@ def test_ranks_streams_and_copies_between_ranks_on_the_gpus_device(tmp_path):
     # GPU's device process gives the device pointers (all addresses 0 made every copy one rank's)
     import shutil
 
+    from pathlib import Path
+
     from grader.judge.collective import expect_allreduced, rank_inputs
 
-    from conftest import ROOT
-
+    root = Path(__file__).resolve().parents[1]
     reason = bubblewrap_unavailable()
     if reason:
         unavailable(reason)
     work = tmp_path / "work"
     work.mkdir(mode=0o755)
-    shutil.copy(ROOT / "solutions" / "allreduce.py", work / "allreduce.py")
+    shutil.copy(root / "solutions" / "allreduce.py", work / "allreduce.py")
     (work / "allreduce.py").chmod(0o644)
     sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=300))
     s = Student("allreduce", str(work), "sim", sandbox, allowed_imports=None,
