@@ -160,6 +160,17 @@ def _event_ms(elapsed_ms: float, host_s: float) -> float:
     return elapsed_ms if elapsed_ms >= 0 else 1e3 * host_s
 
 
+def why_stop(times: list[float], sets: int, min_repeats: int, target: float, seconds: float, cap_s: float) -> str:
+    """Whether timed calls may stop, and why: "precise" (the median's relative error under
+    `target`, after `min_repeats` calls and every input set), "time cap" (`cap_s` spent, but only
+    once every input set has been timed: each one's output is re-checked), or "" (go on)."""
+    if len(times) >= max(min_repeats, sets) and relative_error_of_median(times) < target:
+        return "precise"
+    if len(times) >= sets and seconds > cap_s:
+        return "time cap"
+    return ""
+
+
 def l2_flush_bytes() -> int:
     """Twice the GPU's L2 cache (64 MiB where the driver does not say)."""
     from numba import cuda
@@ -209,7 +220,7 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
         flush = (cuda.device_array(flush_bytes, np.uint8), cuda.device_array(flush_bytes, np.uint8))
     times: list[float] = []
     launches = 0
-    stopped = "repeat cap"
+    stopped = ""
     began = time.perf_counter()
     with recording_launches(before, after):
         for i in range(max_repeats):
@@ -226,13 +237,10 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
             launches = len(events)
             kernel_ms = [start.elapsed_time(end) for start, end in events if end is not None]
             times.append(_event_ms(sum(kernel_ms) if all(t >= 0 for t in kernel_ms) else -1.0, host))
-            if len(times) >= max(min_repeats, len(input_sets)) and relative_error_of_median(times) < target:
-                stopped = "precise"
+            stopped = why_stop(times, len(input_sets), min_repeats, target, time.perf_counter() - began, cap_s)
+            if stopped:
                 break
-            # the cap only once every input set has been timed: each one's output is re-checked
-            if len(times) >= len(input_sets) and time.perf_counter() - began > cap_s:
-                stopped = "time cap"
-                break
+        stopped = stopped or "repeat cap"
     return Timing(times, launches, time.perf_counter() - began, stopped,
                   [outputs.get(i) for i in range(len(input_sets))])
 

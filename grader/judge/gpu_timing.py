@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends.gpu import relative_error_of_median
+from ..backends.gpu import why_stop
 from ..wire.messages import digest
 from .correctness import WrongAnswer
 from .proof import require_kernel_launch
@@ -47,7 +47,7 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
     times: list[float] = []
     outputs: list = [None] * len(sets)
     launches = 0
-    stopped = "repeat cap"
+    stopped = ""
     with timer.connection.alone():  # no other grade's kernels on the GPU meanwhile
         for i in range(warmup):
             timer.call(function, *sets[i % len(sets)], returns=returns)
@@ -68,12 +68,10 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
                 raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
             launches = len(result.launches)
             times.append(sum(launch["ms"] for launch in result.launches))
-            if len(times) >= max(min_repeats, len(sets)) and relative_error_of_median(times) < target:
-                stopped = "precise"
+            stopped = why_stop(times, len(sets), min_repeats, target, time.monotonic() - began, cap_s)
+            if stopped:
                 break
-            if len(times) >= len(sets) and time.monotonic() - began > cap_s:
-                stopped = "time cap"
-                break
+        stopped = stopped or "repeat cap"
         wall = time.monotonic() - began
     return TimedResult(times, launches, stopped, timer.connection.device_name(), outputs, wall)
 
