@@ -57,6 +57,30 @@ def _on_device(value) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host")
 
 
+def gpu_count() -> int:
+    """The GPUs numba-cuda sees (numba's stock simulator: one)."""
+    from numba import cuda
+
+    try:
+        return len(cuda.gpus)
+    except Exception:  # noqa: BLE001 - numba's stock simulator has one
+        return 1
+
+
+def gpu_name() -> str:
+    """The current GPU's name, for reports (numba's stock simulator says so)."""
+    from numba import cuda
+    from numba.cuda import config
+
+    if config.ENABLE_CUDASIM:
+        return "numba's stock simulator"
+    try:
+        name = cuda.get_current_device().name
+    except Exception:  # noqa: BLE001 - a name is only for the report
+        return "unknown GPU"
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 class Gpu:
     kind = Kind.GPU
 
@@ -89,12 +113,7 @@ class Gpu:
 
     def rank_devices(self) -> int:
         """The GPUs an all-reduce's ranks can live on (fewer than the ranks: all on GPU 0)."""
-        from numba import cuda
-
-        try:
-            return len(cuda.gpus)
-        except Exception:  # noqa: BLE001 - numba's stock simulator has one
-            return 1
+        return gpu_count()
 
     def time_call(self, function, input_sets: list[list], **options) -> "Timing":
         """The timing harness (below) on fresh copies of the judge's inputs for every call."""
@@ -109,16 +128,7 @@ class Gpu:
         return copy_bandwidth_ms(nbytes)
 
     def device_name(self) -> str:
-        from numba import cuda
-        from numba.cuda import config
-
-        if config.ENABLE_CUDASIM:
-            return "numba's stock simulator"
-        try:
-            name = cuda.get_current_device().name
-        except Exception:  # noqa: BLE001 - a name is only for the report
-            return "unknown GPU"
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return gpu_name()
 
     def synchronize(self) -> None:
         from numba import cuda

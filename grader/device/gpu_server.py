@@ -28,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.gpu import _dim3, _event_ms, gpu_count, gpu_name, l2_flush_bytes, sticky_cuda_error
+from ..sim.devices import REPORTED_ATTRIBUTES
 from ..wire import dtypes
-from ..wire.messages import MAX_ANSWER_SHAPES, error_reply
-from .. import wire
-from .package import Builder, NotPackable
-from .server import CallLog, Device, _dims, _host_array, _index, _protocol_error
+from ..wire.messages import error_reply
+from .package import Builder
+from .server import Device, _dims, _host_array, _index
 
-# numba Device attributes host code reads (grid sizing, limits), passed to the runner's client
-DEVICE_ATTRIBUTES = ("MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE")
 _SHAPE_ATTRIBUTES = {"shape", "size", "ndim", "dtype", "strides", "itemsize", "nbytes"}  # no data read
 
 
@@ -64,41 +63,21 @@ class GpuDevice(Device):
     """The device protocol on numba-cuda (see module doc). Reuses the simulated device's request
     handling, upload and download records; replaces its memory, launches and streams."""
 
-    def __init__(self, devices: int, workspace: str):  # noqa: D107 - no simulator here (super() makes one)
+    def _open(self, devices: int) -> Builder:
+        """numba-cuda on the machine's GPU (numba's stock simulator in its place, for tests)."""
         from numba import cuda
         from numba.cuda import config
 
         self.cuda = cuda
         self.stock = bool(config.ENABLE_CUDASIM)
-        self.builder = Builder(cuda)
-        self.workspace = workspace.rstrip("/") + "/"
-        self.handles: dict[int, Any] = {}
-        self._next = 1
-        self._allocs = 0
-        self.kernel_writes: dict[int, int | None] = {}
-        self.sources: dict[int, frozenset[int]] = {}
-        self._uploads = 0
-        self._constant_ids: dict[tuple, int] = {}
-        self._number_ids: dict[tuple, int] = {}
-        self.log = CallLog(None)
-        self.script = self.last_script = None  # no replays here: the simulator's device proves, this one times
-        self._replay = None
-        self._index = self._slot = None
         self._errors = ()  # (the simulator's findings: none here)
+        self._allocs = 0
         self._accesses: dict[str, dict[str, tuple[bool, bool]]] = {}
         self._timed: list[tuple[dict, Any, Any, float]] = []  # (launch record, start, end, host seconds)
         self._flush: tuple | None = None
         self._origin = None  # the event a student's own events are timed from
-        self.gpus = max(1, min(devices, self._count()))
-
-    def _name(self) -> str:
-        if self.stock:
-            return "numba's stock simulator"
-        try:
-            name = self.cuda.get_current_device().name
-        except Exception:  # noqa: BLE001 - a name is only for the report
-            return "unknown GPU"
-        return name.decode() if isinstance(name, bytes) else str(name)
+        self.gpus = max(1, min(devices, gpu_count()))
+        return Builder(cuda)
 
     def _attributes(self) -> dict:
         """What host code reads of `cuda.get_current_device()`, this GPU's (for the runner's client;
@@ -107,50 +86,30 @@ class GpuDevice(Device):
             return {}
         try:
             device = self.cuda.get_current_device()
-            found = {name: int(getattr(device, name)) for name in DEVICE_ATTRIBUTES}
+            found = {name: int(getattr(device, name)) for name in REPORTED_ATTRIBUTES}
             found["compute_capability"] = [int(v) for v in device.compute_capability]
         except Exception:  # noqa: BLE001 - the client's virtual device then stands
             return {}
-        return {**found, "name": self._name()}
+        return {**found, "name": gpu_name()}
 
-    def _count(self) -> int:
-        try:
-            return len(self.cuda.gpus)
-        except Exception:  # noqa: BLE001 - numba's stock simulator has one
-            return 1
+    # -- the judge's channel (Device.judge) ---------------------------------------------------
+    def _identity(self) -> dict:
+        return {"backend": "gpu", "device": gpu_name(), "gpus": gpu_count()}
 
-    # -- the judge's channel ------------------------------------------------------------------
-    def judge(self, request: dict) -> dict:
-        op = request.get("op")
-        if op == "ping":
-            return {"ok": True, "backend": "gpu", "device": self._name(), "gpus": self._count()}
-        if op == "configure":  # (a GPU compiles for real: no compile check to configure)
-            return {"ok": True, "attributes": self._attributes()}
-        if op == "begin":
-            self.log = CallLog(int(request["call"]))
-            self._constant_ids, self._number_ids = {}, {}
-            self._timed = []
-            if request.get("flush"):
-                self._flush_l2()
-            return {"ok": True}
-        if op == "end":
-            log, self.log = self.log, CallLog(None)
-            if log.call != request.get("call"):
-                return _protocol_error("end of a call that did not begin")
-            self._resolve_times()
-            try:
-                answers = [(tuple(int(d) for d in a["shape"]), dtypes.parse(a["dtype"]))
-                           for a in request.get("answers", [])[:MAX_ANSWER_SHAPES]]
-            except (TypeError, ValueError, KeyError, wire.ProtocolError) as exc:
-                return _protocol_error(f"end: answers: {exc}")
-            log.blocks(answers)
-            return log.report([], False)
-        return _protocol_error(f"unknown op {op!r} (a GPU device times calls; the simulator's replays them)")
+    def _configure(self, request: dict) -> dict:
+        return {"attributes": self._attributes()}  # (a GPU compiles for real: no compile check)
+
+    def _begun(self, request: dict) -> None:
+        self._timed = []
+        if request.get("flush"):
+            self._flush_l2()
+
+    def _ended(self) -> tuple[list, bool]:
+        self._resolve_times()
+        return [], False
 
     def _flush_l2(self) -> None:
         """A device-to-device copy of twice the L2 cache: no call finds its data there from the last."""
-        from ..backends.gpu import l2_flush_bytes
-
         if self.stock:
             return
         if self._flush is None:
@@ -163,16 +122,13 @@ class GpuDevice(Device):
         """Each launch's time, from its events (synchronized now, at the call's end)."""
         for record, start, end, host_s in self._timed:
             end.synchronize()
-            ms = start.elapsed_time(end)
-            record["ms"] = float(ms) if ms >= 0 else 1e3 * host_s  # (the stock simulator: no event times)
+            record["ms"] = float(_event_ms(start.elapsed_time(end), host_s))  # (the stock simulator: no times)
         self._timed = []
 
     def _finding(self, type_name: str, message: str, record: dict | None = None) -> dict:
         """A failed request (called while its exception is handled), logged for the judge: a CUDA
         error that destroys the context is said in the student's words first, as "context_lost"
         (the judge starts a fresh device process after it)."""
-        from ..backends.gpu import sticky_cuda_error
-
         meaning = sticky_cuda_error(sys.exc_info()[1])
         message = self._relative(f"{meaning} ({message})" if meaning else message)
         finding = {"kind": "context_lost" if meaning else "simulator", "type": type_name, "message": message}
@@ -345,8 +301,9 @@ class GpuDevice(Device):
         package = request["kernel"]
         kernel = self.builder.build(package) if "functions" in package else self.builder.cached(package["id"])
         names = list(self.builder.params(kernel))
-        accesses = self._accesses.get(package["id"]) or self._accesses.setdefault(
-            package["id"], accesses_of(self.builder.definition(package["id"]), names))
+        accesses = self._accesses.get(package["id"])
+        if accesses is None:
+            accesses = self._accesses[package["id"]] = accesses_of(self.builder.definition(package["id"]), names)
         hosts: list = []
         with self._current(request):
             args = []
@@ -372,12 +329,12 @@ class GpuDevice(Device):
         origin = {name: self.sources.get(value._alloc.id, frozenset()) if isinstance(value, Held)
                   else frozenset({upload}) for name, value, (_, upload) in zip(names, args, hosts)
                   if isinstance(value, Held) or upload}
-        derived = frozenset().union(*(origin.get(n, frozenset()) for n in names if accesses.get(n, (True,))[0]),
+        derived = frozenset().union(*(origin.get(n, frozenset()) for n in names if accesses[n][0]),
                                     self._constant_uploads(package["id"]),
                                     self._number_uploads(kernel, package["id"], names, plain, grid))
         back = []
         for name, value, (host_array, _) in zip(names, args, hosts):
-            if isinstance(value, Held) and accesses.get(name, (True, True))[1]:
+            if isinstance(value, Held) and accesses[name][1]:
                 self.kernel_writes[value._alloc.id] = self.log.call
                 self.sources[value._alloc.id] = derived
             if host_array is not None and isinstance(value, Held):  # numba copies it back
@@ -385,7 +342,7 @@ class GpuDevice(Device):
                 if stream:
                     stream.synchronize()
                 back.append(host_array)
-                if accesses.get(name, (True, True))[1]:
+                if accesses[name][1]:
                     self._downloaded(host_array, value)
         return {"ok": True, "writeback": back}
 
@@ -414,11 +371,6 @@ def _address(array) -> int:
     if interface is not None:
         return int(array.__cuda_array_interface__["data"][0] or 0)
     return int(array._ary.__array_interface__["data"][0])
-
-
-def _dim3(value) -> tuple[int, int, int]:
-    dims = tuple(int(v) for v in value) if isinstance(value, (tuple, list)) else (int(value),)
-    return (dims + (1, 1, 1))[:3]
 
 
 def accesses_of(definition: ast.FunctionDef | None, names: list[str]) -> dict[str, tuple[bool, bool]]:
@@ -465,4 +417,4 @@ def accesses_of(definition: ast.FunctionDef | None, names: list[str]) -> dict[st
     return {name: (read, written) for name, (read, written) in found.items()}
 
 
-__all__ = ["GpuDevice", "Held", "accesses_of", "NotPackable"]
+__all__ = ["GpuDevice", "Held", "accesses_of"]

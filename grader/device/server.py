@@ -118,21 +118,12 @@ class CallLog:
 
 class Device:
     def __init__(self, devices: int, workspace: str):
-        from .. import sim
-
-        sim.tune_process()  # this process is the simulated GPU's own
-        self.sim = sim.install(devices=devices, compile_check=True)
-        self._trace = sim.trace
-        self._errors = sim.SimError
-        import numba.cuda
-
-        self.builder = Builder(numba.cuda)
+        self.builder = self._open(devices)
         self.workspace = workspace.rstrip("/") + "/"
         self.handles: dict[int, Any] = {}  # device arrays, streams and events the runner holds
         self._next = 1
         self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
         self.sources: dict[int, frozenset[int]] = {}  # allocation id -> the uploads its contents came from
-        self.host_bytes = HostBytes()  # what the host wrote, element by element
         self._uploads = 0
         self._constant_ids: dict[tuple, int] = {}  # (kernel package, array): its upload in this call
         self._number_ids: dict[tuple, int] = {}  # (dtype, bytes): the upload of a number kernels were given
@@ -143,23 +134,34 @@ class Device:
         self._index: int | None = None  # the request being served, in its call's script
         self._slot = None  # where in that request the data of the next upload is
 
+    def _open(self, devices: int) -> Builder:
+        """The device's memory and launches (here the simulator's); the builder of its kernels."""
+        from .. import sim
+
+        sim.tune_process()  # this process is the simulated GPU's own
+        self.sim = sim.install(devices=devices, compile_check=True)
+        self._trace = sim.trace
+        self._errors = sim.SimError
+        self.host_bytes = HostBytes()  # what the host wrote, element by element
+        import numba.cuda
+
+        return Builder(numba.cuda)
+
     # -- the judge's channel ------------------------------------------------------------------
     def judge(self, request: dict) -> dict:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "backend": "sim"}
+            return {"ok": True, **self._identity()}
         if op == "configure":
-            self.sim.compile_check = bool(request.get("compile_check", True))
-            return {"ok": True}
+            return {"ok": True, **self._configure(request)}
         if op == "begin":
             self.log = CallLog(int(request["call"]))
-            self.script, self.last_script = replay.Script(self.log.call), None
             self._constant_ids, self._number_ids = {}, {}
-            self.sim.streams.take_log()  # the call's stream order starts here
+            self._begun(request)
             return {"ok": True}
         if op == "end":
             log, self.log = self.log, CallLog(None)
-            self.last_script, self.script = self.script, None
+            timeline = self._ended()
             if log.call != request.get("call"):
                 return _protocol_error("end of a call that did not begin")
             try:
@@ -168,10 +170,27 @@ class Device:
             except (TypeError, ValueError, KeyError, wire.ProtocolError) as exc:
                 return _protocol_error(f"end: answers: {exc}")
             log.blocks(answers)
-            return log.report(*self.sim.streams.take_log())
+            return log.report(*timeline)
         if op == "replay":
             return self._replay_call(request)
         return _protocol_error(f"unknown op {op!r}")
+
+    # what the two devices (this simulated one, grader.device.gpu_server's) do differently there
+    def _identity(self) -> dict:
+        return {"backend": "sim"}
+
+    def _configure(self, request: dict) -> dict:
+        self.sim.compile_check = bool(request.get("compile_check", True))
+        return {}
+
+    def _begun(self, request: dict) -> None:
+        self.script, self.last_script = replay.Script(self.log.call), None
+        self.sim.streams.take_log()  # the call's stream order starts here
+
+    def _ended(self) -> tuple[list, bool]:
+        """At a call's end: its timeline, and whether it was cut."""
+        self.last_script, self.script = self.script, None
+        return self.sim.streams.take_log()
 
     def _replay_call(self, request: dict) -> dict:
         """The last call's requests again, with other data for some uploads (grader.device.replay)."""

@@ -37,15 +37,14 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
                returns=None, *, warmup: int = 1, target: float = 0.02, min_repeats: int = 5,
                max_repeats: int = 30, cap_s: float = 15.0, **_ignored: Any):
     """`function` timed on `timer` (a Student whose connection has the GPU's device process) over
-    the input sets; the judge checks every timed call's answer with `check(inputs, answer)`. A
-    TimedResult (its `outputs`: the answer of each input set's first timed call)."""
+    the input sets; the judge checks every timed call's answer with `check(inputs, answer)` as it
+    comes (so the TimedResult carries no outputs to check again)."""
     from .student import TimedResult
 
     sets = [list(inputs) for inputs in input_sets]
     rng = np.random.default_rng(_seed([digest(a) for inputs in sets for a in inputs if isinstance(a, np.ndarray)]))
     max_repeats = max(max_repeats, len(sets))
     times: list[float] = []
-    outputs: list = [None] * len(sets)
     launches = 0
     stopped = ""
     with timer.connection.alone():  # no other grade's kernels on the GPU meanwhile
@@ -61,8 +60,6 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
             except WrongAnswer as exc:
                 fresh = ", on inputs of its own (the set's values drawn again)" if i >= len(sets) else ""
                 raise WrongAnswer(f"timed call {i + 1} on the GPU{fresh}: {exc}") from None
-            if i < len(sets):
-                outputs[which] = result.value
             missing = [launch["kernel"] for launch in result.launches if launch.get("ms") is None]
             if missing:  # (a device process that did not time a launch is not the GPU's)
                 raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
@@ -73,7 +70,7 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
                 break
         stopped = stopped or "repeat cap"
         wall = time.monotonic() - began
-    return TimedResult(times, launches, stopped, timer.connection.device_name(), outputs, wall)
+    return TimedResult(times, launches, stopped, timer.connection.device_name(), [], wall)
 
 
 def _fresh(inputs: list, rng: np.random.Generator) -> list:

@@ -169,28 +169,24 @@ class GradingSession:
                               allowed_imports=self._allowed_imports(), budget=budget)
             if self.backend_name == Kind.GPU:
                 student = BesideTheSimulator(student, Student(
-                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._sim_connection("student"),
+                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._beside("student"),
                     allowed_imports=self._allowed_imports(), budget=budget), Student(
-                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._timer_connection("student"),
+                    exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._beside("student", gpu=True),
                     allowed_imports=self._allowed_imports(), budget=budget))
             self.students[exercise] = student
         return self.students[exercise]
 
-    def _sim_connection(self, whose: str, workspace: str | None = None, trusted: bool = False) -> RunnerConnection:
-        """The simulator's runner (and device process) beside the GPU's, for the student or the reference."""
-        if whose not in self.sim_connections:
-            self.sim_connections[whose] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
-                                                           compile_check=not trusted, trusted=trusted,
-                                                           device_process=self.device_process)
-        return self.sim_connections[whose]
-
-    def _timer_connection(self, whose: str, workspace: str | None = None, trusted: bool = False) -> RunnerConnection:
-        """A runner whose device is the GPU's device process (grader.device.gpu_server): the timings
-        of the performance tests, kernel times the runner cannot touch (grader.judge.gpu_timing)."""
-        key = f"{whose} timer"
+    def _beside(self, whose: str, workspace: str | None = None, trusted: bool = False, gpu: bool = False
+                ) -> RunnerConnection:
+        """A runner beside the GPU runner of the student or the reference: the simulator's (and its
+        device process), the proof of every call; or (`gpu`) one whose device is the GPU's device
+        process (grader.device.gpu_server), where the calls on the GPU and their timings run, the
+        kernels launched and timed by a process the runner cannot touch."""
+        key = f"{whose} {'gpu device' if gpu else 'simulator'}"
         if key not in self.sim_connections:
             self.sim_connections[key] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
-                                                         compile_check=False, trusted=trusted, gpu_device=True)
+                                                         compile_check=not trusted, trusted=trusted,
+                                                         device_process=self.device_process, gpu_device=gpu)
         return self.sim_connections[key]
 
     def _course_manifest(self):
@@ -239,9 +235,9 @@ class GradingSession:
                 if self.backend_name == Kind.GPU:
                     live = BesideTheSimulator(live, Student(
                         exercise, connection.workspace, Kind.SIM, self.sandbox,
-                        connection=self._sim_connection("reference", connection.workspace, trusted=True)), Student(
+                        connection=self._beside("reference", connection.workspace, trusted=True)), Student(
                         exercise, connection.workspace, Kind.SIM, self.sandbox,
-                        connection=self._timer_connection("reference", connection.workspace, trusted=True)))
+                        connection=self._beside("reference", connection.workspace, trusted=True, gpu=True)))
                 self.references[exercise] = RecordingReference(live, self.recorded) if self.record_path else live
             elif self.recorded_path.is_file():
                 self.references[exercise] = RecordedReference(self.recorded, self.recorded_path)
@@ -268,7 +264,7 @@ class GradingSession:
         if not session.items:
             return
         # (on a GPU the submission's calls go to a runner on the GPU's device process: BesideTheSimulator)
-        (self._timer_connection("student") if self.backend_name == Kind.GPU else self.connection).start()
+        (self._beside("student", gpu=True) if self.backend_name == Kind.GPU else self.connection).start()
         perf = {exercise_of(i) for i in session.items if i.get_closest_marker("perf") is not None}
         if any(os.path.isfile(os.path.join(self.reference_dir, f"{e}.py")) for e in perf):
             self._reference_connection().start()

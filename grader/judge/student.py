@@ -122,7 +122,7 @@ class RunnerConnection:
         self.trusted = trusted  # the reference runner: a uid and a view of its own, never a student's
         self.device_process = device_process  # False: the simulator inside the runner (debugging, measuring)
         # the device process on the machine's GPU (grader.device.gpu_server), the runner a client of
-        # it as of the simulator's (backend "sim"): the timer, whose kernel times the runner cannot touch
+        # it as of the simulator's (backend "sim"): calls on a GPU, kernels launched and timed there
         self.gpu_device = gpu_device
         self._runner: Runner | None = None
         self._device: Runner | None = None
@@ -145,7 +145,7 @@ class RunnerConnection:
             if self.remote_device:
                 try:
                     self._device, link = self.sandbox.start_device(self.devices, self.workspace, trusted=self.trusted,
-                                                                   **({"gpu": True} if self.gpu_device else {}))
+                                                                   gpu=self.gpu_device)
                     self._runner = self.sandbox.start(self.workspace, self.backend, self.devices,
                                                       trusted=self.trusted, device=link)
                 except BaseException:
@@ -366,6 +366,18 @@ class Student:
         finally:  # a runner (re)started meanwhile: its start is the host's time, not the student's
             self.budget.spend(time.monotonic() - started - (self.connection.start_seconds - starting))
 
+    def _raise_for_findings(self, device: "wire.DeviceReport | None") -> None:
+        """The device's first finding fails the call, whatever the runner says. A lost CUDA
+        context (the GPU's device process) also closes the connection: that process is of no
+        use any more, the next call starts fresh ones."""
+        if device is None or not device.findings:
+            return
+        finding = device.findings[0]
+        if finding.kind == "context_lost":
+            self.connection.close()
+            raise StudentCodeError("context_lost", finding.type, finding.message)
+        raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
+
     def _raise_for(self, reply) -> None:
         if not reply.ok:
             error = reply.error
@@ -388,12 +400,7 @@ class Student:
             {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, sent), flush=flush), timeout)
         replay = self._replayer(device, time.monotonic() - started)
-        if device is not None and device.findings:  # the device's word, whatever the runner says
-            finding = device.findings[0]
-            if finding.kind == "context_lost":  # the GPU's device process is of no use any more
-                self.connection.close()
-                raise StudentCodeError("context_lost", finding.type, finding.message)
-            raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
+        self._raise_for_findings(device)
         self._raise_for(reply)
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
@@ -424,9 +431,7 @@ class Student:
             {"op": "call", "module": self.module, "function": function, "args": [], "ranks": sent}, t, bounds,
             lambda doc: wire.CallReply.parse(doc, [])), timeout)
         replay = self._replayer(device, time.monotonic() - started)
-        if device is not None and device.findings:
-            finding = device.findings[0]
-            raise StudentCodeError("simulator", finding.type, finding.message, finding=finding.finding)
+        self._raise_for_findings(device)
         self._raise_for(reply)
         back = reply.returned
         if not (isinstance(back, list) and len(back) == len(sent) and all(

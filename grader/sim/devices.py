@@ -21,6 +21,11 @@ HOST_LINK_BPS = 25e9  # PCIe 4/5 x16 effective
 PEER_LINK_BPS = 150e9  # NVLink-class peer bandwidth
 
 
+# numba Device attributes host code reads (grid sizing, limits) that a real GPU's device process
+# reports for the runner's virtual devices (`VirtualDevice.describe`)
+REPORTED_ATTRIBUTES = ("MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE")
+
+
 @dataclass
 class Limits:
     max_threads_per_block: int = 1024
@@ -56,14 +61,16 @@ class VirtualDevice:
         self.MAX_SHARED_MEMORY_PER_BLOCK = self.limits.default_shared_bytes
         self.MULTIPROCESSOR_COUNT = self.limits.multiprocessor_count
         self.WARP_SIZE = self.limits.warp_size
-        # half precision from cc 5.3, bfloat16 from 8.0, fp8 from 8.9 (numba's Device)
-        self.supports_float16 = self.compute_capability >= (5, 3)
-        self.supports_bfloat16 = self.compute_capability >= (8, 0)
-        self.supports_fp8 = self.compute_capability >= (8, 9)
+
+    # half precision from cc 5.3, bfloat16 from 8.0, fp8 from 8.9 (numba's Device); derived, so a
+    # real GPU's compute capability (`describe`) says them too
+    supports_float16 = property(lambda self: self.compute_capability >= (5, 3))
+    supports_bfloat16 = property(lambda self: self.compute_capability >= (8, 0))
+    supports_fp8 = property(lambda self: self.compute_capability >= (8, 9))
 
     def describe(self, attributes: dict) -> None:
         """Report a real GPU's attributes (its device process's): positive integers only, a name."""
-        for key in ("MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK", "WARP_SIZE"):
+        for key in REPORTED_ATTRIBUTES:
             value = attributes.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31:
                 setattr(self, key, value)
