@@ -10,3 +10,31 @@ def unavailable(reason: str):
     if os.environ.get("CI"):
         pytest.fail(f"the sandbox tests must run in CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def students_of(tmp_path, kernels: str, limits, **connection):
+    """A maker of Students of module `ex` (`kernels` then the source it is given) in the process
+    sandbox, each in a workspace of its own, on the sim backend (`connection`: RunnerConnection's
+    options, `gpu_device=True` for the GPU's device process), and a list of those made to close."""
+    import textwrap
+
+    from grader.judge import RunnerConnection, Student
+    from grader.sandbox import ProcessSandbox
+    from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    made = []
+
+    def make(source: str):
+        work = tmp_path / f"work{len(made)}"
+        work.mkdir(mode=0o755)
+        (work / "ex.py").write_text(textwrap.dedent(kernels) + textwrap.dedent(source))
+        (work / "ex.py").chmod(0o644)
+        sandbox = ProcessSandbox(limits)
+        made.append(Student("ex", str(work), "sim", sandbox, allowed_imports=None,
+                            connection=RunnerConnection(str(work), "sim", sandbox, **connection)))
+        return made[-1]
+
+    return make, made

@@ -22,7 +22,7 @@ from grader.judge.gpu_timing import time_calls
 from grader.sandbox import Limits, ProcessSandbox
 from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
-from sandbox_support import unavailable
+from sandbox_support import students_of, unavailable
 
 KERNELS = """
     import numpy as np
@@ -49,22 +49,7 @@ KERNELS = """
 
 @pytest.fixture
 def timer(tmp_path):
-    reason = bubblewrap_unavailable()
-    if reason:
-        unavailable(reason)
-    made = []
-
-    def make(source: str) -> Student:
-        work = tmp_path / f"work{len(made)}"
-        work.mkdir(mode=0o755)
-        (work / "ex.py").write_text(textwrap.dedent(KERNELS) + textwrap.dedent(source))
-        (work / "ex.py").chmod(0o644)
-        sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=120))
-        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None,
-                    connection=RunnerConnection(str(work), "sim", sandbox, gpu_device=True))
-        made.append(s)
-        return s
-
+    make, made = students_of(tmp_path, KERNELS, Limits.on_stock_simulator(call_timeout_s=120), gpu_device=True)
     yield make
     for s in made:
         s.close()

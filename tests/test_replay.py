@@ -7,7 +7,6 @@ replay holds what the host computed fixed and the answer stays the old one. Each
 here does something a replay must reproduce exactly: pieces, older allocations, round trips.
 """
 
-import textwrap
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from grader.judge.correctness import WrongAnswer, expect_close
 from grader.sandbox import Limits, ProcessSandbox
 from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
-from sandbox_support import unavailable
+from sandbox_support import students_of, unavailable
 
 KERNELS = """
     import numpy as np
@@ -48,22 +47,7 @@ REDUCE = """
 
 @pytest.fixture
 def student(tmp_path):
-    reason = bubblewrap_unavailable()
-    if reason:
-        unavailable(reason)
-    made = []
-
-    def make(source: str) -> Student:
-        work = tmp_path / f"work{len(made)}"
-        work.mkdir(mode=0o755)
-        (work / "ex.py").write_text(textwrap.dedent(KERNELS) + textwrap.dedent(source))
-        (work / "ex.py").chmod(0o644)
-        sandbox = ProcessSandbox(Limits(call_timeout_s=120))
-        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None,
-                    connection=RunnerConnection(str(work), "sim", sandbox))
-        made.append(s)
-        return s
-
+    make, made = students_of(tmp_path, KERNELS, Limits(call_timeout_s=120))
     yield make
     for s in made:
         s.close()
