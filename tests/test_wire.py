@@ -245,3 +245,33 @@ def test_record_arrays_of_numbers_cross_and_nothing_else_does():
                    {"formats": ["<u8", "|O"]}, {"formats": ["<u8", {"names": []}]}):
         with pytest.raises(ProtocolError):
             dtypes.parse({**desc, **change})
+
+
+def test_a_digest_is_of_dtype_and_bytes_in_one_pass_or_in_chunks_alike(monkeypatch):
+    from grader.wire import digests, parallel
+
+    big = np.random.default_rng(0).standard_normal(3 * digests.CHUNK // 4 + 5).astype(np.float64)  # > CHUNK bytes
+    key = digests.digest(big)
+    assert key == digests.digest(big.reshape(-1, 1)) == digests.digest(big[::-1][::-1].copy())  # shape aside
+    assert key != digests.digest(big.astype(np.float32).astype(np.float64)) != digests.digest(big.view(np.int64))
+    monkeypatch.setattr(parallel, "_threads", lambda: None)  # one core, or no thread to be had: the same digest
+    assert digests.digest(big) == key
+    # a small array holding a big one's chunk digests is not the big one
+    import hashlib
+    chunks = memoryview(big).cast("B")
+    forged = np.frombuffer(b"".join(hashlib.sha256(chunks[i:i + digests.CHUNK]).digest()
+                                    for i in range(0, len(chunks), digests.CHUNK)), np.float64)
+    assert digests.digest(forged) != key
+
+
+def test_spread_keeps_the_order_and_works_without_threads(monkeypatch):
+    from grader.wire import parallel
+
+    assert parallel.spread(lambda x: x * x, range(50)) == [x * x for x in range(50)]
+
+    class NoThreads:
+        def map(self, *_):
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(parallel, "_threads", lambda: NoThreads())
+    assert parallel.spread(lambda x: -x, [1, 2, 3]) == [-1, -2, -3]
