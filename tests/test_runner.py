@@ -327,3 +327,20 @@ def test_the_sandbox_shows_site_directories_a_pth_file_added_and_no_other_folder
     assert str(image.resolve()) in shown and not any(p.startswith(str(course.resolve())) for p in shown)
     if site.ENABLE_USER_SITE:
         assert site.getusersitepackages() not in shown
+
+
+def test_the_pipes_to_a_runner_hold_a_mebibyte_where_linux_allows_it(tmp_path):
+    # (a GPU timing moves arrays of 64 MiB each way: through 64 KiB pipes at a quarter of the speed)
+    import fcntl
+
+    from grader.sandbox.process import PIPE_BYTES
+
+    (tmp_path / "ex.py").write_text("def echo(x):\n    return x\n")
+    runner = ProcessSandbox(Limits()).start(str(tmp_path), "sim")
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            expected = PIPE_BYTES if int(f.read()) >= PIPE_BYTES else 1 << 16
+        F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+        assert fcntl.fcntl(runner._req_w, F_GETPIPE_SZ) == fcntl.fcntl(runner._resp_r, F_GETPIPE_SZ) == expected
+    finally:
+        runner.close()
