@@ -429,3 +429,14 @@ def test_other_inputs_move_a_sum_far_beyond_a_float32_sums_tolerance():
         allowed = reduction_rtol(x.size) * np.abs(drawn).sum()
         assert abs(drawn.sum() - x.astype(np.float64).sum()) > 100 * allowed
 
+
+def test_a_large_draw_is_spread_over_threads_and_the_same_on_every_run():
+    from grader.judge.replay import GATHER_CHUNK, _drawn
+
+    x = np.random.default_rng(5).standard_normal(2 * GATHER_CHUNK + 7).astype(np.float32)
+    one, two = _drawn(x, np.random.default_rng(9)), _drawn(x, np.random.default_rng(9))
+    assert np.array_equal(one, two) and one.shape == x.shape and one.dtype == x.dtype
+    assert not np.array_equal(one, x) and np.isin(one, x).all()
+    half = np.sort(x)
+    low, high = half[:(x.size + 1) // 2], half[x.size // 2:]
+    assert (one <= low[-1]).all() or (one >= high[0]).all()  # from one half of the values

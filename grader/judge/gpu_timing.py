@@ -17,11 +17,14 @@ numba's events or its clock changes nothing here).
   the device's report.
 - Adaptive repeats: until the median's relative error is under `target`, at least `min_repeats`
   calls, at most `max_repeats` or `cap_s` seconds of the judge's clock.
+- The next call's fresh inputs are drawn in a thread of the judge's while a call runs (2^24
+  values drawn again cost about 0.3 s an array here, the judge otherwise idle meanwhile).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -47,29 +50,39 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
     times: list[float] = []
     launches = 0
     stopped = ""
-    with timer.connection.alone():  # no other grade's kernels on the GPU meanwhile
-        for i in range(warmup):
-            timer.call(function, *sets[i % len(sets)], returns=returns)
-        began = time.monotonic()
-        for i in range(max_repeats):
-            which = i % len(sets)
-            inputs = sets[which] if i < len(sets) else _fresh(sets[which], rng)
-            result = timer.call(function, *inputs, returns=returns, flush=True)
-            try:
-                require_kernel_launch(result, "gpu", check=check)
-            except WrongAnswer as exc:
-                fresh = ", on inputs of its own (the set's values drawn again)" if i >= len(sets) else ""
-                raise WrongAnswer(f"timed call {i + 1} on the GPU{fresh}: {exc}") from None
-            missing = [launch["kernel"] for launch in result.launches if launch.get("ms") is None]
-            if missing:  # (a device process that did not time a launch is not the GPU's)
-                raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
-            launches = len(result.launches)
-            times.append(sum(launch["ms"] for launch in result.launches))
-            stopped = why_stop(times, len(sets), min_repeats, target, time.monotonic() - began, cap_s)
-            if stopped:
-                break
-        stopped = stopped or "repeat cap"
-        wall = time.monotonic() - began
+
+    def inputs_of(i: int) -> list:  # (in call order: the draws take the generator's values in turn)
+        return sets[i % len(sets)] if i < len(sets) else _fresh(sets[i % len(sets)], rng)
+
+    drawing = ThreadPoolExecutor(1, thread_name_prefix="gpugrade-draw")
+    try:
+        with timer.connection.alone():  # no other grade's kernels on the GPU meanwhile
+            for i in range(warmup):
+                timer.call(function, *sets[i % len(sets)], returns=returns)
+            began = time.monotonic()
+            upcoming = drawing.submit(inputs_of, 0)
+            for i in range(max_repeats):
+                inputs = upcoming.result()
+                if i + 1 < max_repeats:
+                    upcoming = drawing.submit(inputs_of, i + 1)
+                result = timer.call(function, *inputs, returns=returns, flush=True)
+                try:
+                    require_kernel_launch(result, "gpu", check=check)
+                except WrongAnswer as exc:
+                    fresh = ", on inputs of its own (the set's values drawn again)" if i >= len(sets) else ""
+                    raise WrongAnswer(f"timed call {i + 1} on the GPU{fresh}: {exc}") from None
+                missing = [launch["kernel"] for launch in result.launches if launch.get("ms") is None]
+                if missing:  # (a device process that did not time a launch is not the GPU's)
+                    raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
+                launches = len(result.launches)
+                times.append(sum(launch["ms"] for launch in result.launches))
+                stopped = why_stop(times, len(sets), min_repeats, target, time.monotonic() - began, cap_s)
+                if stopped:
+                    break
+            stopped = stopped or "repeat cap"
+            wall = time.monotonic() - began
+    finally:
+        drawing.shutdown(wait=False, cancel_futures=True)  # (a draw under way for no call ends by itself)
     return TimedResult(times, launches, stopped, timer.connection.device_name(), [], wall)
 
 
