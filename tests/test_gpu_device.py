@@ -83,6 +83,22 @@ def test_each_launch_is_timed_by_the_device_and_every_timed_answer_is_checked(ti
     assert launch["arrays_written"] == ["out"] and launch["arrays_read"] == ["a", "b"]
 
 
+def test_kernel_times_longer_than_the_judges_wait_for_the_call_are_refused(timer, monkeypatch):
+    # (the device process is the grader's own: a defence in depth, the judge's clock over each call)
+    s = timer("def vector_add(a, b):\n    return add_on_gpu(a, b)\n")
+    call = s.call
+
+    def slow_clock(*args, **kwargs):
+        result = call(*args, **kwargs)
+        for launch in result.launches:
+            launch["ms"] = 3.6e6
+        return result
+
+    monkeypatch.setattr(s, "call", slow_clock)
+    with pytest.raises(RuntimeError, match="ms of kernels for a call the judge waited"):
+        time_calls(s, "vector_add", _sets(), _add_check, **FEW)
+
+
 def test_host_arrays_streams_views_and_events_are_served_on_the_gpus_device(timer):
     # what host code does besides cuda.to_device: numba copies a host array argument to the
     # device and back; slices, reshapes, a stream, the student's own events

@@ -15,6 +15,8 @@ numba's events or its clock changes nothing here).
   earlier one; every call's answer is checked by the test's check, and its data flow (the answer
   copied back from memory kernels of that call wrote from its inputs) by grader.judge.dataflow on
   the device's report.
+- The judge's clock bounds each call's kernel times from above (the device process is the
+  grader's own; a sum of its times above the judge's wait for the call would be its fault).
 - Adaptive repeats: until the median's relative error is under `target`, at least `min_repeats`
   calls, at most `max_repeats` or `cap_s` seconds of the judge's clock.
 - The next call's fresh inputs are drawn in a thread of the judge's while a call runs (2^24
@@ -65,7 +67,9 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
                 inputs = upcoming.result()
                 if i + 1 < max_repeats:
                     upcoming = drawing.submit(inputs_of, i + 1)
+                called = time.monotonic()
                 result = timer.call(function, *inputs, returns=returns, flush=True)
+                waited_ms = (time.monotonic() - called) * 1e3
                 try:
                     require_kernel_launch(result, "gpu", check=check)
                 except WrongAnswer as exc:
@@ -76,6 +80,9 @@ def time_calls(timer, function: str, input_sets: list, check: Callable[[list, An
                     raise RuntimeError(f"the device process reported no time for kernel {missing[0]!r}")
                 launches = len(result.launches)
                 times.append(sum(launch["ms"] for launch in result.launches))
+                if times[-1] > waited_ms:  # (kernels of a call cannot outlast the judge's wait for it)
+                    raise RuntimeError(f"the device process reported {times[-1]:.3f} ms of kernels for a call "
+                                       f"the judge waited {waited_ms:.3f} ms for")
                 stopped = why_stop(times, len(sets), min_repeats, target, time.monotonic() - began, cap_s)
                 if stopped:
                     break
