@@ -40,8 +40,16 @@ STICKY_CUDA_ERRORS = {
     714: "hardware stack error in your kernel (deep recursion or a huge local array?)",
     715: "illegal instruction in your kernel",
     716: "misaligned address: your kernel accessed memory at an address not aligned to its type",
+    717: "invalid address space: your kernel used an address in the wrong memory space",
+    718: "invalid program counter in your kernel",
     719: "your kernel failed while running (launch failure)",
 }
+# numba-cuda launches kernels (and allocates a host array argument's copy) through cuda.core, whose
+# CUDAError has no code: its message starts with the CUresult's name ("CUDA_ERROR_ILLEGAL_ADDRESS: ...")
+_STICKY_NAMES = {"CUDA_ERROR_ILLEGAL_ADDRESS": 700, "CUDA_ERROR_LAUNCH_TIMEOUT": 702, "CUDA_ERROR_ASSERT": 710,
+                 "CUDA_ERROR_HARDWARE_STACK_ERROR": 714, "CUDA_ERROR_ILLEGAL_INSTRUCTION": 715,
+                 "CUDA_ERROR_MISALIGNED_ADDRESS": 716, "CUDA_ERROR_INVALID_ADDRESS_SPACE": 717,
+                 "CUDA_ERROR_INVALID_PC": 718, "CUDA_ERROR_LAUNCH_FAILED": 719}
 
 
 def sticky_cuda_error(exc: BaseException) -> str | None:
@@ -49,6 +57,9 @@ def sticky_cuda_error(exc: BaseException) -> str | None:
     code = getattr(exc, "code", None)
     if type(exc).__name__ == "CudaAPIError" and isinstance(code, int) and code in STICKY_CUDA_ERRORS:
         return STICKY_CUDA_ERRORS[code]
+    if type(exc).__name__ == "CUDAError":
+        code = _STICKY_NAMES.get(str(exc).split(":", 1)[0].strip())
+        return STICKY_CUDA_ERRORS[code] if code is not None else None
     return None
 
 

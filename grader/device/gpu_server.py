@@ -75,7 +75,8 @@ class GpuDevice(Device):
         self._accesses: dict[str, dict[str, tuple[bool, bool]]] = {}
         self._timed: list[tuple[dict, Any, Any, float]] = []  # (launch record, start, end, host seconds)
         self._flush: tuple | None = None
-        self._origin = None  # the event a student's own events are timed from
+        self._origin: dict[int, tuple] = {}  # per GPU: (an event of ours, its ms) the next record is timed from
+        self._call_log = None  # the log of the call begun last (`_ended` reports into it)
         self.gpus = max(1, min(devices, gpu_count()))
         return Builder(cuda)
 
@@ -100,12 +101,24 @@ class GpuDevice(Device):
         return {"attributes": self._attributes()}  # (a GPU compiles for real: no compile check)
 
     def _begun(self, request: dict) -> None:
-        self._timed = []
+        self._timed, self._call_log = [], self.log
         if request.get("flush"):
             self._flush_l2()
 
     def _ended(self) -> tuple[list, bool]:
-        self._resolve_times()
+        """Each launch's time. A kernel's fault (an illegal address, ...) surfaces at the first
+        synchronization after it: here, when the call made none. It is a finding of the call (in
+        the call's log: the judge's `end` has set a fresh one by now), never an exception that
+        ends this process (the judge would blame the grader, not the kernel)."""
+        try:
+            self._resolve_times()
+        except Exception as exc:  # noqa: BLE001 - whatever CUDA says of the call's kernels
+            self._timed = []
+            log, self.log = self.log, self._call_log or self.log
+            try:
+                self._finding(type(exc).__name__, str(exc))
+            finally:
+                self.log = log
         return [], False
 
     def _flush_l2(self) -> None:
@@ -249,8 +262,14 @@ class GpuDevice(Device):
     def op_transpose(self, request: dict) -> dict:
         held = self._array(request)
         axes = request.get("axes")
-        return self._register(Held(held.array.transpose(None if axes is None else tuple(int(a) for a in axes)),
-                                   held._alloc))
+        array = held.array.transpose(None if axes is None else tuple(int(a) for a in axes))
+        if self.stock or array is held.array:  # (the stock simulator's is a view)
+            return self._register(Held(array, held._alloc))
+        # numba-cuda's transpose is a copy, by a kernel of its own, into new memory (as op_copy's)
+        alloc = self._new_alloc()
+        self.kernel_writes[alloc.id] = self.kernel_writes.get(held._alloc.id)
+        self.sources[alloc.id] = self.sources.get(held._alloc.id, frozenset())
+        return self._register(Held(array, alloc))
 
     # -- streams and events -------------------------------------------------------------------
     def _stream(self, request: dict):
@@ -276,16 +295,22 @@ class GpuDevice(Device):
             return {"ok": True, "event": self._keep(_Event(self.cuda.event()))}
 
     def op_record(self, request: dict) -> dict:
-        """The student's own event: its time, from the first event recorded here (what the
-        client's `elapsed_time` subtracts)."""
-        event = self._event(request)
+        """The student's own event: its time on this GPU's clock, from the first event recorded
+        here (what the client's `elapsed_time` subtracts). Each record is timed from an event of
+        ours recorded beside the last one: a student's event may be recorded again (it would move
+        an origin of theirs), and CUDA's milliseconds are a float32 (far from one origin, microseconds
+        are lost)."""
+        event, stream = self._event(request), self._stream(request)
+        gpu = int(request.get("device", 0)) % self.gpus  # (events of two GPUs have no common clock)
         with self._current(request):
-            event.record(self._stream(request))
-            event.synchronize()
-            if self._origin is None:
-                self._origin = event
-            ms = self._origin.elapsed_time(event)
-        return {"ok": True, "ms": max(float(ms), 0.0)}
+            event.record(stream)
+            anchor = self.cuda.event()
+            anchor.record(stream)  # just after `event`, on its stream: the same time
+            anchor.synchronize()
+            last = self._origin.get(gpu)
+            ms = 0.0 if last is None else last[1] + float(last[0].elapsed_time(event))
+            self._origin[gpu] = (anchor, ms)
+        return {"ok": True, "ms": max(ms, 0.0)}
 
     def op_sync(self, request: dict) -> dict:
         if request.get("event"):
@@ -312,7 +337,7 @@ class GpuDevice(Device):
                 args.append(self._arg(spec, hosts))
             grid, block = _dims(request["grid"]), _dims(request["block"])
             stream = self._stream(request)
-            plain = [a.array if isinstance(a, Held) else a for a in args]
+            plain = [self._plain(a, stream) for a in args]
             start, end = self.cuda.event(), self.cuda.event()
             host = time.perf_counter()
             start.record(stream)
@@ -348,6 +373,18 @@ class GpuDevice(Device):
 
     def _host_copy(self, data: np.ndarray) -> Held:
         return Held(self.cuda.to_device(data), self._new_alloc())
+
+    def _plain(self, value, stream):
+        """A kernel argument as numba takes it: numba's arrays (in tuples too), and a host array
+        (not copied back: a read-only one) already on the device, so that numba's copies to and
+        from the device are not timed as the kernel's."""
+        if isinstance(value, Held):
+            return value.array
+        if isinstance(value, tuple):
+            return tuple(self._plain(v, stream) for v in value)
+        if isinstance(value, np.ndarray):
+            return self.cuda.to_device(value, stream=stream)
+        return value
 
 
 class _Stream:
