@@ -57,3 +57,63 @@ def test_a_jit_helper_and_numbas_random_generators_pack_and_build(tmp_path, monk
         sim.uninstall()
     expected = [2 * nbrandom.xoroshiro128p_uniform_float32(reference, i) for i in range(32)]
     np.testing.assert_array_equal(out, np.array(expected, np.float32))
+
+
+DECLARED = """
+    from numba import cuda
+
+    SCALE = 3.0
+
+
+    @cuda.jit("float32(float32)", device=True)
+    def scaled(x):
+        return SCALE * x
+
+
+    @cuda.jit("void(float32[:], float32[:])")
+    def scale_all(xs, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = scaled(xs[i])
+"""
+
+
+def test_kernels_declared_with_signatures_build_after_their_globals(tmp_path, monkeypatch):
+    # (numba-cuda types a kernel when its signature is compiled: its globals must be there by
+    # then; a device function's signature is compiled with the kernel that calls it)
+    (tmp_path / "student_declared.py").write_text(textwrap.dedent(DECLARED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import numba.cuda
+
+    sim.install()
+    try:
+        student = importlib.import_module("student_declared")
+        packed = json.loads(json.dumps(package.pack(student.scale_all, sim.current().signatures.declared)))
+        assert any(spec["signatures"] for spec in packed["functions"].values())
+        compiled = []
+
+        class Recording:  # numba.cuda as the Builder sees it, recording what is compiled and when
+            def jit(self, *args, **options):
+                make = numba.cuda.jit(*args, **options)
+
+                def wrap(function):
+                    dispatcher = make(function)
+                    compile_now = dispatcher.compile
+
+                    def compile(sig):
+                        compiled.append((function.__name__, "scaled" in function.__globals__))
+                        return compile_now(sig)
+
+                    dispatcher.compile = compile
+                    return dispatcher
+                return wrap
+
+        kernel = package.Builder(Recording()).build(packed)
+        xs = np.arange(8, dtype=np.float32)
+        out = np.zeros(8, np.float32)
+        kernel[1, 8](xs, out)
+    finally:
+        sim.uninstall()
+        sys.modules.pop("student_declared", None)
+    np.testing.assert_array_equal(out, 3 * xs)
+    assert compiled == [("scale_all", True)]  # with its globals; the device function never as a kernel

@@ -300,16 +300,18 @@ class Builder:
         for key, spec in functions.items():
             options = dict(spec["options"])
             is_device = bool(options.pop("device", False))
-            signatures = [tuple(decode_numba_type(t) for t in sig) for sig in spec["signatures"]]
-            jit = self.cuda.jit(device=is_device, **self._accepted(options))
-            dispatcher = jit(plain[key])
-            for sig in signatures:
-                dispatcher.compile(sig)
-            jitted[key] = dispatcher
+            jitted[key] = self.cuda.jit(device=is_device, **self._accepted(options))(plain[key])
         for key, spec in functions.items():
             namespace = namespaces[key]
             for name, value in spec["values"].items():
                 namespace[name] = self._decode(value, jitted)
+        # a kernel's signatures compiled once its globals are there (numba types it at compile);
+        # a device function's are compiled with the kernels that call it
+        for key, spec in functions.items():
+            compile_now = getattr(jitted[key], "compile", None)  # (numba's stock simulator compiles nothing)
+            if compile_now is not None and not spec["options"].get("device"):
+                for sig in spec["signatures"]:
+                    compile_now(tuple(decode_numba_type(t) for t in sig))
         kernel = jitted[package["kernel"]]
         self._kernels[package["id"]] = kernel
         self._kernel_specs[package["id"]] = functions[package["kernel"]]
