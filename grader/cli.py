@@ -290,7 +290,7 @@ def run(argv: list[str] | None = None) -> int:
         from .course import validate
 
         validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
-                                       sandbox=sandbox)
+                                       sandbox=sandbox, progress=lambda line: print(line, file=sys.stderr, flush=True))
         _emit(validate.render(validation), None)
         return validation.exit_code
     if args.command == "check":

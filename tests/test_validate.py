@@ -102,8 +102,15 @@ def test_every_deviation_is_a_named_problem(tmp_path):
     (tmp_path / "exercises" / "toy.py").write_text(SOLUTION)   # a stub that passes
     (tmp_path / "course.toml").write_text(MANIFEST.split("[[exercises.toy.stages]]")[0]
                                           + "[[exercises.toy.stages]]" + MANIFEST.split("[[exercises.toy.stages]]")[1])
-    v = validate(course, backend="gpu")
+    told = []
+    v = validate(course, backend="gpu", progress=told.append)
     assert v.exit_code == 1
+    # each grade as it ended (a run stopped at a time limit still says what it found)
+    assert sorted(told) == sorted([
+        "validate: reference solutions: 4/4", "validate: stubs: 4/4",
+        "validate: bad_triple: 2/4 (expected to fail ['toy::double[1]'], failed ['toy::triple'])",
+        "validate: empty: 0/4 (expected to fail ['toy::nope'], failed ['toy::double[1]', 'toy::double[5]', "
+        "'toy::triple'])"]), told
     problems = "\n".join(v.problems)
     assert "stubs score 4, not 0" in problems
     assert "bad_triple: scored 2, expected 3 (also failed ['toy::triple']; did not fail ['toy::double[1]'])" in problems
@@ -117,6 +124,7 @@ def test_cli_validate_exits_non_zero_on_problems(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "bad_triple: scored 2, expected 4" in done.stdout and "toy 2" in done.stdout
+    assert "validate: bad_triple: 2/4 (expected to fail [], failed ['toy::triple'])" in done.stderr
 
 
 def test_a_mutation_that_no_longer_matches_the_solution_is_a_named_course_error(tmp_path):

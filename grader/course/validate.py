@@ -14,10 +14,11 @@ import json
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -142,8 +143,11 @@ def _check_manifest(course: Course, reference: Results) -> list[str]:
 
 
 def validate(course: Course | None = None, *, backend: str = "sim", seed: str = "", jobs: int | None = None,
-             timeout: float | None = None, sandbox: SandboxSpec = SandboxSpec()) -> Validation:
-    """Grade the references, the stubs and every known-wrong submission; collect every problem."""
+             timeout: float | None = None, sandbox: SandboxSpec = SandboxSpec(),
+             progress: Callable[[str], None] | None = None) -> Validation:
+    """Grade the references, the stubs and every known-wrong submission; collect every problem.
+    `progress(line)`: told of each grade as it ends (a run stopped at a time limit still says
+    what it found)."""
     course = course or Course.find()
     wrong = load_known_wrong(course)
     exercises = course.exercises()
@@ -161,6 +165,11 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
             folder = kw.materialize(course, Path(tmp) / kw.name)
             chosen = sorted(submission_modules(folder, exercises))
             pending.append((kw, pool.submit(run, folder, chosen, kw.name) if chosen else None))
+        if progress is not None:
+            named = {reference: ("reference solutions", None), stubs: ("stubs", None)}
+            named.update({future: (kw.name, kw) for kw, future in pending if future is not None})
+            for future in as_completed(named):
+                progress(_finished(*named[future], future))
         for kw, future in pending:
             kw.results = future.result() if future else None
         v = Validation(reference.result(), stubs.result(), wrong)
@@ -198,6 +207,23 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
     except CourseError as exc:
         v.problems.append(str(exc))
     return v
+
+
+def _finished(name: str, kw: KnownWrong | None, future) -> str:
+    """One line on a grade that ended: its score and, for a known-wrong submission, whether it
+    failed what it should."""
+    try:
+        results = future.result()
+    except Exception as exc:  # (validate() raises it again, in its place)
+        return f"validate: {name}: the grade failed: {exc}"
+    line = f"validate: {name}: {_num(results.score)}/{_num(results.max_score)}"
+    if results.errors:
+        line += f", {len(results.errors)} grader error(s)"
+    if kw is not None:
+        failing = {t.name for t in results.tests if t.status == Status.FAILED}  # (as KnownWrong.failing)
+        line += " (failed what it should)" if failing == kw.expected_failing else \
+            f" (expected to fail {sorted(kw.expected_failing)}, failed {sorted(failing)})"
+    return line
 
 
 def _num(x: float) -> str:
