@@ -67,7 +67,10 @@ def targets(rows: list[dict], noise: dict | None) -> list[str]:
                 if n.startswith(exercise + "::") and m.get("source") == "measured" and m.get("global_bytes")]
 
     out = []
-    if noise:
+    if noise and noise.get("runs", 0) < 2:
+        out.append(f"- harness noise: not measured ({noise.get('runs', 0)} run of `gpugrade bench --reference` "
+                   f"within the step's limit; the CV needs 2 or more)")
+    elif noise:
         worst = noise.get("worst_cv", 0.0)
         out.append(f"- harness noise: worst coefficient of variation of the median over {noise.get('runs')} runs "
                    f"of `gpugrade bench --reference`: {worst:.2%} (target <= 2%: {_target(worst <= 0.02)})")
@@ -145,9 +148,13 @@ def main(argv=None) -> int:
     print("Stage speedups of the reference kernels, measured with CUDA events (bench_gpu):\n")
     print("\n".join(stage_speedups(bench)) + "\n")
     validate = _read(folder, "validate.txt")
-    verdict = re.findall(r"^validate: .*$", validate, re.M)
+    verdict = re.findall(r"^validate: (?:ok|\d+ problem).*$", validate, re.M)
     print("### Known-wrong submissions on the gpu backend (`gpugrade validate`)\n")
-    print(f"{verdict[-1] if verdict else 'validate did not finish'}\n")
+    print(f"{verdict[-1] if verdict else 'validate did not finish; the grades that ended before the limit:'}\n")
+    # each grade as it ended, and the problems the finished run named
+    told = re.findall(r"^validate: .+: .*$", validate, re.M) + re.findall(r"^problem: .*$", validate, re.M)
+    if told:
+        print("```\n" + "\n".join(told) + "\n```\n")
     if (folder / "bench_gpu.md").is_file():
         print("### Kernels timed with CUDA events (`benchmarks/bench_gpu.py`)\n")
         print(_read(folder, "bench_gpu.md").strip() + "\n")

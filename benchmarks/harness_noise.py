@@ -4,8 +4,8 @@ test the coefficient of variation of its median over the runs (issue 11's target
     python3 benchmarks/harness_noise.py --backend gpu --runs 10 --out DIR     # on a GPU machine
     .venv/bin/python benchmarks/harness_noise.py --backend sim --runs 2       # dry run (modelled: 0%)
 
-`--budget-s`: start no run that would end past it (judged from the runs so far; at least 2 runs,
-the CV needs them). DIR/noise.json holds the result (benchmarks/gpu_summary.py reads it).
+`--budget-s`: start no run that would end past it (judged from the runs so far). DIR/noise.json
+holds the result (benchmarks/gpu_summary.py reads it), written again after every run.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     runs, began = [], time.monotonic()
     for i in range(args.runs):
         elapsed = time.monotonic() - began
-        if args.budget_s and len(runs) >= 2 and elapsed + elapsed / len(runs) > args.budget_s:
+        if args.budget_s and runs and elapsed + elapsed / len(runs) > args.budget_s:
             print(f"stopped after {len(runs)} runs: another would end past the {args.budget_s:g} s budget")
             break
         path = out / f"noise.{i + 1}.json"
@@ -43,19 +43,26 @@ def main(argv=None) -> int:
         if done.returncode != 0:
             return done.returncode
         runs.append(json.loads(path.read_text()))
+        _summarize(runs, out, final=False)  # after every run: a run stopped at a limit keeps these
+    worst = _summarize(runs, out, final=True)
+    print(f"worst CV: {worst:.2%} over {len(runs)} runs (target <= 2%)")
+    return 0
+
+
+def _summarize(runs: list, out: Path, final: bool) -> float:
+    """noise.json from the runs so far; the worst CV (0 with one run: no spread to tell)."""
     worst, tests = 0.0, {}
-    for row in runs[0]:
+    for row in runs[0] if runs else ():
         medians = [next(r["seconds"] for r in run if r["test"] == row["test"]) for run in runs]
         cv = statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else 0.0
         worst = max(worst, cv)
         tests[row["test"]] = {"source": row["source"], "gpu": row["gpu"], "median_s": statistics.median(medians),
                               "runs": len(medians), "cv": cv}
-        print(f"{row['test']}: {row['source']} on {row['gpu']}: median {statistics.median(medians) * 1e6:.4g} us "
-              f"over {len(medians)} runs, CV {cv:.2%}")
+        if final:
+            print(f"{row['test']}: {row['source']} on {row['gpu']}: median {statistics.median(medians) * 1e6:.4g} us "
+                  f"over {len(medians)} runs, CV {cv:.2%}")
     (out / "noise.json").write_text(json.dumps({"runs": len(runs), "worst_cv": worst, "tests": tests}, indent=1))
-    print(f"worst CV: {worst:.2%} (target <= 2%)")
-    return 0
-
+    return worst
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -116,3 +116,20 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
     assert ("model's bandwidth against the measured (memory-bound tests, steady state): largest error +140.0% "
             "(vector_add::keeps_up_with_the_reference: modelled 4,800 GB/s, measured 2,000 GB/s)") in text
     assert "validate: ok" in text and "(bench_gpu did not finish)" in text
+
+
+def test_gpu_summary_keeps_what_a_step_stopped_at_its_limit_found(tmp_path):
+    (tmp_path / "solutions.json").write_text(json.dumps({"backend": "gpu", "score": 0, "max_score": 0,
+                                                         "execution_time": 1, "tests": []}))
+    (tmp_path / "noise.json").write_text(json.dumps({"runs": 1, "worst_cv": 0.0, "tests": {}}))
+    (tmp_path / "validate.txt").write_text(
+        "validate: reference solutions: 111/111\nvalidate: stubs: 0/111\n"
+        "validate: strided_access: 105/111 (failed what it should)\n")  # then stopped at the limit
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_summary.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "harness noise: not measured (1 run of `gpugrade bench --reference`" in text
+    assert "validate did not finish; the grades that ended before the limit:" in text
+    assert "validate: strided_access: 105/111 (failed what it should)" in text
+    assert "validate: ok" not in text
