@@ -84,6 +84,17 @@ def test_gpu_env_makes_an_environment_isolated_runners_start_in(tmp_path):
     assert result["score"] == result["max_score"] > 0, graded.stdout[-2000:] + graded.stderr[-2000:]
 
 
+def _summary(folder, solutions: dict, noise: dict, validate: str) -> str:
+    """benchmarks/gpu_summary.py's summary of a gpu_check folder holding these."""
+    (folder / "solutions.json").write_text(json.dumps(solutions))
+    (folder / "noise.json").write_text(json.dumps(noise))
+    (folder / "validate.txt").write_text(validate)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_summary.py"), str(folder)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_gpu_summary_checks_issue_11s_targets(tmp_path):
     """The summary a GPU session commits: each target met or missed from the measurements, and a
     step that did not finish said so."""
@@ -100,14 +111,8 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
                   library={"name": "cuBLAS SGEMM (CuPy)", "shape": [2048, 2048, 2048], "seconds": 4e-5,
                            "ratio": 2.5},
                   model={"gpu": "H200", "seconds": 1e-6, "reference_seconds": 1e-6, "ratio": 1.1})]
-    (tmp_path / "solutions.json").write_text(json.dumps({"backend": "gpu", "score": 6, "max_score": 6,
-                                                         "execution_time": 80, "tests": tests}))
-    (tmp_path / "noise.json").write_text(json.dumps({"runs": 10, "worst_cv": 0.013, "tests": {}}))
-    (tmp_path / "validate.txt").write_text("...\nvalidate: ok\n")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_summary.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    text = done.stdout
+    text = _summary(tmp_path, {"backend": "gpu", "score": 6, "max_score": 6, "execution_time": 80, "tests": tests},
+                    {"runs": 10, "worst_cv": 0.013, "tests": {}}, "...\nvalidate: ok\n")
     assert "over 10 runs of `gpugrade bench --reference`: 1.30% (target <= 2%: met)" in text
     assert "keeps_up_with_the_reference 91% (target >= 85%: met)" in text
     assert "grid_stride_atomics_and_coalescing 72% (target >= 80%: MISSED)" in text
@@ -119,16 +124,10 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
 
 
 def test_gpu_summary_keeps_what_a_step_stopped_at_its_limit_found(tmp_path):
-    (tmp_path / "solutions.json").write_text(json.dumps({"backend": "gpu", "score": 0, "max_score": 0,
-                                                         "execution_time": 1, "tests": []}))
-    (tmp_path / "noise.json").write_text(json.dumps({"runs": 1, "worst_cv": 0.0, "tests": {}}))
-    (tmp_path / "validate.txt").write_text(
-        "validate: reference solutions: 111/111\nvalidate: stubs: 0/111\n"
-        "validate: strided_access: 105/111 (failed what it should)\n")  # then stopped at the limit
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_summary.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    text = done.stdout
+    text = _summary(tmp_path, {"backend": "gpu", "score": 0, "max_score": 0, "execution_time": 1, "tests": []},
+                    {"runs": 1, "worst_cv": 0.0, "tests": {}},
+                    "validate: reference solutions: 111/111\nvalidate: stubs: 0/111\n"
+                    "validate: strided_access: 105/111 (failed what it should)\n")  # then stopped at the limit
     assert "harness noise: not measured (1 run of `gpugrade bench --reference`" in text
     assert "validate did not finish; the grades that ended before the limit:" in text
     assert "validate: strided_access: 105/111 (failed what it should)" in text
