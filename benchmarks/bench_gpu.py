@@ -157,8 +157,9 @@ def reduction_cases(cuda, n: int, cp) -> list[Case]:
     return cases
 
 
-def time_case(cuda, case: Case, warmup: int, repeats: int) -> dict:
-    """Median of `repeats` launches timed with CUDA events (ms), after `warmup` launches."""
+def time_case(cuda, case: Case, warmup: int, repeats: int, hold: Callable[[], object] = lambda: None) -> dict:
+    """Median of `repeats` launches timed with CUDA events (ms), after `warmup` launches; `hold()`
+    before each start event (grader.backends.gpu.hold_gpu: the launch's dispatch not timed)."""
     start, end = cuda.event(), cuda.event()
     if case.before:
         case.before()
@@ -174,6 +175,7 @@ def time_case(cuda, case: Case, warmup: int, repeats: int) -> dict:
     for _ in range(repeats):
         if case.before:
             case.before()
+        hold()
         start.record()
         case.run()
         end.record()
@@ -191,7 +193,9 @@ def time_case(cuda, case: Case, warmup: int, repeats: int) -> dict:
 
 def markdown(results: list[dict], meta: dict) -> str:
     lines = [f"GPU: {meta.get('gpu', '?')}; {meta.get('versions', '')}; "
-             f"median of {meta['repeats']} launches after {meta['warmup']} warm-up, CUDA events",
+             f"median of {meta['repeats']} launches after {meta['warmup']} warm-up, CUDA events"
+             + ("; each launch's dispatch hidden behind a hold kernel" if meta.get("held") else
+                "; the dispatch of each launch timed too (no hold kernel)" if not meta.get("sim") else ""),
              "", "| kernel | size | median | min | GB/s | GFLOP/s | vs library baseline |",
              "|---|---|---|---|---|---|---|"]
     baselines = {r["baseline_of"]: r for r in results if r.get("baseline_of")}
@@ -244,6 +248,12 @@ def main(argv=None) -> int:
 
     meta["versions"] = f"numba {numba.__version__}, numpy {np.__version__}" + (
         f", cupy {cp.__version__}" if cp is not None else ", no cupy")
+    hold = lambda: None  # noqa: E731
+    if not args.sim:
+        from grader.backends.gpu import hold_gpu
+
+        meta["held"] = hold_gpu()
+        hold = hold_gpu
     results: list[dict] = []
     for make, key in ((vector_add_cases, "vector_add"), (matmul_cases, "matmul"),
                       (reduction_cases, "reduction")):
@@ -255,7 +265,7 @@ def main(argv=None) -> int:
             continue
         for case in cases:
             try:
-                results.append(time_case(cuda, case, warmup, repeats))
+                results.append(time_case(cuda, case, warmup, repeats, hold))
             except Exception as exc:  # noqa: BLE001
                 results.append({"case": case.name, "size": case.size,
                                 "error": f"{type(exc).__name__}: {str(exc)[:200]}"})

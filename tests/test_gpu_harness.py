@@ -50,3 +50,20 @@ def test_every_input_set_is_timed_and_checked_even_past_the_cap_with_warm_up_exc
     assert [o[:2] for o in got["outputs"]] == [[0.0, 2.0], [2.0, 4.0], [4.0, 6.0]]
     assert got["inputs_untouched"], "each call gets fresh copies of the judge's inputs"
     assert got["err_one"] == float("inf") and got["err_flat"] == 0.0
+
+
+def test_the_hold_kernel_builds_for_a_hopper_gpu_and_is_given_up_where_it_cannot_run():
+    # hold_gpu keeps the GPU busy while the host enqueues a timed launch (numba's dispatch is not
+    # the kernel's time). No GPU here: its PTX for sm_90 is built, and where it cannot run (no
+    # driver; numba's stock simulator) it is given up, quietly, and timing goes on without it
+    from numba import cuda, types
+
+    from grader.backends.gpu import hold_body
+
+    ptx, _ = cuda.compile_ptx(hold_body(), (types.uint32, types.int64), cc=(9, 0))
+    assert "nanosleep.u32" in ptx
+    probe = "from grader.backends.gpu import hold_gpu; print(hold_gpu(), hold_gpu())"
+    for env in ({}, {"NUMBA_ENABLE_CUDASIM": "1"}):
+        done = subprocess.run([sys.executable, "-W", "error", "-c", probe], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, env={**os.environ, **env})
+        assert done.returncode == 0 and done.stdout.split() == ["False", "False"], done.stdout + done.stderr

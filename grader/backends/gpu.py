@@ -192,6 +192,51 @@ def why_stop(times: list[float], sets: int, min_repeats: int, target: float, sec
     return ""
 
 
+HOLD_SLEEPS = 500  # nanosleeps of 1 us: how long the GPU is held before a timed launch (about 0.5 ms)
+_hold_kernel = None  # built on first use; False where none can be had (numba's stock simulator)
+
+
+def hold_body():
+    """The hold kernel's Python function: `times` nanosleeps of `ns` (a uint32) nanoseconds."""
+    from numba import cuda
+
+    def hold(ns, times):
+        for _ in range(times):
+            cuda.nanosleep(ns)
+
+    return hold
+
+
+def hold_gpu(stream=0) -> bool:
+    """Keep the GPU busy on `stream` for about half a millisecond, so that what the host enqueues
+    next (a start event, a kernel, an end event) is all enqueued before the GPU reaches it: the
+    events then time the kernel, not numba's dispatch of it on the host (tens of microseconds a
+    launch: most of a vector add of 2^24 elements on an H200). Whether it held; a kernel that cannot
+    be built or launched here (not a CUDA context's loss) is given up for the process."""
+    global _hold_kernel
+    if _hold_kernel is False:
+        return False
+    import warnings
+
+    import numpy as np
+    from numba import config, cuda
+
+    try:
+        if _hold_kernel is None:
+            if config.ENABLE_CUDASIM:
+                raise NotImplementedError("numba's stock simulator has no nanosleep")
+            _hold_kernel = cuda.jit(hold_body())
+        with warnings.catch_warnings():  # (one thread is the point: no low-occupancy warning for it)
+            warnings.simplefilter("ignore")
+            _hold_kernel[1, 1, stream](np.uint32(1000), HOLD_SLEEPS)
+        return True
+    except Exception as exc:  # noqa: BLE001 - no hold: the events time dispatch too, as before
+        if sticky_cuda_error(exc):
+            raise
+        _hold_kernel = False
+        return False
+
+
 def l2_flush_bytes() -> int:
     """Twice the GPU's L2 cache (64 MiB where the driver does not say)."""
     from numba import cuda
@@ -219,7 +264,7 @@ def time_call(function, input_sets: list[list], copy_args, *, warmup: int = 1, t
     max_repeats = max(max_repeats, len(input_sets))
     events: list[tuple] = []
 
-    def before(*_):
+    def before(*_):  # (no hold_gpu here: its launch would come back through this hook)
         start = cuda.event()
         start.record()
         events.append((start, None))
@@ -282,6 +327,7 @@ def copy_bandwidth_ms(nbytes: int, repeats: int = 10) -> float:
     for _ in range(repeats):
         start, end = cuda.event(), cuda.event()
         host = time.perf_counter()
+        hold_gpu()
         start.record()
         dst.copy_to_device(src)
         end.record()

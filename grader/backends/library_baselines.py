@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 
 from .collective_timing import TimingUnavailable
+from .gpu import hold_gpu
 
 # name -> (what it is called in feedback, the shape it takes)
 LIBRARIES = {"matmul": ("cuBLAS SGEMM (CuPy)", "M, K, N"), "sum": ("CuPy's sum", "n")}
@@ -69,6 +70,7 @@ def library_ms(what: str, shape, warmup: int = 3, timed: int = 20) -> float:
     times = []
     for _ in range(timed):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        hold_gpu()  # (numba's default stream is CuPy's null stream: the call's dispatch is not timed)
         start.record()
         call()
         end.record()

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.gpu import _dim3, _event_ms, gpu_count, gpu_name, l2_flush_bytes, sticky_cuda_error
+from ..backends.gpu import _dim3, _event_ms, gpu_count, gpu_name, hold_gpu, l2_flush_bytes, sticky_cuda_error
 from ..sim.devices import REPORTED_ATTRIBUTES
 from ..wire import dtypes
 from ..wire.messages import error_reply
@@ -77,6 +77,7 @@ class GpuDevice(Device):
         self._flush: tuple | None = None
         self._origin: dict[int, tuple] = {}  # per GPU: (an event of ours, its ms) the next record is timed from
         self._call_log = None  # the log of the call begun last (`_ended` reports into it)
+        self._holding = False  # launches held back behind hold_gpu (in a timed call)
         self.gpus = max(1, min(devices, gpu_count()))
         return Builder(cuda)
 
@@ -102,7 +103,8 @@ class GpuDevice(Device):
 
     def _begun(self, request: dict) -> None:
         self._timed, self._call_log = [], self.log
-        if request.get("flush"):
+        self._holding = bool(request.get("flush"))  # a timed call: each launch's dispatch hidden (hold_gpu)
+        if self._holding:
             self._flush_l2()
 
     def _ended(self) -> tuple[list, bool]:
@@ -339,6 +341,8 @@ class GpuDevice(Device):
             stream = self._stream(request)
             plain = [self._plain(a, stream) for a in args]
             start, end = self.cuda.event(), self.cuda.event()
+            if self._holding:
+                hold_gpu(stream)
             host = time.perf_counter()
             start.record(stream)
             kernel[grid, block, stream, request.get("sharedmem", 0)](*plain)
