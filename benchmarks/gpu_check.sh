@@ -25,7 +25,8 @@
 #                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
 #                      without a GPU, as in the dry run, it says so and exits 0)
 #   6. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu in
-#                      the time left (8 at once; their timings take turns: grader/judge/gpu_lock.py):
+#                      the time left (one grade per two cores, at most 8 at once; their timings take
+#                      turns: grader/judge/gpu_lock.py):
 #                      which lose their points on real hardware (the counter criteria and the
 #                      data-flow proof are the simulator's). Each grade is a line as it ends, so a
 #                      run stopped at the limit still says what it found (the dry run here, on 2
@@ -97,6 +98,9 @@ step bench_gpu 120 "$py" benchmarks/bench_gpu.py "${sim[@]}" --json "$work/bench
     --markdown "$work/bench_gpu.md"
 step noise 150 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 --budget-s 130 --out "$work"
 step allreduce_gpus 60 "$py" benchmarks/allreduce_gpus.py --json "$work/allreduce_gpus.json"
-step validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs 8
+jobs=$(($(nproc) / 2))  # grades at once: half the cores, 1 to 8 (each grade runs several processes)
+[ "$jobs" -lt 1 ] && jobs=1
+[ "$jobs" -gt 8 ] && jobs=8
+step validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs "$jobs"
 finish
 exit $status

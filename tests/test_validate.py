@@ -115,6 +115,9 @@ def test_every_deviation_is_a_named_problem(tmp_path):
     assert "stubs score 4, not 0" in problems
     assert "bad_triple: scored 2, expected 3 (also failed ['toy::triple']; did not fail ['toy::double[1]'])" in problems
     assert "empty: expected.json names tests that do not exist: ['toy::nope']" in problems
+    # a test a known-wrong submission lost unexpectedly says why, in the test's words
+    lost = next(p for p in v.problems if p.startswith("bad_triple: toy::triple earned 0% of its points, expected 100%"))
+    assert lost.split("expected 100%", 1)[1].startswith(": ") and len(lost.split("expected 100%: ", 1)[1]) > 3, lost
     assert "the tests grade stages [1, 2], course.toml declares [1]" in problems
 
 

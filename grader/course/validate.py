@@ -200,8 +200,9 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
             if not kw.as_expected(t):
                 low, high = kw.expected_credit(t.name)
                 credit = t.score / t.max_score if t.max_score else 1.0
+                why = t.output.strip().splitlines()[0] if t.output and t.output.strip() else ""
                 v.problems.append(f"{kw.name}: {t.name} earned {credit:.0%} of its points, expected "
-                                  f"{low:.0%}" + (f" to {high:.0%}" if high != low else ""))
+                                  f"{low:.0%}" + (f" to {high:.0%}" if high != low else "") + (f": {why}" if why else ""))
     try:
         v.problems += _check_manifest(course, v.reference)
     except CourseError as exc:
