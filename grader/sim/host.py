@@ -174,9 +174,16 @@ class SimDeviceArray:
 
     @property
     def T(self):
-        return self._wrap(self._view.T)
+        return self.transpose()
 
     def transpose(self, axes=None):
+        # numba-cuda transposes a 2-D array only (and returns the array itself for the identity
+        # axes); a 1-D `d.T` raises there, so it raises here. (numba-cuda's 2-D transpose is a copy
+        # made by a kernel of its own; here it is a view.)
+        if axes and tuple(axes) == tuple(range(self.ndim)):
+            return self
+        if self.ndim != 2:
+            raise NotImplementedError("transposing a non-2D DeviceNDArray isn't supported")
         return self._wrap(self._view.transpose(axes))
 
     def view(self, dtype):

@@ -287,3 +287,16 @@ def test_stores_convert_integers_with_wrap_around(executor, checks):
     b = np.zeros(2, np.uint8)
     cuda.jit(_big_into_uint8)[1, 1](b, 150)
     assert list(b) == [44, 44]
+
+
+# ---------------------------------------------------------------- transpose, as numba-cuda's
+def test_a_device_arrays_transpose_is_two_d_only_as_in_numba_cuda():
+    # numba-cuda: `d.T` of a 1-D array raises NotImplementedError (numpy's would be the array
+    # itself); a 2-D one is transposed; the identity axes give the array back
+    with sim.installed():
+        d1 = cuda.to_device(np.arange(4, dtype=np.float32))
+        with pytest.raises(NotImplementedError, match="non-2D"):
+            d1.T
+        assert d1.transpose((0,)) is d1
+        d2 = cuda.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+        np.testing.assert_array_equal(d2.T.copy_to_host(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
