@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from grader.judge.correctness import WrongAnswer
+from grader.judge.correctness import WrongAnswer, expect_close
 from grader.errors import StudentCodeError
 from grader.judge import RunnerConnection, Student, require_kernel_launch
 from grader.judge.student import Returns
@@ -746,15 +746,22 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
             d_out = cuda.device_array(a.size, a.dtype)
             add[(a.size + 127) // 128, 128](cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), d_out)
             return d_out.copy_to_host().reshape(a.shape)
+
+        def matrix_add_of_device_transposes(a, b):  # numba-cuda's d.T: a copy, made on the device
+            d_at, d_bt = cuda.to_device(a).T, cuda.to_device(b).T
+            d_out = cuda.device_array(d_at.shape, a.dtype)
+            add2_into[(2, 3), (16, 16)](d_at, d_bt, d_out)
+            return d_out.copy_to_host().T.copy()
     """)
     a, b = _inputs(1000)
     A, B = a[:999].reshape(37, 27), b[:999].reshape(37, 27)
     for function, x, y in [("vector_add", a, b), ("matrix_add", A, B), ("matrix_add_into_a_filled_output", A, B),
                            ("matrix_add_transposed", A, B), ("vector_add_in_float64", a, b),
-                           ("matrix_add_flattened", A, B)]:
+                           ("matrix_add_flattened", A, B), ("matrix_add_of_device_transposes", A, B)]:
         result = s.call(function, x, y)
         assert np.array_equal(result.value, x + y), function
-        require_kernel_launch(result, "sim")
+        # (with the check: the call's device work replayed on other inputs follows them too)
+        require_kernel_launch(result, "sim", check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6))
     cheat = s.call("vector_add_padding_holds_the_answer", a, b)
     with pytest.raises(WrongAnswer, match="never copied to the GPU"):
         require_kernel_launch(cheat, "sim")

@@ -493,8 +493,14 @@ class Device:
                                                            order="F" if request.get("order") == "F" else "C"))
 
     def op_transpose(self, request: dict) -> dict:
-        axes = request.get("axes")
-        return self._register(self._array(request).transpose(None if axes is None else tuple(int(a) for a in axes)))
+        source, axes = self._array(request), request.get("axes")
+        copy = source.transpose(None if axes is None else tuple(int(a) for a in axes))
+        if copy is not source:  # numba-cuda's transpose: a copy into new memory (as op_copy's)
+            self.host_bytes.allocated(copy)
+            self.host_bytes.device_copied(copy, source.transposed_view())
+            self.kernel_writes[copy._alloc.id] = self.kernel_writes.get(source._alloc.id)
+            self.sources[copy._alloc.id] = self.sources.get(source._alloc.id, frozenset())
+        return self._register(copy)
 
     def op_launch(self, request: dict) -> dict:
         package = request["kernel"]

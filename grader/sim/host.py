@@ -177,14 +177,24 @@ class SimDeviceArray:
         return self.transpose()
 
     def transpose(self, axes=None):
-        # numba-cuda transposes a 2-D array only (and returns the array itself for the identity
-        # axes); a 1-D `d.T` raises there, so it raises here. (numba-cuda's 2-D transpose is a copy
-        # made by a kernel of its own; here it is a view.)
+        """As numba-cuda's: a 2-D array only (a 1-D `d.T` raises there), copied into new memory
+        (by a kernel of numba's own there, on the default stream): a kernel storing into `d.T`
+        leaves `d` as it was, and reads of `d.T` are of a C-ordered array, not strided ones. The
+        identity axes give the array itself."""
         if axes and tuple(axes) == tuple(range(self.ndim)):
             return self
         if self.ndim != 2:
             raise NotImplementedError("transposing a non-2D DeviceNDArray isn't supported")
-        return self._wrap(self._view.transpose(axes))
+        if axes is not None and set(axes) != {0, 1}:
+            raise ValueError(f"invalid axes list {axes!r}")
+        alloc = Allocation(self.size, self.dtype, self.device_id, False)
+        copy = SimDeviceArray(alloc, alloc.store.reshape(self.shape[::-1]), self._sim)
+        copy.copy_to_device(self.transposed_view())
+        return copy
+
+    def transposed_view(self) -> "SimDeviceArray":
+        """This 2-D array's transpose as a strided view of its memory (what `transpose` copies)."""
+        return self._wrap(self._view.T)
 
     def view(self, dtype):
         raise NotImplementedError("SimDeviceArray.view(dtype) is not simulated")

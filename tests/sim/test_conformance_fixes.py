@@ -300,3 +300,22 @@ def test_a_device_arrays_transpose_is_two_d_only_as_in_numba_cuda():
         assert d1.transpose((0,)) is d1
         d2 = cuda.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
         np.testing.assert_array_equal(d2.T.copy_to_host(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
+
+
+def _store_ones(x):
+    i, j = cuda.grid(2)
+    if i < x.shape[0] and j < x.shape[1]:
+        x[i, j] = 1.0
+
+
+def test_a_device_arrays_two_d_transpose_is_a_copy_as_in_numba_cuda():
+    # numba-cuda makes it with a kernel of its own, into new memory: a kernel storing into `d.T`
+    # leaves `d` as it was (a strided view here would have changed it)
+    with sim.installed():
+        host = np.arange(6, dtype=np.float32).reshape(2, 3)
+        d = cuda.to_device(host)
+        t = d.T
+        assert t.shape == (3, 2) and t.is_c_contiguous()
+        cuda.jit(_store_ones)[(1, 1), (4, 4)](t)
+        np.testing.assert_array_equal(t.copy_to_host(), np.ones((3, 2), np.float32))
+        np.testing.assert_array_equal(d.copy_to_host(), host)
