@@ -114,3 +114,22 @@ def test_right_elements_that_are_one_blocks_worth_say_so():
     with pytest.raises(WrongAnswer) as info:
         expect_close(got, expected)
     assert "one block" not in str(info.value) and "a missed block" in str(info.value)
+
+
+def test_a_large_output_is_compared_in_chunks_with_the_same_verdict():
+    # (a GPU timing checks 2^24 elements a call: compared in chunks on a few threads, never
+    # differently from the whole-array comparison)
+    from grader.judge import correctness
+
+    rng = np.random.default_rng(3)
+    expected = rng.standard_normal(2 * correctness.CHUNK + 3).astype(np.float32)
+    expected[5] = np.inf
+    got = expected.copy()
+    expect_close(got, expected, rtol=1e-6)  # equal, an infinity where the reference has one: passes
+    got[correctness.CHUNK + 1] += 1.0       # the second chunk
+    got[-1] = np.nan                        # the last, short one
+    whole = correctness._beyond(got, expected, 1e-6, 0.0)
+    assert int(np.count_nonzero(whole)) == 2
+    with pytest.raises(WrongAnswer, match=rf"^output: 2 of {expected.size} elements wrong; first at index "
+                                          rf"{correctness.CHUNK + 1}: "):
+        expect_close(got, expected, rtol=1e-6)

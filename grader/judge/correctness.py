@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..wire.parallel import spread
+
+CHUNK = 1 << 18  # elements compared at a time, on a few threads, past which a comparison is split
+
 
 class WrongAnswer(AssertionError):
     """A student's output is wrong; the message is what the student reads. `wrong`: for a
@@ -52,12 +56,17 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         raise WrongAnswer(f"{what}: all zeros (was it ever written?)")
     if got.dtype.kind in "iub":
         bad = got != expected
+    elif got.dtype.kind == "f" and got.size > CHUNK:  # (a GPU timing's answers: 2^24 elements a call)
+        bad = np.empty(got.shape, bool)
+        flat_got, flat_expected, flat_bad = got.reshape(-1), expected.reshape(-1), bad.reshape(-1)
+
+        def part(start: int) -> None:
+            stop = start + CHUNK
+            flat_bad[start:stop] = _beyond(flat_got[start:stop], flat_expected[start:stop], rtol, atol)
+
+        spread(part, range(0, got.size, CHUNK))
     else:
-        finite = np.isfinite(expected)
-        with np.errstate(invalid="ignore", over="ignore"):
-            err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-            bad = ~(err <= atol + rtol * np.abs(expected.astype(np.float64))) & (got != expected)
-        bad |= finite & ~np.isfinite(got)  # NaN never passes where a number is expected
+        bad = _beyond(got, expected, rtol, atol)
     if np.any(bad):
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         index = first[0] if len(first) == 1 else first
@@ -66,6 +75,15 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
             f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}",
             wrong_mask(bad) if bad.ndim == 2 else None,
         )
+
+
+def _beyond(got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """Which elements are beyond the tolerance (in float64), or not finite where the reference is."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        bad = ~(err <= atol + rtol * np.abs(expected.astype(np.float64))) & (got != expected)
+    bad |= np.isfinite(expected) & ~np.isfinite(got)  # NaN never passes where a number is expected
+    return bad
 
 
 def _where(bad: np.ndarray, got: np.ndarray) -> str:
