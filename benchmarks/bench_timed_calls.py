@@ -10,8 +10,10 @@ costs the judge: drawing the fresh inputs, sending them to the runner and on to 
 the answer's way back, the device's digests, the check and the data flow. This measures that cost
 without a GPU: numba's stock simulator stands in for it in the device process, and the kernel
 computes one block of the answer only (the stock simulator runs a thread per CUDA thread), so the
-time is the transfers' and the judge's, not a kernel's. Per size: the whole timed call as the
-judge waits for it, and the fresh inputs' draw apart; medians. Not a GPU measurement.
+time is the transfers' and the judge's, not a kernel's; the check compares the whole answer (the
+first block with the sum, the rest with itself), as a test's check costs. Per size: the whole
+timed call as the judge waits for it, and the fresh inputs' draw apart; medians. Not a GPU
+measurement.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ MODULE = """
 """
 
 
+def _check(args, out) -> None:
+    """The first block's sum; the whole answer compared too (with itself), as a test's check costs."""
+    expect_close(out[:64], args[0][:64] + args[1][:64], rtol=1e-6)
+    expect_close(out, out.copy(), rtol=1e-6)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=6)
@@ -71,9 +79,8 @@ def main() -> None:
             for exponent in (20, 22, 24):
                 n = 1 << exponent
                 sets = [[rng.standard_normal(n).astype(np.float32) for _ in range(2)] for _ in range(2)]
-                check = lambda args, out: expect_close(out[:64], args[0][:64] + args[1][:64], rtol=1e-6)  # noqa: E731
                 started = time.perf_counter()
-                timing = time_calls(timer, "add", sets, check, Returns((n,), np.dtype(np.float32)), warmup=1,
+                timing = time_calls(timer, "add", sets, _check, Returns((n,), np.dtype(np.float32)), warmup=1,
                                     min_repeats=calls, max_repeats=calls, target=0.0, cap_s=1e9)
                 per_call = (time.perf_counter() - started) / (calls + 1)
                 draws = []
