@@ -823,3 +823,31 @@ def test_an_answer_that_equals_an_input_may_be_the_kernels_work(device_student):
     result = s.call("total", x)
     assert np.array_equal(result.value, x)
     require_kernel_launch(result, "sim")
+
+
+def test_arrays_larger_than_the_file_size_limit_still_reach_the_device_and_come_back(tmp_path):
+    # a sandboxed runner may write files of Limits.file_size_bytes at most (RLIMIT_FSIZE), and a
+    # memfd is a file: an upload past it failed with "OSError: [Errno 27] File too large" in the
+    # student's cuda.to_device (2^24 float64 inputs at a GPU timing's size are 128 MiB). Such a
+    # frame goes through the socket; the student's own files stay bounded
+    (tmp_path / "ex.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from numba import cuda
+
+        def round_trip(x):
+            return cuda.to_device(x).copy_to_host()
+
+        def write_file(n):
+            with open("/tmp/big.bin", "wb") as f:
+                f.write(bytes(n))
+    """))
+    sandbox = ProcessSandbox(Limits(call_timeout_s=120, file_size_bytes=1 << 20))
+    s = Student("ex", str(tmp_path), "sim", sandbox, allowed_imports=None,
+                connection=RunnerConnection(str(tmp_path), "sim", sandbox))
+    try:
+        x = np.random.default_rng(1).standard_normal(1 << 18)  # 2 MiB of float64
+        np.testing.assert_array_equal(s.call("round_trip", x).value, x)
+        with pytest.raises(StudentCodeError, match="File too large"):
+            s.call("write_file", 2 << 20)
+    finally:
+        s.close()

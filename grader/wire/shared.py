@@ -6,7 +6,8 @@ writes it once, seals it (no write, shrink or grow: the receiver's view cannot c
 and the receiver maps it copy-on-write, so the array is usable and writable at no further copy.
 Bounds, dtypes and sizes are checked as for any frame; a descriptor that is not a sealed memfd
 of exactly the announced size is a ProtocolError. Where memfds do not exist (not Linux), every
-frame goes through the socket.
+frame goes through the socket, as does one larger than the sender may write to a file
+(RLIMIT_FSIZE, which binds memfds too).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import fcntl
 import json
 import mmap
 import os
+import resource
 import socket
 from typing import Any
 
@@ -42,10 +44,19 @@ def _sealed(array: np.ndarray) -> int:
     return fd
 
 
+def _largest_file() -> int:
+    """The most bytes this process may write to one file (RLIMIT_FSIZE: a sandboxed runner's
+    and device process's are bounded; a memfd is a file too, and a write past it fails with
+    EFBIG): a frame larger than that goes through the socket."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return 1 << 62 if soft == resource.RLIM_INFINITY else soft
+
+
 def send(sock: socket.socket, message: Any) -> None:
     frames: list[np.ndarray] = []
     encoded = _encode(message, frames)
-    shared = [i for i, f in enumerate(frames) if AVAILABLE and f.nbytes >= SHARED_MIN][:MAX_FDS]
+    largest = _largest_file()
+    shared = [i for i, f in enumerate(frames) if AVAILABLE and SHARED_MIN <= f.nbytes <= largest][:MAX_FDS]
     body = json.dumps({"message": encoded, "frames": [f.nbytes for f in frames], "shared": shared}).encode()
     fds = [_sealed(frames[i]) for i in shared]
     try:
