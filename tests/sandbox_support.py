@@ -38,3 +38,25 @@ def students_of(tmp_path, kernels: str, limits, **connection):
         return made[-1]
 
     return make, made
+
+
+def solution_student(tmp_path, module: str, backend: str, limits, **connection):
+    """A Student of the course's solutions/<module>.py in the process sandbox, in a workspace of
+    its own (`connection`: RunnerConnection's options); the caller closes it."""
+    import shutil
+    from pathlib import Path
+
+    from grader.judge import RunnerConnection, Student
+    from grader.sandbox import ProcessSandbox
+    from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o755)
+    shutil.copy(Path(__file__).resolve().parents[1] / "solutions" / f"{module}.py", work / f"{module}.py")
+    (work / f"{module}.py").chmod(0o644)
+    sandbox = ProcessSandbox(limits)
+    return Student(module, str(work), backend, sandbox, allowed_imports=None,
+                   connection=RunnerConnection(str(work), backend, sandbox, **connection))

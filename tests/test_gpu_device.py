@@ -16,13 +16,11 @@ import pytest
 
 from grader.device.gpu_server import accesses_of
 from grader.errors import StudentCodeError
-from grader.judge import RunnerConnection, Student
 from grader.judge.correctness import WrongAnswer, expect_close
 from grader.judge.gpu_timing import time_calls
-from grader.sandbox import Limits, ProcessSandbox
-from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+from grader.sandbox import Limits
 
-from sandbox_support import students_of, unavailable
+from sandbox_support import solution_student, students_of
 
 KERNELS = """
     import numpy as np
@@ -249,23 +247,10 @@ def test_a_runners_background_launches_wait_for_its_next_call(timer):
 def test_ranks_streams_and_copies_between_ranks_on_the_gpus_device(tmp_path):
     # the all-reduce's ranks (grader.backends.ranks) tell each rank's memory by its address: the
     # GPU's device process gives the device pointers (all addresses 0 made every copy one rank's)
-    import shutil
-
-    from pathlib import Path
-
     from grader.judge.collective import expect_allreduced, rank_inputs
 
-    root = Path(__file__).resolve().parents[1]
-    reason = bubblewrap_unavailable()
-    if reason:
-        unavailable(reason)
-    work = tmp_path / "work"
-    work.mkdir(mode=0o755)
-    shutil.copy(root / "solutions" / "allreduce.py", work / "allreduce.py")
-    (work / "allreduce.py").chmod(0o644)
-    sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=300))
-    s = Student("allreduce", str(work), "sim", sandbox, allowed_imports=None,
-                connection=RunnerConnection(str(work), "sim", sandbox, gpu_device=True))
+    s = solution_student(tmp_path, "allreduce", "sim", Limits.on_stock_simulator(call_timeout_s=300),
+                         gpu_device=True)
     try:
         inputs = rank_inputs(np.random.default_rng(2), 3, 37, np.float32)
         result = s.call_ranks("allreduce_pipelined", inputs)

@@ -463,22 +463,11 @@ def test_a_block_of_256_threads_with_barriers_runs_on_numbas_stock_simulator(tmp
     import numpy as np
 
     from grader.backends import Kind
-    from grader.judge import RunnerConnection, Student
-    from grader.sandbox import Limits, ProcessSandbox
-    from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
+    from grader.sandbox import Limits
 
-    from sandbox_support import unavailable
+    from sandbox_support import solution_student
 
-    reason = bubblewrap_unavailable()
-    if reason:
-        unavailable(reason)
-    work = tmp_path / "work"
-    work.mkdir(mode=0o755)
-    shutil.copy(ROOT / "solutions" / "reduction.py", work / "reduction.py")
-    (work / "reduction.py").chmod(0o644)
-    sandbox = ProcessSandbox(Limits.on_stock_simulator(call_timeout_s=300))
-    student = Student("reduction", str(work), Kind.GPU, sandbox, allowed_imports=None,
-                      connection=RunnerConnection(str(work), Kind.GPU, sandbox))
+    student = solution_student(tmp_path, "reduction", Kind.GPU, Limits.on_stock_simulator(call_timeout_s=300))
     try:
         x = np.arange(600, dtype=np.float32)
         assert student.call("reduce_tree", x).value == x.sum()  # 3 blocks of 256 threads, tree barriers
