@@ -9,7 +9,11 @@ launch).
 """
 
 import ast
+import json
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -270,3 +274,39 @@ def test_the_runner_reports_the_real_gpus_attributes_the_device_process_sends():
     first = devices.devices[0]
     assert (first.MULTIPROCESSOR_COUNT, first.compute_capability, first.name) == (108, (8, 0), "NVIDIA A100-SXM4-80GB")
     assert first.WARP_SIZE == 32 and first.MAX_SHARED_MEMORY_PER_BLOCK == 48 * 1024  # (nonsense ignored)
+
+
+def test_a_kernels_fault_surfacing_at_the_calls_end_is_a_finding_of_that_call(tmp_path):
+    # a kernel's illegal address shows at the first synchronization after it: for a call that
+    # made none, at its end, where the device reads the launches' times. Then it is that call's
+    # finding ("context_lost", in the student's words) and the device process lives on (it ended
+    # with the exception, and the judge blamed the grader). In a process of its own: numba's
+    # stock simulator stands in for the GPU, and a CUDA error of code 700 is raised at the end
+    script = tmp_path / "fault.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        sys.path.insert(0, sys.argv[1])
+        from grader.device.gpu_server import GpuDevice
+
+        class CudaAPIError(Exception):  # (numba-cuda's driver error: its name and its code)
+            code = 700
+
+        class FaultingEnd:
+            def synchronize(self):
+                raise CudaAPIError("CUDA_ERROR_ILLEGAL_ADDRESS")
+
+        device = GpuDevice(1, "/workspace")
+        device.judge({"op": "begin", "call": 1})
+        device._timed.append(({"kernel": "k"}, None, FaultingEnd(), 0.0))
+        first = device.judge({"op": "end", "call": 1})
+        device.judge({"op": "begin", "call": 2})
+        second = device.judge({"op": "end", "call": 2})
+        print(json.dumps([first["findings"], second["findings"]]))
+    """))
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).resolve().parents[1])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [f["kind"] for f in first] == ["context_lost"] and second == []
+    assert first[0]["message"].startswith("illegal memory access: your kernel read or wrote outside an allocation")

@@ -76,7 +76,6 @@ class GpuDevice(Device):
         self._timed: list[tuple[dict, Any, Any, float]] = []  # (launch record, start, end, host seconds)
         self._flush: tuple | None = None
         self._origin: dict[int, tuple] = {}  # per GPU: (an event of ours, its ms) the next record is timed from
-        self._call_log = None  # the log of the call begun last (`_ended` reports into it)
         self._holding = False  # launches held back behind hold_gpu (in a timed call)
         self.gpus = max(1, min(devices, gpu_count()))
         return Builder(cuda)
@@ -104,25 +103,21 @@ class GpuDevice(Device):
         return {"attributes": self._attributes()}  # (a GPU compiles for real: no compile check)
 
     def _begun(self, request: dict) -> None:
-        self._timed, self._call_log = [], self.log
+        self._timed = []
         self._holding = bool(request.get("flush"))  # a timed call: each launch's dispatch hidden (hold_gpu)
         if self._holding:
             self._flush_l2()
 
     def _ended(self) -> tuple[list, bool]:
         """Each launch's time. A kernel's fault (an illegal address, ...) surfaces at the first
-        synchronization after it: here, when the call made none. It is a finding of the call (in
-        the call's log: the judge's `end` has set a fresh one by now), never an exception that
-        ends this process (the judge would blame the grader, not the kernel)."""
+        synchronization after it: here, when the call made none. It is a finding of the call,
+        never an exception that ends this process (the judge would blame the grader, not the
+        kernel)."""
         try:
             self._resolve_times()
         except Exception as exc:  # noqa: BLE001 - whatever CUDA says of the call's kernels
             self._timed = []
-            log, self.log = self.log, self._call_log or self.log
-            try:
-                self._finding(type(exc).__name__, str(exc))
-            finally:
-                self.log = log
+            self._finding(type(exc).__name__, str(exc))
         return [], False
 
     def _flush_l2(self) -> None:

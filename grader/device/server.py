@@ -160,8 +160,8 @@ class Device:
             self._begun(request)
             return {"ok": True}
         if op == "end":
+            timeline = self._ended()  # (while the call's log is the current one: its findings go there)
             log, self.log = self.log, CallLog(None)
-            timeline = self._ended()
             if log.call != request.get("call"):
                 return _protocol_error("end of a call that did not begin")
             try:
