@@ -221,8 +221,7 @@ class GpuDevice(Device):
         target, source = self._array(request), self._array(request, "source")
         with self._current(request):
             target.array.copy_to_device(source.array, stream=self._stream(request))
-        self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
-        self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
+        self._copied(target._alloc.id, source._alloc.id)
         return {"ok": True}
 
     def op_view(self, request: dict) -> dict:
@@ -266,8 +265,7 @@ class GpuDevice(Device):
             return self._register(Held(array, held._alloc))
         # numba-cuda's transpose is a copy, by a kernel of its own, into new memory (as op_copy's)
         alloc = self._new_alloc()
-        self.kernel_writes[alloc.id] = self.kernel_writes.get(held._alloc.id)
-        self.sources[alloc.id] = self.sources.get(held._alloc.id, frozenset())
+        self._copied(alloc.id, held._alloc.id)
         return self._register(Held(array, alloc))
 
     # -- streams and events -------------------------------------------------------------------

@@ -420,9 +420,14 @@ class Device:
         with self._current(request):
             target.copy_to_device(source, stream=self._stream(request))
         self.host_bytes.device_copied(target, source)
-        self.kernel_writes[target._alloc.id] = self.kernel_writes.get(source._alloc.id)
-        self.sources[target._alloc.id] = self.sources.get(source._alloc.id, frozenset())
+        self._copied(target._alloc.id, source._alloc.id)
         return {"ok": True}
+
+    def _copied(self, target: int, source: int) -> None:
+        """Allocation `target` now holds a device-to-device copy of allocation `source`: its data
+        flow (the call whose kernels wrote it, the uploads it was computed from) is the source's."""
+        self.kernel_writes[target] = self.kernel_writes.get(source)
+        self.sources[target] = self.sources.get(source, frozenset())
 
     def op_view(self, request: dict) -> dict:
         array = self._array(request)
@@ -498,8 +503,7 @@ class Device:
         if copy is not source:  # numba-cuda's transpose: a copy into new memory (as op_copy's)
             self.host_bytes.allocated(copy)
             self.host_bytes.device_copied(copy, source.transposed_view())
-            self.kernel_writes[copy._alloc.id] = self.kernel_writes.get(source._alloc.id)
-            self.sources[copy._alloc.id] = self.sources.get(source._alloc.id, frozenset())
+            self._copied(copy._alloc.id, source._alloc.id)
         return self._register(copy)
 
     def op_launch(self, request: dict) -> dict:
