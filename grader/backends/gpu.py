@@ -326,8 +326,8 @@ def copy_bandwidth_ms(nbytes: int, repeats: int = 10) -> float:
     times = []
     for _ in range(repeats):
         start, end = cuda.event(), cuda.event()
-        host = time.perf_counter()
         hold_gpu()
+        host = time.perf_counter()
         start.record()
         dst.copy_to_device(src)
         end.record()
