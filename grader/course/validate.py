@@ -63,7 +63,7 @@ class KnownWrong:
 
     @property
     def failing(self) -> set[str]:
-        return {t.name for t in self.results.tests if t.status == Status.FAILED} if self.results else set()
+        return _failing(self.results) if self.results else set()
 
     def expected_credit(self, name: str) -> tuple[float, float]:
         """The (lowest, highest) fraction of its points test `name` must earn."""
@@ -221,10 +221,15 @@ def _finished(name: str, kw: KnownWrong | None, future) -> str:
     if results.errors:
         line += f", {len(results.errors)} grader error(s)"
     if kw is not None:
-        failing = {t.name for t in results.tests if t.status == Status.FAILED}  # (as KnownWrong.failing)
+        failing = _failing(results)
         line += " (failed what it should)" if failing == kw.expected_failing else \
             f" (expected to fail {sorted(kw.expected_failing)}, failed {sorted(failing)})"
     return line
+
+
+def _failing(results: Results) -> set[str]:
+    """The tests a grade failed (by name)."""
+    return {t.name for t in results.tests if t.status == Status.FAILED}
 
 
 def _num(x: float) -> str:
