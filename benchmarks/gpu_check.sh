@@ -29,8 +29,7 @@
 #                      turns: grader/judge/gpu_lock.py):
 #                      which lose their points on real hardware (the counter criteria and the
 #                      data-flow proof are the simulator's). Each grade is a line as it ends, so a
-#                      run stopped at the limit still says what it found (the dry run here, on 2
-#                      cores, got through the references, the stubs and some of the 25 in 200 s)
+#                      run stopped at the limit still says what it found
 # Something failed there? The output tail has each step's last lines; fix it here and rerun at
 # once with a smaller budget (GPU_CHECK_BUDGET_S=200 bash benchmarks/gpu_check.sh), since a
 # machine stays warm only 30 s and none starts with under 4 minutes of device time left.
