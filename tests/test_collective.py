@@ -185,6 +185,42 @@ def test_a_measured_busbw_far_above_nccls_is_a_forged_timing():
         expect_busbw(400e9, 200e9, 0.35, "measured on 4 GPUs", "4 GPUs", 4)
 
 
+def test_a_measured_busbw_has_the_models_prediction_beside_it_and_is_believed_up_to_the_models_bound(solution):
+    """On N GPUs the student's runner reports its own times: the judge sets the model's prediction
+    for the same call beside them, and believes them only up to the reference's measured busbw
+    times the modelled ratio of the two calls, times MODEL_SLACK."""
+    from grader.judge.collective import MODEL_SLACK, believed_busbw, expect_busbw, model_beside_allreduce
+    from grader.judge.perf import take_timing
+
+    piped, inputs = _recorded(solution.allreduce_pipelined, 4, 40009)
+    ring, _ = _recorded(solution.allreduce_ring, 4, 40009)
+    model = model_beside_allreduce(ring, piped, inputs[0].nbytes, 4, "NVIDIA H200", "H100")
+    assert model["gpu"] == "H200", "the preset of the GPUs measured"
+    assert 0 < model["busbw_gbs"] < model["reference_busbw_gbs"], "a synchronous ring is modelled slower"
+    assert model_beside_allreduce(ring, piped, inputs[0].nbytes, 4, "Some Future GPU", "H100")["gpu"] == "H100"
+    nccl, reference = 300e9, 120e9
+    bound = believed_busbw(model, reference)
+    assert bound == pytest.approx(reference * model["busbw_gbs"] / model["reference_busbw_gbs"] * MODEL_SLACK)
+    # an honest measurement under the bound is graded as measured, the model beside it
+    honest = 0.9 * bound
+    summary = expect_busbw(honest, nccl, 0.01, "measured on 4 GPUs", "4 x NVIDIA H200", 4, model=model,
+                           believed_up_to=bound)
+    assert summary["busbw_gbs"] == pytest.approx(honest / 1e9, abs=0.01) and "measured_busbw_gbs" not in summary
+    assert summary["model"] == model and take_timing()["model"] == model
+    # a runner that claims more than the bound is graded at the bound, and told so: with full
+    # credit from 1.5 times the bound, a third of the points (none from half of it)
+    assert bound < 1.2 * nccl
+    with pytest.raises(PartialCredit) as found:
+        expect_busbw(1.2 * nccl, nccl, 1.5 * bound / nccl, "measured on 4 GPUs", "4 x NVIDIA H200", 4, model=model,
+                     believed_up_to=bound)
+    assert found.value.credit == pytest.approx(1 / 3, abs=1e-3)
+    assert "more than the simulator's record of the same call allows" in str(found.value)
+    assert "the performance model predicted" in str(found.value)
+    timing = take_timing()
+    assert timing["measured_busbw_gbs"] == pytest.approx(1.2 * nccl / 1e9)
+    assert timing["busbw_gbs"] == pytest.approx(bound / 1e9, abs=0.01)
+
+
 def test_without_the_device_report_traffic_and_timeline_tests_are_not_gradable():
     """`--simulator inline` (debugging: no device process, so no report of the call): the tests
     that read the report skip, which the plugin reports as not gradable with their points."""

@@ -136,7 +136,8 @@ def test_nccl_is_timed_only_in_the_trusted_runner_and_is_unavailable_without_cup
 def bare_runner(tmp_path, kind: Kind = Kind.GPU, rank_devices: int = 1) -> Runner:
     runner = Runner.__new__(Runner)  # no sys.path change, no backend opened
     runner.workspace, runner.modules = str(tmp_path), {}
-    runner.backend = types.SimpleNamespace(kind=kind, rank_devices=lambda: rank_devices)
+    runner.backend = types.SimpleNamespace(kind=kind, rank_devices=lambda: rank_devices,
+                                           device_name=lambda: "A Test GPU")
     return runner
 
 
@@ -262,6 +263,7 @@ def test_nccl_is_timed_in_place_one_group_per_call_and_cleaned_up(install, tmp_p
     reply = bare_runner(tmp_path).nccl_allreduce({"ranks": 2, "count": 5, "warmup": 0, "timed": 4})
     parsed = wire.RanksTimingReply.parse(reply, 4, 2)
     assert parsed.ok and len(parsed.seconds) == 4 and parsed.devices == 2
+    assert parsed.device == "A Test GPU", "the GPU's name, for the model's preset beside the measurement"
 
 
 def test_nccl_needs_a_gpu_per_rank_and_a_wrong_sum_is_an_error(install, tmp_path):

@@ -26,6 +26,9 @@ WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low by
 MODEL_BUFFER_BYTES = 64 << 20  # the timeline is modelled as on a buffer this large (nccl-tests sizes)
 MAX_SPANS = 2000  # operations kept for the timeline picture
 FORGED_RATIO = 1.5  # a measured busbw this far above NCCL's on the same GPUs is not the student's
+# a measured busbw is believed up to this many times what the model allows relative to the
+# reference's, measured in the same run (the model's error between two rings on one machine)
+MODEL_SLACK = 2.0
 
 
 # -- inputs and the answer --------------------------------------------------------------------
@@ -354,15 +357,22 @@ def modelled_nccl_busbw(gpu_key: str) -> float:
 
 
 def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str, ranks: int,
-                 nbytes: int = MODEL_BUFFER_BYTES) -> dict:
+                 nbytes: int = MODEL_BUFFER_BYTES, model: dict | None = None,
+                 believed_up_to: float | None = None) -> dict:
     """The student's busbw (bytes/s) against NCCL's: full credit from `full_ratio` of it, linear
-    down to none at half that. `how`: "modelled on H100s, 64 MiB" or "measured on 4 GPUs"."""
+    down to none at half that. `how`: "modelled on H100s, 64 MiB" or "measured on 4 GPUs".
+    Measured: `model`, the model's prediction for the same call (`model_beside_allreduce`), is
+    reported beside it; `believed_up_to` bounds a busbw the student's own runner reported."""
     ratio = mine / nccl if nccl > 0 else 0.0
     if how.startswith("measured") and ratio > FORGED_RATIO:
         from ..errors import RunnerError  # times from the student's own process: a floor, as for kernels
 
         raise RunnerError(f"the runner's all-reduce times give {ratio:.1f}x NCCL's bus bandwidth on the same GPUs: "
                           f"not plausible (a forged timing)")
+    measured, capped = mine, believed_up_to is not None and mine > believed_up_to
+    if capped:
+        mine = believed_up_to
+        ratio = mine / nccl if nccl > 0 else 0.0
     credit = 1.0 if ratio >= full_ratio else max(0.0, round((ratio - full_ratio / 2) / (full_ratio / 2), 3))
     bus_bytes = nbytes * 2 * (ranks - 1) / ranks
     summary = {"source": how.split()[0], "gpu": gpu, "seconds": bus_bytes / mine if mine > 0 else float("inf"),
@@ -371,9 +381,19 @@ def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str
                "global_bytes": bus_bytes, "bandwidth_fraction": round(ratio, 4),
                "busbw_gbs": round(mine / 1e9, 2), "nccl_busbw_gbs": round(nccl / 1e9, 2),
                "ratio_to_nccl": round(ratio, 4), "full_ratio": full_ratio, "credit": credit}
+    if model:
+        summary["model"] = model
+    if capped:
+        summary["measured_busbw_gbs"] = round(measured / 1e9, 2)
     keep_timing(summary)
     sentence = (f"busbw {mine / 1e9:.0f} GB/s ({how}) against NCCL's {nccl / 1e9:.0f} GB/s: {ratio:.2f}x "
                 f"(full credit from {full_ratio:g}x)")
+    if capped:
+        sentence += (f"; your runner measured {measured / 1e9:.0f} GB/s, more than the simulator's record of the "
+                     f"same call allows (the reference's measured busbw times the modelled ratio of yours to the "
+                     f"reference's, times {MODEL_SLACK:g}), so it is graded at that")
+    if model:
+        sentence += f"; the performance model predicted {model['ratio_to_nccl']:.2f}x NCCL's on {model['gpu']}"
     if credit <= 0:
         raise PerformanceShortfall(f"far slower than NCCL: {sentence}")
     if credit < 1:
@@ -381,6 +401,30 @@ def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str
     return summary
 
 
+def model_beside_allreduce(mine, reference, buffer_bytes: int, ranks: int, device_name: str, model_gpu: str) -> dict:
+    """The model's prediction for an all-reduce measured on GPUs named `device_name`, from the
+    simulator's record of the same call (`mine`, a call's result) and of the reference's on the
+    same inputs, scheduled on the preset of those GPUs (`model_gpu` where none matches): busbw of
+    each and the student's against modelled NCCL, to set beside the measurement."""
+    gpu_key = (perf_model.preset_for(device_name) or perf_model.gpu(model_gpu)).key
+    mine_bw = modelled_busbw(timeline_of(mine, gpu_key, buffer_bytes), ranks)
+    reference_bw = modelled_busbw(timeline_of(reference, gpu_key, buffer_bytes), ranks)
+    nccl = modelled_nccl_busbw(gpu_key)
+    return {"gpu": gpu_key, "busbw_gbs": round(mine_bw / 1e9, 2), "reference_busbw_gbs": round(reference_bw / 1e9, 2),
+            "ratio": round(nccl / mine_bw, 4) if mine_bw > 0 else float("inf"),
+            "ratio_to_nccl": round(mine_bw / nccl, 4) if nccl > 0 else 0.0}
+
+
+def believed_busbw(model: dict, reference_measured: float) -> float:
+    """The most a busbw measured in the student's own runner is believed (bytes/s): the
+    reference's busbw, measured in its trusted runner in the same run, times the modelled ratio
+    of the student's call to the reference's, times MODEL_SLACK. Bounded from the judge's side by
+    records the student's process cannot touch (the simulated GPUs' and the trusted runner's)."""
+    if model["reference_busbw_gbs"] <= 0:
+        return 0.0
+    return reference_measured * model["busbw_gbs"] / model["reference_busbw_gbs"] * MODEL_SLACK
+
+
 __all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
-           "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "rank_inputs", "ring_bound",
+           "believed_busbw", "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "model_beside_allreduce", "rank_inputs", "ring_bound",
            "timeline_of"]

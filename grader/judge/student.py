@@ -509,7 +509,7 @@ class Student:
             raise Unavailable(f"the student's all-reduce cannot be timed here: {reply.error.message}")
         self._raise_for(reply)
         self._check_clock(reply.seconds, wall)
-        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall)
+        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall, reply.device)
 
     def nccl_allreduce(self, ranks: int, count: int, *, warmup: int = 5, timed: int = 20,
                        timeout: float | None = None) -> "RanksTiming":
@@ -535,7 +535,7 @@ class Student:
             raise RunnerError(f"NCCL's all-reduce failed in the reference runner: {reply.error.type}: "
                               f"{reply.error.message}")
         self._check_clock(reply.seconds, wall)
-        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall)
+        return RanksTiming(list(reply.seconds), ranks, 4 * count, reply.devices, wall, reply.device)
 
     def _check_clock(self, seconds: list[float], wall: float) -> None:
         """Timed calls adding up to more than the wall time the judge waited cannot be true."""
@@ -617,14 +617,15 @@ class TimedResult:
 class RanksTiming:
     """An all-reduce timed the nccl-tests way (`Student.time_ranks`, `Student.nccl_allreduce`):
     the host seconds of each timed call (the call and every rank synchronised), on `ranks` rank
-    buffers of `nbytes` each spread over `devices` GPUs (1: the ranks emulated on one GPU), and
-    the wall time the judge waited for all of it."""
+    buffers of `nbytes` each spread over `devices` GPUs (1: the ranks emulated on one GPU), the
+    wall time the judge waited for all of it, and the GPU's name as the runner gave it."""
 
     seconds: list[float]
     ranks: int
     nbytes: int
     devices: int
     judge_wall_s: float
+    device: str = ""
 
     @property
     def median_s(self) -> float:

@@ -227,7 +227,7 @@ class Runner:
                        f"{index} is {value!r} after {warmup + timed} calls): an all-reduce of zeros leaves zeros, "
                        f"so this is not an all-reduce")
             return error_reply("exception", "NotAnAllReduce", message, detail=message)
-        return {"ok": True, "seconds": seconds, "devices": len(set(devices))}
+        return {"ok": True, "seconds": seconds, "devices": len(set(devices)), "device": self.backend.device_name()}
 
     def nccl_allreduce(self, request: dict) -> dict:
         """NCCL's in-place float32 all-reduce (CuPy), rank r on GPU r, timed as `time_ranks` times
@@ -241,7 +241,7 @@ class Runner:
             return error_reply("protocol", "ProtocolError", f"nccl_allreduce: {exc}")
         def measure():
             seconds, devices = time_nccl_allreduce(ranks, count, warmup, timed)
-            return {"ok": True, "seconds": seconds, "devices": devices}
+            return {"ok": True, "seconds": seconds, "devices": devices, "device": self.backend.device_name()}
         return self._on_gpu("NCCL", measure)
 
     def _on_gpu(self, what: str, measure) -> dict:

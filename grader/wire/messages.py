@@ -380,14 +380,15 @@ MAX_RANK_DEVICES = 1024
 @dataclass(frozen=True)
 class RanksTimingReply:
     """The reply to `time_ranks` (a student's all-reduce) or `nccl_allreduce` (NCCL's, in the
-    reference runner): the host seconds of each timed call (call + every rank synchronised), and
-    how many GPUs the ranks were spread over; or the error. `timed` and `ranks`, where given, are
-    what the judge asked for: exactly `timed` seconds, at most `ranks` devices."""
+    reference runner): the host seconds of each timed call (call + every rank synchronised), how
+    many GPUs the ranks were spread over and the GPU's name; or the error. `timed` and `ranks`,
+    where given, are what the judge asked for: exactly `timed` seconds, at most `ranks` devices."""
 
     ok: bool
     seconds: list[float] = field(default_factory=list)
     devices: int = 0
     error: ErrorInfo | None = None
+    device: str = ""
 
     @classmethod
     def parse(cls, doc: Any, timed: int | None = None, ranks: int | None = None) -> "RanksTimingReply":
@@ -408,7 +409,7 @@ class RanksTimingReply:
         most = MAX_RANK_DEVICES if ranks is None else ranks
         if devices > most:
             raise ProtocolError(f"devices: {devices}, more than {most}" + (f" for {ranks} ranks" if ranks else ""))
-        return cls(True, seconds, devices)
+        return cls(True, seconds, devices, device=_text(doc.get("device", ""), "device", MAX_NAME))
 
 
 def _returned(value: Any, where: str, depth: int = 0) -> Any:

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from grader.judge import require_kernel_launch
-from grader.judge.collective import (MODEL_BUFFER_BYTES, Traffic, expect_allreduced, expect_busbw,
-                                     expect_no_host_traffic, expect_pipelined, expect_ring_traffic,
-                                     expect_total_traffic, modelled_busbw, modelled_nccl_busbw, rank_inputs,
-                                     timeline_of)
+from grader.judge.collective import (MODEL_BUFFER_BYTES, Traffic, believed_busbw, expect_allreduced,
+                                     expect_busbw, expect_no_host_traffic, expect_pipelined, expect_ring_traffic,
+                                     expect_total_traffic, model_beside_allreduce, modelled_busbw,
+                                     modelled_nccl_busbw, rank_inputs, timeline_of)
 from grader.judge.perf import expect_performance
 
 CASES = [(2, 1), (3, 2), (4, 1003), (8, 40009)]   # n = 1, n = N - 1 < N, n not divisible by N
@@ -173,7 +173,7 @@ def test_pipelined_against_nccl(student, reference, stage_spec, backend, rng):
                     f"(NCCL cannot put several ranks on one GPU)")
     if not hasattr(reference, "nccl_allreduce"):
         pytest.skip("NCCL is timed in the reference solutions' runner, and this course copy has none")
-    _run(student, backend, rng, "allreduce_pipelined", ranks, n)  # right first, on the GPUs and the simulator
+    result, inputs = _run(student, backend, rng, "allreduce_pipelined", ranks, n)  # right, on GPUs and simulator
     count = MODEL_BUFFER_BYTES // 4
     from grader.judge.student import Unavailable
 
@@ -181,6 +181,11 @@ def test_pipelined_against_nccl(student, reference, stage_spec, backend, rng):
         nccl = reference.nccl_allreduce(ranks, count)
     except Unavailable as exc:
         pytest.skip(f"NCCL is not available on this machine: {exc}")
+    theirs = reference.time_ranks("allreduce_pipelined", ranks, count)  # the trusted runner's, for the bound
     mine = student.time_ranks("allreduce_pipelined", ranks, count)
+    # the model beside the measurement, from the simulator's record of the same call (and the bound on it)
+    model = model_beside_allreduce(result, reference.call_ranks("allreduce_pipelined", inputs), inputs[0].nbytes,
+                                   ranks, nccl.device, stage_spec.gpu.model_gpu)
     expect_busbw(mine.busbw_gbs() * 1e9, nccl.busbw_gbs() * 1e9, NCCL_FULL_RATIO, f"measured on {ranks} GPUs",
-                 f"{gpus} GPUs", ranks, count * 4)
+                 f"{gpus} x {nccl.device or 'GPU'}", ranks, count * 4, model=model,
+                 believed_up_to=believed_busbw(model, theirs.busbw_gbs() * 1e9))
