@@ -58,7 +58,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             exercise_budget=submission_timeout / max(1, len(chosen)),
             record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,
             gpus=sandbox.gpus, **({"timeout": float(timeout)} if timeout else {}))
-        argv = [sys.executable, "-m", "pytest", *test_files, "-p", "grader.judge.plugin", "-p", "no:cacheprovider",
+        # -I as the runners start: the judge imports the grader they import, never a copy of it in
+        # the course's folder (its cwd), which would start runners of another grader
+        argv = [sys.executable, "-I", "-m", "pytest", *test_files, "-p", "grader.judge.plugin", "-p", "no:cacheprovider",
                 "-q", "--no-header", "-o", "addopts=", "--rootdir", str(course.root), *settings.argv()]
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
         judge = subprocess.Popen(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

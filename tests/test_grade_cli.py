@@ -154,6 +154,24 @@ def test_check_grades_the_students_own_exercises_folder(tmp_path):
     assert "your exercises/" in done.stdout and re.search(r"Total: (\d+)/\1 ", done.stdout)
 
 
+def test_a_grader_folder_in_the_course_does_not_shadow_the_installed_grader(tmp_path):
+    """A course folder that holds a copy of the grader (a clone of this repository graded by
+    gpugrade installed elsewhere): the judge runs in it, yet imports the grader its runners
+    import. Before, it imported the copy, whose sandboxed runners could not import it: every test
+    failed with "the simulated GPU (device process) did not start"."""
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    (course / "grader").mkdir()
+    (course / "grader" / "__init__.py").write_text('raise ImportError("the course folder\'s copy was imported")\n')
+    # the console script, as a user runs it (`python -m grader` in that folder would import the copy itself)
+    script = Path(sys.executable).parent / "gpugrade"
+    done = subprocess.run([str(script), "grade", "solutions", "vector_add", "--backend", "sim"], cwd=course,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout + done.stderr
+
+
 def test_doctor_says_which_backend_auto_picks():
     done = gpugrade("doctor")
     assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout
