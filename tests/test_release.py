@@ -42,3 +42,27 @@ def test_release_is_deterministic(tmp_path):
     first = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "a")}
     second = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "b")}
     assert first == second
+
+
+def test_release_keeps_the_recorded_counters_when_a_reference_loses_points(tmp_path):
+    """Students' copies grade performance against tests/exercises/reference_counters.json: a
+    release whose reference solutions lose points (a slip in solutions/, a broken machine) leaves
+    the committed counters as they were and says which test failed, with a failing exit code."""
+    import shutil
+    import subprocess
+    import sys
+
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    solution = course / "solutions" / "vector_add.py"
+    solution.write_text(solution.read_text().replace("        out[i] = a[i] + b[i]", "        out[i] = a[i] - b[i]"))
+    counters = course / "tests" / "exercises" / "reference_counters.json"
+    before = counters.read_text()
+    done = subprocess.run([sys.executable, "-m", "grader", "release"], cwd=course, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "reference_counters.json left as it was" in done.stderr and "vector_add::" in done.stderr, done.stderr
+    assert counters.read_text() == before
+    assert sorted(p.name for p in counters.parent.glob("reference_counters*")) == ["reference_counters.json"]
