@@ -258,6 +258,34 @@ def test_a_refused_launch_names_the_students_launch_line(device_student):
     assert (refused.value.finding.file, refused.value.finding.line) == ("ex.py", 13)
 
 
+def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
+    """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
+    device process, which runs the kernel, names the kernel's line as the runner names host
+    code's. Before, the test said nothing at all (an empty message)."""
+    s = device_student("""
+        @cuda.jit
+        def todo(out):
+            raise NotImplementedError()
+
+
+        @cuda.jit
+        def refuses(out):
+            raise ValueError("not for this size")
+
+
+        def run(kernel):
+            d_out = cuda.device_array(4, np.float32)
+            (todo if kernel == 0 else refuses)[1, 4](d_out)
+            return d_out.copy_to_host()
+    """)
+    with pytest.raises(StudentCodeError) as info:
+        s.call("run", 0)
+    assert info.value.summary() == "not implemented yet (ex.py:13 in todo)", info.value.summary()
+    with pytest.raises(StudentCodeError) as info:
+        s.call("run", 1)
+    assert "ex.py:18 in refuses" in info.value.summary() and "not for this size" in info.value.summary()
+
+
 def test_numba_cuda_random_works_through_the_device_process(device_student):
     """Its generator states are a record array (two uint64): they cross to the device and the
     draws are numba-cuda's own algorithm's."""

@@ -43,6 +43,8 @@ _BUILTIN_ERRORS = {cls.__name__: cls for cls in (TypeError, ValueError, IndexErr
 def _raise(error: dict) -> None:
     """The device's error, as the exception the student's code would see from a local simulator."""
     name, message = str(error.get("type", "")), str(error.get("message", ""))
+    if error.get("where"):  # raised by a kernel's own code, which ran in the device process
+        message = f"{message} (raised at {error['where']})"
     cls = getattr(sim_errors, name, None) or _BUILTIN_ERRORS.get(name)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:

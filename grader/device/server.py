@@ -261,9 +261,31 @@ class Device:
         except NotPackable as exc:
             return self._finding("NotSimulatedError", str(exc))
         except (TypeError, ValueError, IndexError, KeyError) as exc:
-            return self._error(type(exc).__name__, self._relative(str(exc)))
+            where = self._student_frame(exc.__traceback__)
+            return error_reply("exception", type(exc).__name__, self._relative(str(exc)), where=where)
         except Exception as exc:  # noqa: BLE001 - numba's own errors (typing) and anything else: the launch failed
-            return self._finding(type(exc).__name__, str(exc))
+            return self._finding(type(exc).__name__, self._raised(exc))
+
+    def _student_frame(self, tb) -> str:
+        """file:line in function of the innermost frame in the student's files (a kernel's or
+        device function's source, compiled here from its package), "" if none."""
+        where = ""
+        for frame, lineno in traceback.walk_tb(tb):
+            filename = frame.f_code.co_filename
+            if filename.startswith(self.workspace):
+                where = f"{self._relative(filename)}:{lineno} in {frame.f_code.co_name}"
+        return where
+
+    def _raised(self, exc: Exception) -> str:
+        """What a kernel raised, as the runner says it of host code: the stub's
+        `raise NotImplementedError()` left in a kernel is "not implemented yet (file:line in kernel)"."""
+        where = self._student_frame(exc.__traceback__)
+        text = str(exc).strip()
+        if isinstance(exc, NotImplementedError) and type(exc).__module__ == "builtins":
+            return "not implemented yet" + (f" ({where})" if where else "") + (f": {text}" if text else "")
+        if where:
+            return f"{type(exc).__name__} raised at {where}" + (f": {text}" if text else "")
+        return text or type(exc).__name__
 
     def _finding(self, type_name: str, message: str, record: dict | None = None) -> dict:
         """A failed request that is a finding: logged for the judge, and the runner's error."""
