@@ -39,6 +39,13 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         check_available(sandbox.docker_image)
     chosen = list(exercises) if exercises else course.exercises()
     test_files = [str(course.test_file(e)) for e in chosen]
+    if stages:  # a stage no chosen exercise has selects no test: say so, not "the judge exited with code 5"
+        from .course.manifest import find
+
+        manifest = find(course.root)
+        for number in stages:
+            if not any(1 <= number <= len(manifest.exercise(e).stages) for e in chosen):
+                manifest.exercise(chosen[0]).stage(number)  # CourseError: "has stages 1..N, not K"
     modules = submission_modules(submission, chosen)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:

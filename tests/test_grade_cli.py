@@ -172,6 +172,13 @@ def test_a_grader_folder_in_the_course_does_not_shadow_the_installed_grader(tmp_
     assert done.returncode == 0 and re.search(r"Total: (\d+)/\1 ", done.stdout), done.stdout + done.stderr
 
 
+def test_a_stage_the_exercise_does_not_have_is_a_usage_error():
+    """Before, `--stage 4` selected no test and read as a grader crash ("the judge exited with code 5")."""
+    done = gpugrade("check", "matmul", "--stage", "4", "--backend", "sim")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "exercise 'matmul' has stages 1..3, not 4" in done.stderr and "judge exited" not in done.stdout
+
+
 def test_doctor_says_which_backend_auto_picks():
     done = gpugrade("doctor")
     assert done.returncode == 0 and "backend auto picks" in done.stdout and "sim" in done.stdout
