@@ -31,6 +31,12 @@ class RunnerError(GpugradeError):
         self.output = output
 
 
+class GraderFault(RunnerError):
+    """A process of the grader's own failed (the simulated GPU's device process did not start):
+    no fault of the student's. The test fails, and the grade carries a grader error (exit 3; a
+    batch grades the submission again), never a zero that reads as the student's."""
+
+
 class Unavailable(RunnerError):
     """The runner cannot measure what was asked on this machine (no CuPy or NCCL, fewer GPUs than
     ranks, a backend that times nothing): no failure of the student's, nor of the runner's; a test

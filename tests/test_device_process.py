@@ -879,3 +879,30 @@ def test_arrays_larger_than_the_file_size_limit_still_reach_the_device_and_come_
             s.call("write_file", 2 << 20)
     finally:
         s.close()
+
+
+def test_a_device_process_that_does_not_start_is_the_graders_fault(tmp_path):
+    """The simulated GPU is a process of the grader's: when it cannot start (here: started with an
+    option it does not know, as a broken install would), the call fails with GraderFault, which
+    the plugin makes a grader error of the grade (exit 3), never "the student's process"."""
+    from grader.errors import GraderFault
+
+    reason = bubblewrap_unavailable()
+    if reason:
+        unavailable(reason)
+
+    class BrokenDevice(ProcessSandbox):
+        def device_process(self, devices, runner_workspace, trusted, flag, fd, gpu=False):
+            return super().device_process(devices, runner_workspace, trusted, "--no-such-option", fd, gpu)
+
+    (tmp_path / "ex.py").write_text(textwrap.dedent(ADD))
+    sandbox = BrokenDevice(Limits(call_timeout_s=60))
+    s = Student("ex", str(tmp_path), "sim", sandbox, allowed_imports=None,
+                connection=RunnerConnection(str(tmp_path), "sim", sandbox))
+    try:
+        with pytest.raises(GraderFault) as info:
+            _add_call(s)
+    finally:
+        s.close()
+    assert "device process) did not start" in info.value.reason and "not of the submission" in info.value.reason
+    assert "the student's process" not in info.value.reason

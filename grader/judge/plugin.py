@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from ..backends import Kind
-from ..errors import RunnerError, StudentCodeError
+from ..errors import GraderFault, RunnerError, StudentCodeError
 from ..report.results import NOT_RUN, Results, Status, TestResult
 from ..sandbox import Limits, SandboxSpec, make_sandbox
 from . import recorded_reference
@@ -344,6 +344,10 @@ class GradingSession:
                 call.excinfo.value, (StudentCodeError, RunnerError, WrongAnswer)):
             self.results.errors.append(f"{item.nodeid}: error in {report.when}: {report.longreprtext[-2000:]}")
         passed = report.passed
+        if not passed and call.excinfo is not None and isinstance(call.excinfo.value, GraderFault):
+            fault = call.excinfo.value.reason  # said once for the grade, however many tests it failed
+            if fault not in self.results.errors:
+                self.results.errors.append(fault)
         if not passed and item.get_closest_marker("perf") is None:
             self.failed_stages.add((exercise_of(item), int(_marker_arg(item, "stage", 1))))
         self.pending.pop(item.nodeid, None)

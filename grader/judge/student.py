@@ -16,7 +16,7 @@ import numpy as np
 from .. import wire
 from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
-from ..errors import ProtocolError, RunnerError, StudentCodeError, Unavailable
+from ..errors import GraderFault, ProtocolError, RunnerError, StudentCodeError, Unavailable
 from ..wire import dtypes
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock
@@ -168,8 +168,9 @@ class RunnerConnection:
                 doc = self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY)
                 wire.Reply.parse(doc)
             except RunnerError as exc:  # the grader's own process: say so, not "the student's process"
-                raise RunnerError(f"the simulated GPU (device process) did not start: {exc.reason}",
-                                  self._device.output_tail()) from None
+                reason = exc.reason.replace("the student's process", "it")
+                raise GraderFault(f"the simulated GPU (device process) did not start: {reason} (a fault of the "
+                                  f"grader's, not of the submission)", self._device.output_tail()) from None
             if isinstance(doc.get("attributes"), dict):  # the GPU's own, for the runner's get_current_device()
                 told["device"] = doc["attributes"]
         wire.Reply.parse(runner.request(told, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY))
