@@ -31,6 +31,11 @@ class RunnerError(GpugradeError):
         self.output = output
 
 
+class CallTimeout(RunnerError):
+    """A request was not answered within its limit: the runner was killed. `output` holds what it
+    wrote last (for a student's call, where its code was: the runner's faulthandler dump)."""
+
+
 class GraderFault(RunnerError):
     """A process of the grader's own failed (the simulated GPU's device process did not start):
     no fault of the student's. The test fails, and the grade carries a grader error (exit 3; a

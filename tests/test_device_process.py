@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from grader.judge.correctness import WrongAnswer, expect_close
-from grader.errors import StudentCodeError
+from grader.errors import RunnerError, StudentCodeError
 from grader.judge import RunnerConnection, Student, require_kernel_launch
 from grader.judge.student import Returns
 from grader.sandbox import Limits, ProcessSandbox
@@ -284,6 +284,28 @@ def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     with pytest.raises(StudentCodeError) as info:
         s.call("run", 1)
     assert "ex.py:18 in refuses" in info.value.summary() and "not for this size" in info.value.summary()
+
+
+def test_a_kernel_that_never_ends_is_named_by_its_launch_line(device_student):
+    """The kernel loops in the device process; the runner waits for it at the launch: the
+    timeout names that line and says the call was waiting for a kernel launched there."""
+    s = device_student("""
+        @cuda.jit
+        def spin(out):
+            j = 0
+            while j < 10:
+                out[0] = 1.0
+
+
+        def run():
+            d_out = cuda.device_array(4, np.float32)
+            spin[1, 1](d_out)
+            return d_out.copy_to_host()
+    """)
+    with pytest.raises(RunnerError) as info:
+        s.call("run", timeout=6)
+    assert "run() timed out after 6 s: it was at ex.py:20 in run, waiting for a kernel launched there" in str(
+        info.value), str(info.value)
 
 
 def test_numba_cuda_random_works_through_the_device_process(device_student):

@@ -344,3 +344,24 @@ def test_the_pipes_to_a_runner_hold_a_mebibyte_where_linux_allows_it(tmp_path):
         assert fcntl.fcntl(runner._req_w, F_GETPIPE_SZ) == fcntl.fcntl(runner._resp_r, F_GETPIPE_SZ) == expected
     finally:
         runner.close()
+
+
+def test_a_timeout_says_where_the_call_was_and_larger_inputs_are_not_run_again(make_student):
+    """A student's endless loop: the timeout names the function and the line it was at (the
+    runner's stack, dumped just before the limit), and later calls of that function on inputs
+    at least as large fail at once instead of waiting out a timeout each; smaller ones still run."""
+    s = make_student("""
+        def spin(x):
+            k = 0
+            while x.size > 2 and k < 10:
+                k + 1
+            return x.size
+    """, timeout=3)
+    with pytest.raises(RunnerError) as info:
+        s.call("spin", np.zeros(100, np.float32))
+    assert "spin() timed out after 3 s: it was at ex.py:4 in spin (a loop that never ends?)" in str(info.value)
+    began = time.monotonic()
+    with pytest.raises(RunnerError, match=r"^not run: spin\(\) timed out after 3 s: it was at ex.py:4"):
+        s.call("spin", np.zeros(1000, np.float32))
+    assert time.monotonic() - began < 1, "refused at once"
+    assert s.call("spin", np.zeros(2, np.float32)).value == 2, "a call on smaller inputs still runs"

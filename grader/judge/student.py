@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -16,11 +17,12 @@ import numpy as np
 from .. import wire
 from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
-from ..errors import GraderFault, ProtocolError, RunnerError, StudentCodeError, Unavailable
+from ..errors import CallTimeout, GraderFault, ProtocolError, RunnerError, StudentCodeError, Unavailable
 from ..wire import dtypes
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
+from .stuck import split_dump, timeout_message, watch_after
 from ..sandbox import Runner, Sandbox
 
 STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
@@ -326,6 +328,8 @@ class Student:
         self._violations: list | None = None
         self._imported = False
         self._import_failure: Exception | None = None
+        # function -> (input bytes of the smallest call of it that timed out, that timeout's message)
+        self._timed_out: dict[str, tuple[int, str]] = {}
         self.connection = connection or RunnerConnection(workspace, backend, sandbox, devices)
 
     def _check_policy(self) -> None:
@@ -354,11 +358,14 @@ class Student:
         if self._import_failure is not None:
             raise self._import_failure
 
+    def _call_limit(self, timeout: float | None) -> float:
+        """A call's own timeout (the exercise's budget may cut it shorter)."""
+        limit = timeout if timeout is not None else self.call_timeout
+        return self.connection.sandbox.limits.call_timeout_s if limit is None else limit
+
     def _timed(self, request, timeout: float | None):
         """`request(timeout)` within the call's timeout and what is left of the exercise's budget."""
-        limit = timeout if timeout is not None else self.call_timeout
-        if limit is None:
-            limit = self.connection.sandbox.limits.call_timeout_s
+        limit = self._call_limit(timeout)
         if self.budget is None:
             return request(limit)
         started, starting = time.monotonic(), self.connection.start_seconds
@@ -366,6 +373,26 @@ class Student:
             return request(self.budget.limit(limit))
         finally:  # a runner (re)started meanwhile: its start is the host's time, not the student's
             self.budget.spend(time.monotonic() - started - (self.connection.start_seconds - starting))
+
+    def _timed_call(self, function: str, size: int, request, timeout: float | None):
+        """A call of `function` on `size` bytes of input (`request(limit)`, as `_timed`). After a
+        call of it timed out, a call on inputs at least as large fails at once with that call's
+        reason: an endless loop costs its function one timeout, not one per test, and leaves the
+        exercise's budget to its other functions. A timeout says where the call was."""
+        found = self._timed_out.get(function)
+        if found is not None and size >= found[0]:
+            raise RunnerError(f"not run: {found[1]}; a call on inputs as large would wait as long again")
+        whole = self.budget is None or self.budget.seconds - self.budget.spent >= self._call_limit(timeout)
+        try:
+            return self._timed(request, timeout)
+        except CallTimeout as exc:
+            printed, dump = split_dump(exc.output)
+            files = {name for name in os.listdir(self.workspace) if name.endswith(".py")}
+            message = timeout_message(function, exc.reason, dump, files)
+            # (a call the budget's remainder cut short says nothing of the next one)
+            if whole and (found is None or size < found[0]):
+                self._timed_out[function] = (size, message)
+            raise CallTimeout(message, printed) from None
 
     def _raise_for_findings(self, device: "wire.DeviceReport | None") -> None:
         """The device's first finding fails the call, whatever the runner says. A lost CUDA
@@ -397,9 +424,9 @@ class Student:
         answer_bytes = returns.reply_bytes if returns is not None else DEFAULT_RETURN_BYTES
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=arg_bytes + answer_bytes)
         started = time.monotonic()
-        reply, device = self._timed(lambda t: self.connection.call(
-            {"op": "call", "module": self.module, "function": function, "args": sent}, t, bounds,
-            lambda doc: wire.CallReply.parse(doc, sent), flush=flush), timeout)
+        reply, device = self._timed_call(function, arg_bytes, lambda t: self.connection.call(
+            {"op": "call", "module": self.module, "function": function, "args": sent, "watch_s": watch_after(t)},
+            t, bounds, lambda doc: wire.CallReply.parse(doc, sent), flush=flush), timeout)
         replay = self._replayer(device, time.monotonic() - started)
         self._raise_for_findings(device)
         self._raise_for(reply)
@@ -428,9 +455,9 @@ class Student:
         total = sum(b.nbytes for b in sent)
         bounds = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 * total + (1 << 20))
         started = time.monotonic()
-        reply, device = self._timed(lambda t: self.connection.call(
-            {"op": "call", "module": self.module, "function": function, "args": [], "ranks": sent}, t, bounds,
-            lambda doc: wire.CallReply.parse(doc, [])), timeout)
+        reply, device = self._timed_call(function, total, lambda t: self.connection.call(
+            {"op": "call", "module": self.module, "function": function, "args": [], "ranks": sent,
+             "watch_s": watch_after(t)}, t, bounds, lambda doc: wire.CallReply.parse(doc, [])), timeout)
         replay = self._replayer(device, time.monotonic() - started)
         self._raise_for_findings(device)
         self._raise_for(reply)

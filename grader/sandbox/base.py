@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from ..backends import Kind
-from ..errors import RunnerError
+from ..errors import CallTimeout
 from ..wire import Bounds
 
 # Far above any uid a distribution hands out (Debian: < 60000; systemd's dynamic users:
@@ -76,7 +76,7 @@ def death_reason(code: int, limits: Limits, signalled_as_128_plus: bool) -> str:
 def exchange_within(exchange: Callable[[], Any], timeout: float, runner: "Runner") -> Any:
     """Run `exchange()` (send a request, read its reply) with a deadline judged from this side.
 
-    Past the deadline the runner is killed (which ends the blocked read) and RunnerError raised.
+    Past the deadline the runner is killed (which ends the blocked read) and CallTimeout raised.
     Returns the reply, or the exception the exchange ended with, for the caller to explain.
     """
     outcome: list[Any] = []
@@ -93,7 +93,7 @@ def exchange_within(exchange: Callable[[], Any], timeout: float, runner: "Runner
     if worker.is_alive():
         runner.kill()
         worker.join(5)
-        raise RunnerError(f"timed out after {timeout:g} s", runner.output_tail())
+        raise CallTimeout(f"timed out after {timeout:g} s", runner.output_tail())
     return outcome[0]
 
 
