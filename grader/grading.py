@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .backends import Kind
-from .course import Course, make_workspace, submission_modules
+from .course import Course, graded_files, make_workspace
 from .judge.settings import JudgeSettings
 from .report.results import NOT_RUN, Results
 from .sandbox import SandboxSpec
@@ -39,7 +39,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         check_available(sandbox.docker_image)
     chosen = list(exercises) if exercises else course.exercises()
     test_files = [str(course.test_file(e)) for e in chosen]
-    modules = submission_modules(submission, chosen)
+    # one rule for which of an exercise's .py and .ipynb is graded (grader.course.choice)
+    files = graded_files(submission, chosen, course.root)
+    modules = {name: choice.path for name, choice in files.items()}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:
         workspace = Path(tmp) / "workspace"
@@ -93,6 +95,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         elif judge.returncode not in (0, 1) and not results.errors:
             results.errors.append(f"the judge exited with code {judge.returncode}:\n{output[-4000:]}")
     results.execution_time = round(time.monotonic() - started, 3)
+    results.notes = [choice.note for choice in files.values() if choice.note]
     return results
 
 
