@@ -265,14 +265,18 @@ def run(argv: list[str] | None = None) -> int:
                           summary=not args.no_summary)
     course = _course(args)
     if args.command == "release":
+        from .course.choice import write_record
         from .course.release import release
 
         stubs = release(course.root / "solutions", course.root / "exercises")
+        notebooks = []
         if args.notebooks:
             from .course.notebooks import write_notebooks
 
-            stubs += write_notebooks(course.root / "exercises", list(stubs))
-        for path in stubs:
+            notebooks = write_notebooks(course.root / "exercises", list(stubs))
+        # what was released, so that grading tells an untouched stub or notebook from the student's work
+        record = write_record(course.root, stubs, notebooks)
+        for path in [*stubs, *notebooks, record]:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
             return 0

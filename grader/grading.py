@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .backends import Kind
-from .course import Course, make_workspace, submission_modules
+from .course import Course, graded_files, make_workspace
 from .judge.settings import JudgeSettings
 from .report.results import NOT_RUN, Results
 from .sandbox import SandboxSpec
@@ -46,7 +46,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         for number in stages:
             if not any(1 <= number <= len(manifest.exercise(e).stages) for e in chosen):
                 manifest.exercise(chosen[0]).stage(number)  # CourseError: "has stages 1..N, not K"
-    modules = submission_modules(submission, chosen)
+    # one rule for which of an exercise's .py and .ipynb is graded (grader.course.choice)
+    files = graded_files(submission, chosen, course.root)
+    modules = {name: choice.path for name, choice in files.items()}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:
         workspace = Path(tmp) / "workspace"
@@ -100,6 +102,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         elif judge.returncode not in (0, 1) and not results.errors:
             results.errors.append(f"the judge exited with code {judge.returncode}:\n{output[-4000:]}")
     results.execution_time = round(time.monotonic() - started, 3)
+    results.notes = [choice.note for choice in files.values() if choice.note]
     return results
 
 

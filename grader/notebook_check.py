@@ -4,8 +4,10 @@ It runs in the notebook's kernel, the student's own environment, as `gpugrade ch
 shell: the course is found from the kernel's current folder (a notebook's kernel starts in the
 notebook's folder), the notebook is graded as a submission holding `<exercise>.ipynb` would be
 (its code cells are the module; magics and shell lines refused), always on the simulator. The
-student's code never imports the grader (the static policy refuses it); this call only reads the
-saved notebook file, so save it first (Ctrl-S): the running kernel's cells are not what is graded.
+course's own `exercises/<exercise>.ipynb` is graded with the `.py` beside it, as `gpugrade check`
+and the batch grade it: the notebook unless the student changed the `.py` (grader.course.choice).
+The student's code never imports the grader (the static policy refuses it); this call only reads
+the saved files, so save the notebook first (Ctrl-S): the running kernel's cells are not graded.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Feedback:
 
     def summary(self) -> str:
         line = f"{self.exercise}: {num(self.score)}/{num(self.max_score)} on the {self.results.backend} backend"
+        line += "".join(f"\nNote: {note}" for note in self.results.notes)
         return line + "".join(f"\n{error.strip().splitlines()[0]}" for error in self.results.errors if error.strip())
 
     def __repr__(self) -> str:
@@ -71,14 +74,21 @@ def check(exercise: str, stage: int | None = None, notebook: str | os.PathLike |
     elsewhere). `stage`: grade only that stage."""
     course = Course.find()
     course.test_file(exercise)  # an unknown exercise: UsageError naming the course's exercises
-    path = Path(notebook) if notebook is not None else course.root / "exercises" / f"{exercise}.ipynb"
+    exercises = course.root / "exercises"
+    path = Path(notebook) if notebook is not None else exercises / f"{exercise}.ipynb"
     if not path.is_file():
         raise UsageError(f"no notebook {path} (save the notebook first, or pass notebook='path/to/it.ipynb')")
     if path.suffix != ".ipynb":
         raise UsageError(f"{path} is not a notebook (.ipynb); `gpugrade check {exercise}` grades a .py")
+    stages = [stage] if stage else None
+    if notebook is None:
+        # the course's own exercise: graded as `gpugrade check` and the batch grade it, the .py
+        # beside it included (grader.course.choice), so this says what the instructor will see
+        results = grade(exercises, [exercise], backend=Kind.SIM, course=course, name="your exercises/",
+                        stages=stages)
+        return Feedback(exercise, results)
     with tempfile.TemporaryDirectory(prefix="gpugrade-notebook-") as folder:
-        # a folder holding only `<exercise>.ipynb`: beside it, a `.py` of that name would be graded instead
+        # the notebook asked for, alone: beside it, a `.py` of that name could be graded instead
         shutil.copyfile(path, Path(folder) / f"{exercise}.ipynb")
-        results = grade(folder, [exercise], backend=Kind.SIM, course=course, name=path.name,
-                        stages=[stage] if stage else None)
+        results = grade(folder, [exercise], backend=Kind.SIM, course=course, name=path.name, stages=stages)
     return Feedback(exercise, results)

@@ -6,6 +6,7 @@ huge file, a huge repository, one that does not exist, a server that never answe
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -437,7 +438,7 @@ def test_a_local_path_that_exists_with_an_at_is_never_split(tmp_path):
 
 def test_a_notebook_submission_is_taken_as_the_notebook(student, tmp_path):
     """exercises/<exercise>.ipynb and no .py: the notebook is taken as it is (grading takes its
-    code cells); a .py would win over it, as in submission_modules."""
+    code cells)."""
     notebook = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
     student.commit({"exercises/vector_add.ipynb": notebook})
     student.push()
@@ -445,7 +446,19 @@ def test_a_notebook_submission_is_taken_as_the_notebook(student, tmp_path):
     assert got.problem is None and got.missing == []
     assert [p.name for p in got.folder.iterdir()] == ["vector_add.ipynb"]
     assert (got.folder / "vector_add.ipynb").read_text() == notebook
-    student.commit({"vector_add.py": "x = 1\n"})
+
+
+def test_a_py_and_a_notebook_are_both_taken_for_grading_to_choose(student, tmp_path):
+    """The stub pushed beside the notebook worked in: fetch takes both (grader.course.choice
+    decides which is graded, as for `gpugrade grade`), from git and from a folder alike; a
+    notebook's outputs may take it past a module's size limit, up to the notebook limit."""
+    notebook = '{"cells": [], "metadata": {"big": "%s"}, "nbformat": 4, "nbformat_minor": 5}' % ("x" * 300_000)
+    student.commit({"exercises/vector_add.py": "stub\n", "exercises/vector_add.ipynb": notebook,
+                    "matmul.py": "M\n", "exercises/matmul.ipynb": notebook})
     student.push()
-    again = fetch(entry(student.bare), ["vector_add"], tmp_path / "dest2")
-    assert [p.name for p in again.folder.iterdir()] == ["vector_add.py"]
+    want = {"vector_add.py": "stub\n", "vector_add.ipynb": notebook, "matmul.py": "M\n", "matmul.ipynb": notebook}
+    limits = FetchLimits(max_file_bytes=256 * 1024)
+    shutil.copytree(student.work, tmp_path / "plain", ignore=shutil.ignore_patterns(".git"))
+    for repo in (student.bare, tmp_path / "plain"):
+        got = fetch(entry(repo), EXERCISES, tmp_path / "dest", limits=limits)
+        assert taken(got) == want and got.missing == ["reduce"]

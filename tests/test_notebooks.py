@@ -2,8 +2,10 @@
 `grader.check` from a notebook cell. Real files, real `gpugrade` processes, a real kernel run by
 nbclient; every grading is of vector_add, the quickest exercise."""
 
+import csv
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -248,3 +250,134 @@ def test_grader_check_says_what_is_wrong_with_its_arguments(tmp_path, monkeypatc
         grader.check("nope")
     with pytest.raises(UsageError, match="no notebook"):
         grader.check("vector_add", notebook=tmp_path / "missing.ipynb")
+
+
+# -- a submission holding both <exercise>.py and <exercise>.ipynb: the file the student worked in --
+
+STUB = (ROOT / "exercises" / "vector_add.py").read_text()
+SOLVED = (ROOT / "solutions" / "vector_add.py").read_text()
+WORKED_NOTE = "graded vector_add.ipynb (vector_add.py is the untouched stub)"
+
+
+def both(folder: Path, module: str, notebook) -> Path:
+    """A student's folder holding exercises/vector_add.py and exercises/vector_add.ipynb."""
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "exercises" / "vector_add.py").write_bytes(module.encode())
+    nbformat.write(notebook, folder / "exercises" / "vector_add.ipynb")
+    return folder
+
+
+def run_through(notebook):
+    """The notebook as Jupyter saves it once run: outputs, counts and metadata of its own, same code."""
+    ran = nbformat.from_dict(json.loads(nbformat.writes(notebook)))
+    for count, cell in enumerate((c for c in ran.cells if c.cell_type == "code"), start=1):
+        cell.execution_count = count
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    ran.metadata["language_info"] = {"name": "python", "version": "3.12.1"}
+    return ran
+
+
+@pytest.mark.parametrize("module, notebook, graded, note", [
+    (STUB, "solved", "vector_add.ipynb", WORKED_NOTE),
+    (STUB.replace("\n", "\r\n"), "solved", "vector_add.ipynb", WORKED_NOTE),  # a Windows checkout: still the stub
+    (SOLVED, "stub", "vector_add.py", "graded vector_add.py (vector_add.ipynb is the untouched released notebook)"),
+    (SOLVED, "stub run", "vector_add.py", "graded vector_add.py (vector_add.ipynb is the untouched released notebook)"),
+    (SOLVED, "solved", "vector_add.py", "graded vector_add.py; vector_add.ipynb was changed too and was ignored"),
+    (STUB, "stub", "vector_add.py", "graded vector_add.py: it and vector_add.ipynb are both as released, untouched"),
+])
+def test_the_file_graded_where_both_are_is_the_one_worked_in(released, tmp_path, module, notebook, graded, note):
+    from grader.course import graded_files
+
+    notebooks = {"solved": notebook_from_source(SOLVED, "vector_add"),
+                 "stub": nbformat.read(released / "exercises" / "vector_add.ipynb", as_version=4)}
+    notebooks["stub run"] = run_through(notebooks["stub"])
+    folder = both(tmp_path / "student", module, notebooks[notebook])
+    choice = graded_files(folder, ["vector_add"], released)["vector_add"]
+    assert choice.path == folder / "exercises" / graded
+    assert choice.note.startswith(note)
+    assert submission_modules(folder, ["vector_add"], released) == {"vector_add": choice.path}
+
+
+def test_the_record_release_writes_and_the_course_files_each_tell_what_is_released(released, tmp_path):
+    from grader.course import graded_files
+    from grader.course.choice import RECORD
+
+    record = json.loads((released / RECORD).read_text())["exercises"]
+    assert set(record) == {"vector_add", "matmul", "reduction", "allreduce"}
+    assert all(set(entry) == {"stub", "notebook"} for entry in record.values())
+    folder = both(tmp_path / "student", STUB, notebook_from_source(SOLVED, "vector_add"))
+    # a course released before the record existed: its own exercises/ files tell
+    old = tmp_path / "old"
+    shutil.copytree(released, old)
+    (old / RECORD).unlink()
+    assert graded_files(folder, ["vector_add"], old)["vector_add"].note == WORKED_NOTE
+    # the record alone (the course's stub since edited by hand): it tells
+    (released / "exercises" / "vector_add.py").rename(tmp_path / "aside.py")
+    try:
+        assert graded_files(folder, ["vector_add"], released)["vector_add"].note == WORKED_NOTE
+    finally:
+        (tmp_path / "aside.py").rename(released / "exercises" / "vector_add.py")
+
+
+def students_copy(released: Path, where: Path) -> Path:
+    """A student's clone of the released course: no solutions/, exercises/ theirs to edit."""
+    for part in ("exercises", "tests/exercises"):
+        shutil.copytree(released / part, where / part)
+    shutil.copy(released / "course.toml", where / "course.toml")
+    return where
+
+
+def test_a_students_copy_tells_their_edited_py_from_the_stub(released, tmp_path):
+    """In a student's copy the course's exercises/ are the student's own files: they cannot say
+    what is untouched (their .py would be its own stub); the record release wrote does."""
+    from grader.course import graded_files
+
+    copy = students_copy(released, tmp_path / "copy")
+    (copy / "exercises" / "vector_add.py").write_text(SOLVED)  # worked in the .py, the notebook as released
+    choice = graded_files(copy / "exercises", ["vector_add"], copy)["vector_add"]
+    assert choice.path.name == "vector_add.py" and "untouched released notebook" in choice.note
+
+
+def test_gpugrade_check_and_grader_check_in_a_students_copy_grade_the_worked_notebook(released, tmp_path,
+                                                                                         monkeypatch):
+    import grader
+
+    copy = students_copy(released, tmp_path / "copy")
+    nbformat.write(notebook_from_source(SOLVED, "vector_add"), copy / "exercises" / "vector_add.ipynb")
+    done = gpugrade("check", "vector_add", "--backend", "sim", "--sandbox", "process", cwd=copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Total: 25/25" in done.stdout and f"Note: {WORKED_NOTE}" in done.stdout
+    monkeypatch.chdir(copy)
+    feedback = grader.check("vector_add")
+    assert feedback.score == feedback.max_score == 25
+    assert f"Note: {WORKED_NOTE}" in feedback.summary() and WORKED_NOTE in feedback._repr_html_()
+
+
+def test_the_audit_a_notebook_worked_in_beside_the_stub_earns_its_points_and_the_feedback_says_which(tmp_path):
+    """The instructor's `gpugrade grade` of a student who worked in the notebook, as README tells
+    them to, and pushed the untouched stub beside it: the notebook is graded, the feedback says so."""
+    from grader.report.html import html_page
+    from grader.report.markdown import markdown
+
+    folder = both(tmp_path / "student", STUB, notebook_from_source(SOLVED, "vector_add"))
+    results = grade_folder(folder, tmp_path)
+    assert results.score == results.max_score == 25, results.to_dict()
+    assert results.notes == [WORKED_NOTE]
+    assert f"Note: {WORKED_NOTE}" in markdown(results)
+    assert f"Note: {html.escape(WORKED_NOTE)}" in html_page(results)
+
+
+def test_the_batch_grades_the_notebook_pushed_beside_the_untouched_stub(tmp_path):
+    """The audit's class: a real repository pushed with the stub and the worked notebook."""
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "S", "GIT_AUTHOR_EMAIL": "s@u", "GIT_COMMITTER_NAME": "S", "GIT_COMMITTER_EMAIL": "s@u"}
+    work = both(tmp_path / "work", STUB, notebook_from_source(SOLVED, "vector_add"))
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "worked in the notebook"]):
+        subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True)
+    roster = tmp_path / "roster.csv"
+    roster.write_text(f"student_id,repo\nnbstu,{work}\n")
+    done = gpugrade("batch", str(roster), "--out", str(tmp_path / "grades"), "--backend", "sim")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    row, = csv.DictReader((tmp_path / "grades" / "grades.csv").open())
+    assert (row["student_id"], row["vector_add"], row["status"]) == ("nbstu", "25", "graded"), row
+    assert f"Note: {WORKED_NOTE}" in (tmp_path / "grades" / "feedback" / "nbstu.md").read_text()

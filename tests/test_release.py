@@ -38,6 +38,16 @@ def test_committed_exercises_are_exactly_the_release_of_the_solutions(tmp_path):
         assert path.read_text() == (ROOT / "exercises" / path.name).read_text(), f"run `gpugrade release`: {path.name}"
 
 
+def test_the_committed_record_of_what_was_released_is_that_of_the_stubs(tmp_path):
+    """tests/exercises/released_files.json tells a student's untouched stub from their work
+    (grader.course.choice); a stub changed without `gpugrade release` would go unrecognised."""
+    from grader.course.choice import RECORD, write_record
+
+    (tmp_path / RECORD).parent.mkdir(parents=True)
+    fresh = write_record(tmp_path, release(ROOT / "solutions", tmp_path / "exercises"), [])
+    assert fresh.read_text() == (ROOT / RECORD).read_text(), "run `gpugrade release`"
+
+
 def test_release_is_deterministic(tmp_path):
     first = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "a")}
     second = {p.name: p.read_text() for p in release(ROOT / "solutions", tmp_path / "b")}

@@ -1,10 +1,11 @@
 """One student's submission, fetched: only their exercise modules, read safely from a folder or git.
 
-`fetch(entry, exercises, dest)` lays the student's `<exercise>.py` modules (found at the top of
-the submission or under `exercises/`, as `grader.course.submission_modules` finds them) flat into
-`dest`, a folder `grade()` takes as is. Nothing else of the submission is taken. Whatever goes
-wrong with one student's submission is `Fetched.problem`, in words for the instructor; fetch only
-raises on a programmer's error (an unsafe exercise name, a naive deadline).
+`fetch(entry, exercises, dest)` lays the student's `<exercise>.py` and `<exercise>.ipynb` (found at
+the top of the submission or under `exercises/`, as `grader.course.tree.submission_files` finds
+them) flat into `dest`, a folder `grade()` takes as is: where both are there, both are taken, and
+grading chooses one (grader.course.choice). Nothing else of the submission is taken. Whatever
+goes wrong with one student's submission is `Fetched.problem`, in words for the instructor; fetch
+only raises on a programmer's error (an unsafe exercise name, a naive deadline).
 
 A plain folder (not a git repository): its modules are copied; `commit` is a content hash of
 what was taken ("sha256:<hex>"), so the results store sees a changed file as a new submission;
@@ -31,8 +32,9 @@ group (git, ssh) is killed; the repository on disk is measured while it download
 killed beyond `max_repo_bytes` (200 MiB). `--filter=blob:limit=` is not used: a local
 repository's upload-pack ignores it unless the student's own config allows filters. Each
 exercise file must be a regular file (a symlink, mode 120000, or a submodule, 160000, is refused:
-it could point outside the repository) of at most `max_file_bytes` (1 MiB). A missing exercise
-file is no problem: it is listed in `missing` and scores 0.
+it could point outside the repository) of at most `max_file_bytes` (1 MiB; a notebook, outputs
+included, up to what grading takes of one, 5 MiB). A missing exercise file is no problem: it is
+listed in `missing` and scores 0.
 
 The deadline: the last commit at or before it by **committer date** on the ref
 (`git rev-list -1 --before=<deadline>`). The committer date is written by the student's own git
@@ -57,7 +59,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..course import submission_modules
+from ..course.notebooks import MAX_NOTEBOOK_BYTES
+from ..course.tree import candidates, submission_files
 from .roster import URL, Entry, local_path
 
 MiB = 1 << 20
@@ -142,16 +145,22 @@ def _size(n: int) -> str:
     return f"{n / MiB:.3g} MiB" if n >= MiB else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"
 
 
+def _limit(name: str, limits: FetchLimits) -> int:
+    """A file's size limit: a notebook's outputs make it larger than a module, and grading refuses
+    one over MAX_NOTEBOOK_BYTES itself, with the reason in the student's feedback."""
+    return max(limits.max_file_bytes, MAX_NOTEBOOK_BYTES) if name.endswith(".ipynb") else limits.max_file_bytes
+
+
 def _too_big(where: str, size: int, limits: FetchLimits) -> str:
-    return f"{where} is {_size(size)}, over the {_size(limits.max_file_bytes)} limit for one file"
+    return f"{where} is {_size(size)}, over the {_size(_limit(where, limits))} limit for one file"
 
 
 def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snapshot:
     if not root.is_dir():
         raise _Problem(f"{root} is neither a folder nor a git repository")
     files, refused = {}, []
-    found = submission_modules(root, exercises)
-    for name, module in found.items():
+    found = submission_files(root, exercises)
+    for module in (path for pair in found.values() for path in pair if path is not None):
         where = module.relative_to(root).as_posix()
         if module.is_symlink() or (module.parent != root and module.parent.is_symlink()):
             refused.append(f"{where} is a symlink: submit the file itself")
@@ -159,15 +168,15 @@ def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snap
         try:  # O_NOFOLLOW: a file swapped for a link after the check is still not followed
             fd = os.open(module, os.O_RDONLY | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as f:
-                data = f.read(limits.max_file_bytes + 1)
+                data = f.read(_limit(module.name, limits) + 1)
                 size = os.fstat(f.fileno()).st_size
         except OSError as exc:
             refused.append(f"cannot read {where}: {exc.strerror}")
             continue
-        if len(data) > limits.max_file_bytes:
+        if len(data) > _limit(module.name, limits):
             refused.append(_too_big(where, size, limits))
             continue
-        files[module.name] = data  # <exercise>.py, or <exercise>.ipynb (grading takes its code cells)
+        files[module.name] = data  # <exercise>.py and/or <exercise>.ipynb: grading chooses
     digest = hashlib.sha256()
     for name in sorted(files):  # names and lengths framed: two splits of the same bytes differ
         digest.update(b"%s\0%d\0" % (name.encode(), len(files[name])) + files[name])
@@ -214,7 +223,7 @@ def _read_git(entry: Entry, path: Path | None, exercises: list[str], deadline: d
 
 def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list[str],
                limits: FetchLimits) -> _Snapshot:
-    wanted = ["exercises"] + [p for e in exercises for p in _candidates(e)]
+    wanted = ["exercises"] + [p for e in exercises for where in candidates(e).values() for p in where]
     entries = {}  # path -> (mode, type, oid, size)
     listing = git.out(["ls-tree", "-z", "-l", "--full-tree", commit, "--", *wanted])
     for record in filter(None, listing.split("\0")):
@@ -223,32 +232,32 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
         entries[where] = (mode, kind, oid, size)
     files, missing, refused = {}, [], []
     for name in exercises:
-        # as submission_modules: the first of the candidates that is not a folder
-        where = next((c for c in _candidates(name) if c in entries and entries[c][0] != FOLDER), "")
-        if not where:
+        # as submission_files: of each kind, the first of its places that is not a folder
+        found = [where for places in candidates(name).values()
+                 for where in [next((c for c in places if c in entries and entries[c][0] != FOLDER), "")] if where]
+        if not found:
             outer = entries.get("exercises", ("",))[0]
             if outer in (SYMLINK, SUBMODULE):
                 refused.append(f"exercises is a {'symlink' if outer == SYMLINK else 'submodule'}: "
                                f"submit the folder itself")
             missing.append(name)
             continue
-        mode, kind, oid, size = entries[where]
-        if mode == SYMLINK:
-            refused.append(f"{where} is a symlink: submit the file itself")
-        elif mode == SUBMODULE:
-            refused.append(f"{where} is a submodule: submit the file itself")
-        elif kind != "blob":
+        blobs = 0
+        for where in found:
+            mode, kind, oid, size = entries[where]
+            if mode == SYMLINK:
+                refused.append(f"{where} is a symlink: submit the file itself")
+            elif mode == SUBMODULE:
+                refused.append(f"{where} is a submodule: submit the file itself")
+            elif kind == "blob":
+                blobs += 1
+                if int(size) > _limit(where, limits):
+                    refused.append(_too_big(where, int(size), limits))
+                else:
+                    files[where.rsplit("/", 1)[-1]] = git.out(["cat-file", "blob", oid], binary=True)
+        if not blobs and all(entries[where][0] not in (SYMLINK, SUBMODULE) for where in found):
             missing.append(name)
-        elif int(size) > limits.max_file_bytes:
-            refused.append(_too_big(where, int(size), limits))
-        else:
-            files[where.rsplit("/", 1)[-1]] = git.out(["cat-file", "blob", oid], binary=True)
     return _Snapshot(files, missing, list(dict.fromkeys(refused)), commit, committed_at)
-
-
-def _candidates(exercise: str) -> tuple[str, ...]:
-    """Where an exercise's file may be, in submission_modules' order: a module wins over a notebook."""
-    return (f"{exercise}.py", f"exercises/{exercise}.py", f"{exercise}.ipynb", f"exercises/{exercise}.ipynb")
 
 
 def _lay_out(files: dict[str, bytes], dest: Path) -> None:

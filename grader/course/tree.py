@@ -2,8 +2,8 @@
 
 The course is the folder with `tests/exercises/test_<exercise>.py` (found from the current
 directory upwards). A submission is a folder holding the exercise modules directly or under
-`exercises/`, each a `<exercise>.py` or a notebook `<exercise>.ipynb` (grader.course.notebooks).
-Only the student's own exercise modules are copied into a grading workspace.
+`exercises/`, each a `<exercise>.py` or a notebook `<exercise>.ipynb` (grader.course.notebooks;
+grader.course.choice says which is graded where both are). Only the student's own exercise modules are copied into a grading workspace.
 """
 
 from __future__ import annotations
@@ -45,19 +45,24 @@ class Course:
         return path
 
 
-def submission_modules(submission: str | os.PathLike, exercises: list[str]) -> dict[str, Path]:
-    """The student's module for each exercise that the submission has (missing ones are absent)."""
+def candidates(exercise: str) -> dict[str, tuple[str, str]]:
+    """Where an exercise's files may be in a submission, per kind, the first that is a file taken:
+    at the top, then under `exercises/`."""
+    return {kind: (f"{exercise}{kind}", f"exercises/{exercise}{kind}") for kind in (".py", ".ipynb")}
+
+
+def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dict[str, tuple[Path | None, Path | None]]:
+    """The student's `.py` and `.ipynb` of each exercise, either None (exercises with neither are
+    absent). Which one is graded is grader.course.choice's to say."""
     root = Path(submission)
     if not root.is_dir():
         raise UsageError(f"submission {root} is not a folder")
     found = {}
     for name in exercises:
-        # a module wins over a notebook, wherever either is: a .py is what the grader runs as it is
-        for candidate in (root / f"{name}.py", root / "exercises" / f"{name}.py",
-                          root / f"{name}.ipynb", root / "exercises" / f"{name}.ipynb"):
-            if candidate.is_file():
-                found[name] = candidate
-                break
+        module, notebook = (next((root / c for c in where if (root / c).is_file()), None)
+                            for where in candidates(name).values())
+        if module or notebook:
+            found[name] = (module, notebook)
     return found
 
 

@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .tree import Course, submission_modules
+from .choice import submission_modules
+from .tree import Course
 from ..errors import CourseError
 from ..grading import grade
 from .manifest import find as find_manifest

@@ -11,7 +11,7 @@ def gradescope(results: Results) -> dict:
     doc = {
         "score": results.score,
         "execution_time": results.execution_time,
-        "output": f"Graded on the {results.backend} backend.",
+        "output": f"Graded on the {results.backend} backend." + "".join(f"\nNote: {n}" for n in results.notes),
         "output_format": "text",
         "test_output_format": "text",
         "visibility": "visible",

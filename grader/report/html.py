@@ -97,14 +97,14 @@ def html_page(results: Results) -> str:
              for exercise in dict.fromkeys(t.exercise for t in shown)
              for stage in sorted({t.stage for t in shown if t.exercise == exercise})]
     note = f"<p class='note'>{hidden} more test(s) are hidden until after the due date.</p>" if hidden else ""
-    backend_note = f"<p class='note'>Note: {esc(results.backend_note)}</p>" if results.backend_note else ""
+    notes = "".join(f"<p class='note'>Note: {esc(n)}</p>" for n in [results.backend_note, *results.notes] if n)
     rows = "".join(f"<tr class='{t.status}'><td><code>{esc(t.name)}</code></td><td>{t.stage}</td>"
                    f"<td>{num(t.score)}/{num(t.max_score)}</td><td>{esc(outcome(t))}</td></tr>" for t in shown)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'><title>" + esc(results.submission)
             + "</title><style>" + STYLE + "</style></head><body>"
             f"<h1>{esc(results.submission)}</h1><p><b>{num(sum(t.score for t in shown))}/"
             f"{num(sum(t.max_score for t in shown))}</b> on the {esc(results.backend)} backend</p>"
-            + backend_note + note + "".join(cards)
+            + notes + note + "".join(cards)
             + "<details class='every'><summary>Every test</summary><table><tr><th>test</th><th>stage</th>"
             "<th>score</th><th>result</th></tr>" + rows + "</table></details></body></html>\n")
 

@@ -17,6 +17,7 @@ def markdown(results: Results) -> str:
     shown, hidden = visible(results)
     lines = [f"# {results.submission}", "", f"**{num(sum(t.score for t in shown))}/"
              f"{num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
+             *(f"Note: {note}  " for note in results.notes), *([""] if results.notes else []),
              "| stage | score | result |", "|---|---|---|"]
     exercises = list(dict.fromkeys(t.exercise for t in shown))
     for exercise in exercises:

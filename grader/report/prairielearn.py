@@ -15,7 +15,7 @@ def prairielearn(results: Results) -> dict:
         "gradable": True,
         "score": round(results.score / results.max_score, 6) if results.max_score else 0.0,
         "message": f"{num(results.score)}/{num(results.max_score)} on the {results.backend} backend",
-        "output": "\n".join(results.errors)[:budget],
+        "output": "\n".join([*(f"Note: {n}" for n in results.notes), *results.errors])[:budget],
         "tests": [{"name": t.name, "description": f"{t.exercise}, stage {t.stage}", "points": t.score,
                    "max_points": t.max_score, "message": first_line(t.output)[:budget], "output": t.output[:budget]}
                   for t in results.tests],

@@ -83,6 +83,9 @@ class Results:
     execution_time: float = 0.0
     seed: str = ""
     backend_note: str = ""  # what stood in for the backend, when something did
+    # which file was graded, where the submission held both an exercise's .py and .ipynb
+    # (grader.course.choice): for the student, as the feedback's first lines
+    notes: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -115,7 +118,8 @@ class Results:
                  for t in data.get("tests", [])]
         return cls(submission=data["submission"], backend=data["backend"], tests=tests,
                    errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
-                   seed=str(data.get("seed", "")), backend_note=str(data.get("backend_note", "")))
+                   seed=str(data.get("seed", "")), backend_note=str(data.get("backend_note", "")),
+                   notes=[str(n) for n in data.get("notes", [])])
 
     def dump(self, path: str) -> None:
         """Written whole or not at all (the judge rewrites it after every test, and may be killed

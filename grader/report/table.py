@@ -42,6 +42,8 @@ def table(results: Results, console: Console | None = None, width: int = 110, ve
     console.print(f"Total: {num(results.score)}/{num(results.max_score)}  ({results.backend} backend, {results.execution_time:.1f} s)")
     if results.backend_note:
         console.print(f"Note: {results.backend_note}")
+    for note in results.notes:
+        console.print(f"Note: {note}")
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""
@@ -66,6 +68,8 @@ def _stages(results: Results, console: Console) -> str:
                   f"{results.execution_time:.1f} s; -v for every test)")
     if results.backend_note:
         console.print(f"Note: {results.backend_note}")
+    for note in results.notes:
+        console.print(f"Note: {note}")
     for error in results.errors:
         console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
     return console.export_text() if console.record else ""

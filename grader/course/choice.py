@@ -1,0 +1,142 @@
+"""Which file is graded when a submission holds both `<exercise>.py` and `<exercise>.ipynb`.
+
+`gpugrade release --notebooks` writes the notebook beside the stub, so a student who works in the
+notebook submits the untouched stub too, and one who works in the `.py` submits the untouched
+notebook. `choose` is the one rule, for `gpugrade grade`, `check`, the batch and `grader.check`:
+
+- the `.py` is a released stub, untouched, and the notebook is not the released notebook: the
+  notebook is graded ("graded vector_add.ipynb (vector_add.py is the untouched stub)");
+- otherwise the `.py` (README: it wins where both were changed), and when the notebook was changed
+  too the note says it was ignored, so the student learns it from the feedback, not from the grade.
+
+Untouched: a stub's text (line endings aside) is one the course released; a notebook's code cells,
+in order, are the released notebook's (outputs, metadata and Markdown may differ: running a
+notebook or saving it from another Jupyter is not changing it). What the course released is known
+from `RECORD`, written by `release` beside the grading tests, so a student's copy of the course has
+it (there the course's `exercises/` are the student's own files, so they cannot tell), and from the
+course's own `exercises/<exercise>.py` and `.ipynb` where they are not the submission's files (the
+batch and `gpugrade grade`: the instructor's course; a course released before the record existed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from .tree import GRADING_TESTS, submission_files
+
+RECORD = GRADING_TESTS / "released_files.json"
+
+
+@dataclass(frozen=True)
+class Choice:
+    path: Path
+    note: str = ""  # which file was graded and why, when the submission held both
+
+
+@dataclass(frozen=True)
+class Released:
+    """Digests of what the course released for one exercise (`stub_digest`, `notebook_digest`)."""
+    stubs: frozenset[str] = frozenset()
+    notebooks: frozenset[str] = frozenset()
+
+
+def graded_files(submission: str | os.PathLike, exercises: list[str],
+                 course_root: Path | None = None) -> dict[str, Choice]:
+    """The file graded for each exercise the submission has (missing ones are absent). Without a
+    course, nothing is known to be released: a `.py` wins, the note saying so."""
+    chosen = {}
+    for name, (module, notebook) in submission_files(submission, exercises).items():
+        known = released(course_root, name, (module, notebook)) if course_root else Released()
+        chosen[name] = choose(name, module, notebook, known)
+    return chosen
+
+
+def submission_modules(submission: str | os.PathLike, exercises: list[str],
+                       course_root: Path | None = None) -> dict[str, Path]:
+    """graded_files without the notes."""
+    return {name: choice.path for name, choice in graded_files(submission, exercises, course_root).items()}
+
+
+def choose(exercise: str, module: Path | None, notebook: Path | None, released: Released) -> Choice | None:
+    """The file graded for `exercise` among the submission's `.py` and `.ipynb` (either may be None)."""
+    if module is None or notebook is None:
+        found = module or notebook
+        return Choice(found) if found else None
+    py, nb = module.name, notebook.name
+    stub = stub_digest(module) in released.stubs
+    pristine = notebook_digest(notebook) in released.notebooks
+    if stub and not pristine:
+        return Choice(notebook, f"graded {nb} ({py} is the untouched stub)")
+    if stub:
+        return Choice(module, f"graded {py}: it and {nb} are both as released, untouched")
+    if pristine:
+        return Choice(module, f"graded {py} ({nb} is the untouched released notebook)")
+    return Choice(module, f"graded {py}; {nb} was changed too and was ignored: where both are changed the "
+                          f".py is graded (keep your work in one of them, and the other as released)")
+
+
+def stub_digest(path: Path) -> str:
+    """A module's text, line endings aside (a Windows checkout is not a change)."""
+    return "sha256:" + hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
+
+
+def notebook_digest(path: Path) -> str | None:
+    """A notebook's code cells, the module it grades as; None when it cannot be read as one."""
+    from . import notebooks
+
+    try:
+        return "sha256:" + hashlib.sha256(notebooks.module_source(path).encode()).hexdigest()
+    except (notebooks.NotebookRefused, UsageError, OSError):
+        return None  # refused, or no nbformat here: not the released notebook, as far as we can tell
+
+
+def released(course_root: Path, exercise: str, own: tuple[Path | None, ...] = ()) -> Released:
+    """What the course released for `exercise`: the record's digests, and those of the course's
+    `exercises/` files that are not among `own` (the submission's files)."""
+    stubs, notebooks = set(), set()
+    entry = _record(course_root).get(exercise, {})
+    if isinstance(entry, dict):
+        stubs.update(d for d in (entry.get("stub"),) if isinstance(d, str))
+        notebooks.update(d for d in (entry.get("notebook"),) if isinstance(d, str))
+    for path, digests, digest in ((course_root / "exercises" / f"{exercise}.py", stubs, stub_digest),
+                                  (course_root / "exercises" / f"{exercise}.ipynb", notebooks, notebook_digest)):
+        if path.is_file() and not any(mine and _same(path, mine) for mine in own):
+            digests.add(digest(path))
+    return Released(frozenset(stubs), frozenset(d for d in notebooks if d))
+
+
+def write_record(course_root: Path, stubs: list[Path], notebooks: list[Path]) -> Path:
+    """`RECORD`: the digests of the stubs and notebooks `release` just wrote."""
+    exercises: dict[str, dict[str, str]] = {}
+    for path in stubs:
+        exercises.setdefault(path.stem, {})["stub"] = stub_digest(path)
+    for path in notebooks:
+        digest = notebook_digest(path)
+        if digest:
+            exercises.setdefault(path.stem, {})["notebook"] = digest
+    target = course_root / RECORD
+    target.write_text(json.dumps({"about": "written by gpugrade release: which stubs and notebooks are untouched "
+                                           "(grader/course/choice.py)", "exercises": exercises},
+                                 indent=1, sort_keys=True) + "\n")
+    return target
+
+
+def _record(course_root: Path) -> dict:
+    try:
+        data = json.loads((course_root / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    exercises = data.get("exercises") if isinstance(data, dict) else None
+    return exercises if isinstance(exercises, dict) else {}
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
