@@ -51,6 +51,39 @@ def test_a_missed_criterion_says_where():
 
 
 
+def naive_matmul(k_steps, c_in_loop):
+    """A naive matmul's launch of 16 warps: per step, A broadcast (1 sector) and B coalesced (4);
+    with `c_in_loop` (`C[row, col] += A[row, k] * B[k, col]` at line 79), C loaded and stored on
+    every step too (4 sectors each, coalesced), else one store of C at line 80."""
+    warps, per_step = 16, 3 if c_in_loop else 2
+    loads = {"line": 79 if c_in_loop else 78, "space": "global", "kind": "load", "requests": warps * per_step * k_steps,
+             "sectors": warps * (5 + 4 * c_in_loop) * k_steps, "sample": {"itemsize": 4}}
+    stores = (k_steps + 1) if c_in_loop else 1
+    store = {"line": 79 if c_in_loop else 80, "space": "global", "kind": "store", "requests": warps * stores,
+             "sectors": 4 * warps * stores, "sample": {"itemsize": 4}}
+    return {"kernel": "matmul_naive_kernel", "lines": [loads, store], "counters": {
+        "global_load_sectors": loads["sectors"], "global_load_requests": loads["requests"],
+        "global_store_sectors": store["sectors"], "global_store_requests": store["requests"],
+        "max_global_loads_per_thread": per_step * k_steps, "max_global_stores_per_thread": stores}}
+
+
+def test_coalesced_extra_accesses_are_not_called_uncoalesced():
+    """Accumulating into C in global memory (the audit's M8) raises the average sectors per
+    request with coalesced accesses only: no line is called uncoalesced at the ideal 4 sectors;
+    the note says extra accesses, per thread against the reference's, at the line that makes them."""
+    mine, ref = naive_matmul(64, True), naive_matmul(64, False)
+    assert totals([mine])["sectors_per_request"] > 1.25 * totals([ref])["sectors_per_request"]
+    assert hotspots([mine], ["sectors_per_request"]) == []
+    [(space, line, kind, note)] = hotspots([mine], ["sectors_per_request"], [ref])
+    assert (space, line, kind) == ("global extra", 79, "load, store")
+    assert "uncoalesced access" not in note and "store up to 65 elements each (the reference's 1)" in note
+    criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
+    with pytest.raises(PerformanceShortfall, match=r"^coalescing: [^\n]*, from extra global memory accesses at "
+                       r"line 79 \(load, store\)\n"):
+        expect_performance(stage, [mine], [ref], modelled=False)
+
+
 def test_a_gpu_timing_faster_than_the_copy_bandwidth_or_without_kernels_is_refused():
     """The judge's lower bound on what the student's runner reports (its clock is the upper one)."""
     from grader.errors import RunnerError

@@ -178,11 +178,13 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
             failed.append(criterion.counter)
     if problems:
         head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
-        spots = hotspots(student_launches, failed)
+        spots = hotspots(student_launches, failed, reference_launches)
         lead = EXPLAINED_BY.get(failed[0])
-        worst = next(((line, kind) for space, line, kind, _ in spots if space == lead), None)
+        worst = next(((space, line, kind) for space, line, kind, _ in spots if space in (lead, f"{lead} extra")),
+                     None)
         if worst:  # the line the first criterion is missed at, in the first line
-            head += f", worst at line {worst[0]} ({worst[1]})"
+            head += (f", from extra global memory accesses at line {worst[1]} ({worst[2]})"
+                     if worst[0].endswith(" extra") else f", worst at line {worst[1]} ({worst[2]})")
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {note}" for *_, note in spots)
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"
