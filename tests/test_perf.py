@@ -164,6 +164,22 @@ def test_a_criterion_per_warp_divides_both_sides_by_the_warps_launched():
     with pytest.raises(PerformanceShortfall, match=r"^atomic operations per warp: 32 against the reference's 1 "):
         expect_performance(stage, [atomics(157 * 256, 157, 256)], reference, modelled=False)
     plain = Criterion(counter="atomics", max_ratio=1.0, label="atomic operations")
-    with pytest.raises(PerformanceShortfall, match="atomic operations: 1264 against the reference's 1256"):
+    with pytest.raises(PerformanceShortfall, match="atomic operations: 1,264 against the reference's 1,256"):
         expect_performance(Stage("ex", 1, "t", "f", ("a", "b", "c"), (plain,), gpu=GpuThreshold("reference", 1.2)),
                            [atomics(79 * 16, 79, 512)], reference, modelled=False)
+
+
+def test_counts_are_told_in_digits_not_scientific_notation():
+    """The audit: 'shared memory loads ... 1.17965e+06 against the reference's 737280'."""
+    from grader.judge.perf import shortfall
+
+    loads = Criterion(counter="shared_loads", max_ratio=1.25, label="shared memory loads")
+    assert shortfall(loads, 1179648.0, 737280.0) == \
+        "shared memory loads: 1,179,648 against the reference's 737,280 (at most 921,600 allowed)"
+    ratio = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
+    assert shortfall(ratio, 3.00312, 2.01242) == "coalescing: 3.00312 against the reference's 2.01242 (at most 2.51553 allowed)"
+    from grader.report.html import _criterion  # the feedback page reads the counts back
+    from grader.report.results import Status, TestResult
+
+    failed = TestResult("ex::t", "ex", 1, 1, 0, Status.FAILED, shortfall(loads, 1179648.0, 737280.0))
+    assert _criterion(failed) == ("shared memory loads", 1179648.0, 737280.0, 921600.0)

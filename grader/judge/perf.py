@@ -86,18 +86,26 @@ def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]
     return mine, theirs
 
 
+def _count(value: float) -> str:
+    """A counter as a student reads it: a whole count in digits with thousands separators
+    (1,179,648, not 1.17965e+06), a ratio to 6 significant digits."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
 def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
     """Why `student` misses the criterion, or None when it meets it."""
     if criterion.max_ratio is not None:
         allowed = criterion.max_ratio * reference + criterion.slack
         if student > allowed + 1e-9:
-            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
-                    f"(at most {allowed:g} allowed)")
+            return (f"{criterion.label}: {_count(student)} against the reference's {_count(reference)} "
+                    f"(at most {_count(allowed)} allowed)")
     else:
         needed = criterion.min_ratio * reference
         if student < needed - 1e-9:
-            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
-                    f"(at least {needed:g} needed)")
+            return (f"{criterion.label}: {_count(student)} against the reference's {_count(reference)} "
+                    f"(at least {_count(needed)} needed)")
     return None
 
 
