@@ -100,20 +100,38 @@ def test_a_wrong_matrix_carries_a_coarsened_mask_of_its_wrong_elements():
     assert found.value.wrong is None  # a vector has no picture
 
 
-def test_right_elements_that_are_one_blocks_worth_say_so():
-    """An index from threadIdx alone (or a grid of one block) leaves every element past the first
-    block's wrong: the message names the global index."""
-    expected = np.arange(1000, dtype=np.float32)
+def launch(blocks, threads):
+    return {"kernel": "add_kernel", "grid": [blocks, 1, 1], "block": [threads, 1, 1]}
+
+
+def test_a_wrong_end_is_told_from_the_launch_not_guessed_from_a_power_of_two():
+    """The audit's V2: `blocks = n // 256` on n = 1025 launches 4 blocks of 256 threads, and only
+    element 1024 is wrong. The comparison alone cannot know the block size, so it claims no "one
+    block of 1024 threads"; the call's launch (require_kernel_launch) says what the grid covered."""
+    from grader.judge.proof import require_kernel_launch
+    from grader.judge.student import CallResult
+
+    expected = np.arange(1025, dtype=np.float32)
     got = expected.copy()
-    got[256:] = np.nan
-    with pytest.raises(WrongAnswer, match=r"only the first 256 are right, as many as one block of 256 threads "
-                                          r"computes.*cuda.grid\(1\)"):
-        expect_close(got, expected)
-    got = expected.copy()
-    got[768:] = np.nan  # three whole blocks: a grid rounded down, not one block's worth
+    got[1024:] = np.nan
     with pytest.raises(WrongAnswer) as info:
         expect_close(got, expected)
-    assert "one block" not in str(info.value) and "a missed block" in str(info.value)
+    assert "one block" not in str(info.value) and "a missed block, or a grid" in str(info.value)
+
+    def check(args, out):
+        expect_close(out, expected, what="vector_add")
+    with pytest.raises(WrongAnswer, match=r"the launch's 4 blocks of 256 threads cover 1024 elements, and exactly "
+                                          r"those are right: round the block count up, \(n \+ 256 - 1\) // 256"):
+        require_kernel_launch(CallResult(got, [], [launch(4, 256)]), "sim", check=check)
+    got[256:] = np.nan  # each block computed the first block's elements
+    with pytest.raises(WrongAnswer, match=r"only the first 256 are right, as many as one block of 256 threads "
+                                          r"computes.*cuda.grid\(1\)"):
+        require_kernel_launch(CallResult(got, [], [launch(4, 256)]), "sim", check=check)
+    got = expected.copy()
+    got[300:] = np.nan
+    with pytest.raises(WrongAnswer) as info:  # neither: the generic note stays
+        require_kernel_launch(CallResult(got, [], [launch(5, 256)]), "sim", check=check)
+    assert "a missed block, or a grid" in str(info.value) and "one block" not in str(info.value)
 
 
 def test_a_large_output_is_compared_in_chunks_with_the_same_verdict():

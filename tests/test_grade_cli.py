@@ -108,6 +108,37 @@ def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     assert "array(" not in strided["reduction::grid_stride_int32_exact[n=1000]"], "a number, not its repr"
 
 
+def test_a_shuffle_missing_its_first_step_is_named_and_a_note_a_second_call_does_not_bear_out_is_dropped(tmp_path):
+    """The audit's R3 (the shuffle's offsets start at 8): the sum of the first 16 of every 32 is
+    named. A sum that fits a part on one call but not on a second call with other values (here: a
+    kernel whose first offset alternates between calls) is told without a note: one input alone
+    names a part by accident now and then."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    def outputs(submission):
+        results = grade(submission, ["reduction"], backend="sim", course=Course(ROOT), stages=[2])
+        return {t.name: t.output for t in results.tests if t.name.startswith("reduction::shuffle[")}
+
+    submission = known_wrong("reduction_shuffle_missing_first_step", tmp_path)
+    for name, output in outputs(submission).items():
+        if name != "reduction::shuffle[n=1]":
+            assert "exactly the sum of the first 16 elements of every 32" in output, output
+    source = submission / "reduction.py"
+    text = source.read_text()
+    for old, new in (("def reduce_shuffle_kernel(x, out):", "def reduce_shuffle_kernel(x, out, first):"),
+                     ("offset = WARP_SIZE // 4  # BUG", "offset = first  # BUG"),
+                     ("reduce_shuffle_kernel[blocks, THREADS_PER_BLOCK](d_x, d_out)",
+                      "_CALLS.append(0)\n    reduce_shuffle_kernel[blocks, THREADS_PER_BLOCK](d_x, d_out, "
+                      "WARP_SIZE // 4 if len(_CALLS) % 2 else WARP_SIZE // 8)")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    source.write_text(text + "\n_CALLS = []\n")
+    for name, output in outputs(submission).items():
+        if name != "reduction::shuffle[n=1]":
+            assert "expected" in output and "; that is" not in output, output
+
+
 def test_table_and_junit_formats(tmp_path):
     done = gpugrade("grade", "solutions", "vector_add", "--backend", "sim")
     assert done.returncode == 0, done.stderr

@@ -84,3 +84,21 @@ def test_all_shows_every_hint_and_a_damaged_state_file_is_ignored(tmp_path):
     assert hints.reveal(s, state, everything=True) == [(1, "ex1a"), (2, "ex1b"), (3, "ex1c")]
     text = hints.render(s, [(1, "ex1a")])
     assert "hint 1/3: ex1a" in text and "--hints for the next one" in text
+
+
+def test_extra_coalesced_accesses_get_the_register_accumulator_hint_not_the_uncoalesced_one(tmp_path):
+    """The course's naive matmul stage: a coalescing average missed through extra accesses (the
+    judge's message, judge.hotspots) is kind extra_accesses, and its hint comes first."""
+    from pathlib import Path
+
+    from grader.course.manifest import load
+    from grader.report.results import Status, TestResult
+
+    stage = load(Path(__file__).parent.parent / "course.toml").stage("matmul", 1)
+    message = ("global memory sectors per warp request (coalescing): 3.00312 against the reference's 2.01242 "
+               "(at most 2.51553 allowed), from extra global memory accesses at line 79 (load, store)")
+    results = Results("s", "sim", tests=[TestResult("matmul::naive_is_coalesced", "matmul", 1, 2, 0,
+                                                    Status.FAILED, message)])
+    kind = hints.failure_kind(results, stage)
+    [(number, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
+    assert kind == "extra_accesses" and "in a local variable (a register)" in text, (kind, text)

@@ -51,6 +51,39 @@ def test_a_missed_criterion_says_where():
 
 
 
+def naive_matmul(k_steps, c_in_loop):
+    """A naive matmul's launch of 16 warps: per step, A broadcast (1 sector) and B coalesced (4);
+    with `c_in_loop` (`C[row, col] += A[row, k] * B[k, col]` at line 79), C loaded and stored on
+    every step too (4 sectors each, coalesced), else one store of C at line 80."""
+    warps, per_step = 16, 3 if c_in_loop else 2
+    loads = {"line": 79 if c_in_loop else 78, "space": "global", "kind": "load", "requests": warps * per_step * k_steps,
+             "sectors": warps * (5 + 4 * c_in_loop) * k_steps, "sample": {"itemsize": 4}}
+    stores = (k_steps + 1) if c_in_loop else 1
+    store = {"line": 79 if c_in_loop else 80, "space": "global", "kind": "store", "requests": warps * stores,
+             "sectors": 4 * warps * stores, "sample": {"itemsize": 4}}
+    return {"kernel": "matmul_naive_kernel", "lines": [loads, store], "counters": {
+        "global_load_sectors": loads["sectors"], "global_load_requests": loads["requests"],
+        "global_store_sectors": store["sectors"], "global_store_requests": store["requests"],
+        "max_global_loads_per_thread": per_step * k_steps, "max_global_stores_per_thread": stores}}
+
+
+def test_coalesced_extra_accesses_are_not_called_uncoalesced():
+    """Accumulating into C in global memory (the audit's M8) raises the average sectors per
+    request with coalesced accesses only: no line is called uncoalesced at the ideal 4 sectors;
+    the note says extra accesses, per thread against the reference's, at the line that makes them."""
+    mine, ref = naive_matmul(64, True), naive_matmul(64, False)
+    assert totals([mine])["sectors_per_request"] > 1.25 * totals([ref])["sectors_per_request"]
+    assert hotspots([mine], ["sectors_per_request"]) == []
+    [(space, line, kind, note)] = hotspots([mine], ["sectors_per_request"], [ref])
+    assert (space, line, kind) == ("global extra", 79, "load, store")
+    assert "uncoalesced access" not in note and "store up to 65 elements each (the reference's 1)" in note
+    criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
+    with pytest.raises(PerformanceShortfall, match=r"^coalescing: [^\n]*, from extra global memory accesses at "
+                       r"line 79 \(load, store\)\n"):
+        expect_performance(stage, [mine], [ref], modelled=False)
+
+
 def test_a_gpu_timing_faster_than_the_copy_bandwidth_or_without_kernels_is_refused():
     """The judge's lower bound on what the student's runner reports (its clock is the upper one)."""
     from grader.errors import RunnerError
@@ -131,6 +164,22 @@ def test_a_criterion_per_warp_divides_both_sides_by_the_warps_launched():
     with pytest.raises(PerformanceShortfall, match=r"^atomic operations per warp: 32 against the reference's 1 "):
         expect_performance(stage, [atomics(157 * 256, 157, 256)], reference, modelled=False)
     plain = Criterion(counter="atomics", max_ratio=1.0, label="atomic operations")
-    with pytest.raises(PerformanceShortfall, match="atomic operations: 1264 against the reference's 1256"):
+    with pytest.raises(PerformanceShortfall, match="atomic operations: 1,264 against the reference's 1,256"):
         expect_performance(Stage("ex", 1, "t", "f", ("a", "b", "c"), (plain,), gpu=GpuThreshold("reference", 1.2)),
                            [atomics(79 * 16, 79, 512)], reference, modelled=False)
+
+
+def test_counts_are_told_in_digits_not_scientific_notation():
+    """The audit: 'shared memory loads ... 1.17965e+06 against the reference's 737280'."""
+    from grader.judge.perf import shortfall
+
+    loads = Criterion(counter="shared_loads", max_ratio=1.25, label="shared memory loads")
+    assert shortfall(loads, 1179648.0, 737280.0) == \
+        "shared memory loads: 1,179,648 against the reference's 737,280 (at most 921,600 allowed)"
+    ratio = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
+    assert shortfall(ratio, 3.00312, 2.01242) == "coalescing: 3.00312 against the reference's 2.01242 (at most 2.51553 allowed)"
+    from grader.report.html import _criterion  # the feedback page reads the counts back
+    from grader.report.results import Status, TestResult
+
+    failed = TestResult("ex::t", "ex", 1, 1, 0, Status.FAILED, shortfall(loads, 1179648.0, 737280.0))
+    assert _criterion(failed) == ("shared memory loads", 1179648.0, 737280.0, 921600.0)

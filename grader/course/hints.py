@@ -77,6 +77,8 @@ _MESSAGE_KINDS = (
     (("data race",), "races"),
     (("out-of-bounds", "out of bounds"), "bounds"),
     (("uninitialised",), "uninitialised"),
+    # before "uncoalesced": a missed coalescing average with every line at the ideal (judge.hotspots)
+    (("extra global memory accesses",), "extra_accesses"),
     (("sectors per", "uncoalesced", "coalescing"), "uncoalesced"),
     (("bank conflict", "wavefronts", "shared memory passes"), "bank_conflicts"),
     (("atomic",), "atomics"),

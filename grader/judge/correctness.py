@@ -14,9 +14,16 @@ class WrongAnswer(AssertionError):
     """A student's output is wrong; the message is what the student reads. `wrong`: for a
     matrix, where its wrong elements are (`wrong_mask`), for the feedback's picture."""
 
-    def __init__(self, message: str, wrong: dict | None = None):
+    def __init__(self, message: str, wrong: dict | None = None, right_prefix: int | None = None):
         super().__init__(message)
         self.wrong = wrong
+        # a vector whose wrong elements are exactly its end: how many from 0 are right (what
+        # `short_grid` compares with the launches' threads)
+        self.right_prefix = right_prefix
+
+
+# the note on a vector wrong from some index to its end, when the launches are not known
+STOPS_SHORT = " (the end of the array: a missed block, or a grid or bounds guard that stops short?)"
 
 
 # the most cells a side of the wrong-element picture has (a bigger matrix is coarsened)
@@ -73,7 +80,7 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
             f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}",
-            wrong_mask(bad) if bad.ndim == 2 else None,
+            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad),
         )
 
 
@@ -99,12 +106,8 @@ def _where(bad: np.ndarray, got: np.ndarray) -> str:
         i0, i1 = int(at[0]), int(at[-1])
         if 0 < at.size < bad.size and at.size == i1 - i0 + 1:
             span = f"the only wrong element is index {i0}" if i0 == i1 else f"the wrong elements are exactly indices {i0}..{i1}"
-            edge = (" (the end of the array: a missed block, or a grid or bounds guard that stops short?)"
-                    if i1 == bad.size - 1 else "")
-            if i1 == bad.size - 1 and i0 >= 32 and i0 & (i0 - 1) == 0:  # right: a power of two from 0
-                edge = (f" (only the first {i0} are right, as many as one block of {i0} threads computes: was one "
-                        f"block launched, or does every block compute the first block's elements? the global "
-                        f"index is cuda.grid(1), blockIdx.x * blockDim.x + threadIdx.x)")
+            # (the launches tell how many threads there were: proof.require_kernel_launch, short_grid)
+            edge = STOPS_SHORT if i1 == bad.size - 1 else ""
             notes.append(span + edge)
     if bad.ndim == 2:
         rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
@@ -116,6 +119,37 @@ def _where(bad: np.ndarray, got: np.ndarray) -> str:
             notes.append(f"the wrong elements are exactly rows {r0}..{r1}, columns {c0}..{c1}"
                          + (f" (the {' and '.join(edge)}: a missed tile or edge?)" if edge else ""))
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _right_prefix(bad: np.ndarray) -> int | None:
+    if bad.ndim != 1 or not bad.any() or bad.all():
+        return None
+    i0 = int(np.argmax(bad))
+    return i0 if bad[i0:].all() else None
+
+
+def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
+    """`wrong` with its note on a wrong end of a vector told from the call's one launch: when the
+    right elements are as many as its threads, the grid stops short (rounded down), or, as many
+    as one block's, every block computes the first block's elements. Unchanged otherwise."""
+    right = wrong.right_prefix
+    if right is None or len(launches) != 1 or STOPS_SHORT not in str(wrong):
+        return wrong
+    grid, block = launches[0].get("grid") or [], launches[0].get("block") or []
+    if not grid or not block or any(int(d) != 1 for d in [*grid[1:], *block[1:]]):
+        return wrong  # (a 1-D launch only: the threads of a 2-D one map to elements somehow)
+    blocks, threads = int(grid[0]), int(block[0])
+    if blocks * threads == right:
+        note = (f" (the launch's {blocks} block{'s' if blocks != 1 else ''} of {threads} threads cover {right} elements, and exactly "
+                f"those are right: round the block count up, (n + {threads} - 1) // {threads}, or loop with "
+                f"a grid stride)")
+    elif threads == right and blocks > 1:
+        note = (f" (only the first {right} are right, as many as one block of {threads} threads computes: "
+                f"does every block compute the first block's elements? the global index is cuda.grid(1), "
+                f"blockIdx.x * blockDim.x + threadIdx.x)")
+    else:
+        return wrong
+    return WrongAnswer(str(wrong).replace(STOPS_SHORT, note, 1), wrong.wrong, right)
 
 
 def reduction_rtol(n: int, eps: float = float(np.finfo(np.float32).eps)) -> float:

@@ -86,18 +86,26 @@ def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]
     return mine, theirs
 
 
+def _count(value: float) -> str:
+    """A counter as a student reads it: a whole count in digits with thousands separators
+    (1,179,648, not 1.17965e+06), a ratio to 6 significant digits."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
 def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
     """Why `student` misses the criterion, or None when it meets it."""
     if criterion.max_ratio is not None:
         allowed = criterion.max_ratio * reference + criterion.slack
         if student > allowed + 1e-9:
-            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
-                    f"(at most {allowed:g} allowed)")
+            return (f"{criterion.label}: {_count(student)} against the reference's {_count(reference)} "
+                    f"(at most {_count(allowed)} allowed)")
     else:
         needed = criterion.min_ratio * reference
         if student < needed - 1e-9:
-            return (f"{criterion.label}: {student:g} against the reference's {reference:g} "
-                    f"(at least {needed:g} needed)")
+            return (f"{criterion.label}: {_count(student)} against the reference's {_count(reference)} "
+                    f"(at least {_count(needed)} needed)")
     return None
 
 
@@ -178,11 +186,13 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
             failed.append(criterion.counter)
     if problems:
         head = (f"{what}: " if what else "") + problems[0]  # a counter, named as such: "too slow" is for times
-        spots = hotspots(student_launches, failed)
+        spots = hotspots(student_launches, failed, reference_launches)
         lead = EXPLAINED_BY.get(failed[0])
-        worst = next(((line, kind) for space, line, kind, _ in spots if space == lead), None)
+        worst = next(((space, line, kind) for space, line, kind, _ in spots if space in (lead, f"{lead} extra")),
+                     None)
         if worst:  # the line the first criterion is missed at, in the first line
-            head += f", worst at line {worst[0]} ({worst[1]})"
+            head += (f", from extra global memory accesses at line {worst[1]} ({worst[2]})"
+                     if worst[0].endswith(" extra") else f", worst at line {worst[1]} ({worst[2]})")
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {note}" for *_, note in spots)
         raise PerformanceShortfall(f"{head}\n\ncriteria missed on the simulator:\n{rest}"

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..wire.messages import is_number
-from .correctness import WrongAnswer
+from .correctness import WrongAnswer, short_grid
 from .dataflow import verify
 from .replay import follow
 from .student import CallResult
@@ -45,7 +45,7 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         try:
             check(result.sent, result.value if output is _RETURNED else output)
         except WrongAnswer as exc:
-            wrong = exc
+            wrong = short_grid(exc, result.launches)
     proof = result.proof if result.proof is not None else result
     if proof.device is None:
         if wrong is not None:

@@ -64,8 +64,9 @@ EXPLAIN = {
 }
 
 # a missed counter criterion, as grader.judge.perf words it
-_CRITERION = re.compile(r"(?:.*?: )?(?P<label>[^:]+): (?P<yours>[-\d.e+]+) against the reference's "
-                        r"(?P<theirs>[-\d.e+]+)(?: \(at (?:most|least) (?P<limit>[-\d.e+]+) (?:allowed|needed)\))?")
+# (counts with thousands separators: 1,179,648)
+_CRITERION = re.compile(r"(?:.*?: )?(?P<label>[^:]+): (?P<yours>[-\d.,e+]+) against the reference's "
+                        r"(?P<theirs>[-\d.,e+]+)(?: \(at (?:most|least) (?P<limit>[-\d.,e+]+) (?:allowed|needed)\))?")
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 1em;color:#111}
@@ -222,8 +223,10 @@ def _criterion(t: TestResult) -> tuple | None:
     if not match:
         return None
     try:
-        limit = float(match["limit"]) if match["limit"] else None
-        return match["label"].strip(), float(match["yours"]), float(match["theirs"]), limit
+        def number(text: str) -> float:
+            return float(text.replace(",", ""))
+        limit = number(match["limit"]) if match["limit"] else None
+        return match["label"].strip(), number(match["yours"]), number(match["theirs"]), limit
     except ValueError:
         return None
 

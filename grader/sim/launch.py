@@ -255,6 +255,9 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                     raise NotSimulatedError(f"kernel {kernel.name!r}: the SIMT executor does "
                                             f"not handle it: {reason}") from None
                 continue
+            except Exception:
+                inst.close_race()  # a race found earlier, its advice left open, comes first
+                raise
         else:
             from .thread.executor import ThreadExecutor
 
@@ -264,7 +267,11 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                 if _refused(exc, kernel):
                     raise _typing_error(kernel, exc) from None
                 raise
-            executor.run()
+            try:
+                executor.run()
+            except Exception:
+                inst.close_race()  # as above
+                raise
             typing_note = executor.typing_note
         break
     else:

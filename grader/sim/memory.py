@@ -311,6 +311,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
     # ------------------------------------------------------------------ results
     def finish(self) -> dict:
         """Counters of the launch (keys in docs/SIMULATOR_DESIGN.md) and the per-thread table."""
+        self.close_race()
         self.flush()
         self._add_pending()
         self._patterns.clear()

@@ -43,7 +43,32 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
     if not np.isfinite(float(value)) or abs(float(value) - expected) > allowed:
         raise WrongAnswer(f"{what}: expected {expected:.7g}, got {float(value):.7g} "
                           f"(off by {abs(float(value) - expected):.3g}, allowed {allowed:.3g})"
-                          f"{_part(float(value), x) or _counted_again(float(value), x) or _multiple(float(value), expected)}")
+                          f"{_pattern(float(value), x)}")
+
+
+def _pattern(value: float, x: np.ndarray) -> str:
+    """What a wrong float sum is exactly, as a note ("" when nothing fits)."""
+    expected = float(x.astype(np.float64).sum())
+    return _part(value, x) or _counted_again(value, x) or _multiple(value, expected)
+
+
+def _confirmed(wrong: WrongAnswer, student, function: str, value, x: np.ndarray, rng) -> WrongAnswer:
+    """`wrong` with its note on what the wrong sum `value` is (`_pattern`) kept only when a second
+    call on other values of the same size gives a sum the same note fits: some 40 candidate parts,
+    each fitting a stray wrong sum now and then, would otherwise name a bug the code does not have."""
+    value = np.asarray(value)
+    if x.dtype.kind != "f" or value.size != 1 or value.dtype.kind != "f":
+        return wrong  # (integer sums match exactly or not at all)
+    note = _pattern(float(value.reshape(())), x)
+    if not note or note not in str(wrong):
+        return wrong
+    again = (rng.standard_normal(x.size) + 1.0).astype(np.float32)
+    try:
+        second = np.asarray(student.call(function, again).value)
+        same = second.size == 1 and _pattern(float(second.reshape(())), again) == note
+    except Exception:  # a second call that fails confirms nothing; the verdict is the first call's
+        same = False
+    return wrong if same else WrongAnswer(str(wrong).replace(note, "", 1), wrong.wrong)
 
 
 def _counted_again(value: float, x: np.ndarray) -> str:
@@ -92,17 +117,36 @@ def _part(value: float, x: np.ndarray) -> str:
               np.s_[:p]) for p in sorted({p for b in powers if b >= 32 for p in (b, n // b * b)}) if 0 < p < n]
     parts += [(f"one element in every {k} (x[::{k}]): only each group's first thread kept its own value, the "
                f"others' never reach it (a missing shuffle or tree step?)", np.s_[::k]) for k in powers if k < n]
+    for w in (16, 8, 4, 2):  # a warp's shuffle tree starting below offset 16 (WARP_SIZE // 4 ...)
+        if w < n:
+            offsets = ", ".join(str(o) for o in (16, 8, 4, 2) if o >= w)
+            parts.append((f"the first {w} elements of every 32 (lanes 0..{w - 1} of each warp): lane 0 only "
+                           f"gathers from the first {w} lanes, so the shuffle {'step' if w == 16 else 'steps'} with offset "
+                           f"{offsets} {'is' if w == 16 else 'are'} missing "
+                           f"(the offsets start at WARP_SIZE // 2 and halve down to 1)", (np.arange(n) % 32) < w))
     for b in (b for b in powers if 64 <= b < n):
         mask = (np.arange(n) % b) < 32
         parts.append((f"the first 32 elements of every {b} (the first warp of each block of {b} threads): only one "
                       f"warp per block adds its sum (lane 0 of every warp is `cuda.laneid == 0`, not "
                       f"`threadIdx.x == 0`)", mask))
+    best = None  # (the closest fit in units of its tolerance: parts of one size fit by chance, what)
     for what, part in parts:
         size = int(np.count_nonzero(part)) if isinstance(part, np.ndarray) else len(range(n)[part])
-        allowed = reduction_rtol(size) * float(scale[part].sum()) + 1e-6
-        if abs(value - float(x64[part].sum())) <= allowed:
-            return f"; that is exactly the sum of {what}"
-    return ""
+        allowed = _part_tolerance(size, float(scale[part].sum()))
+        off = abs(value - float(x64[part].sum())) / allowed
+        if off <= 1 and (best is None or off < best[0]):
+            best = (off, what)
+    return f"; that is exactly the sum of {best[1]}" if best else ""
+
+
+# A part fits within eps * sqrt(its size) * its magnitude: a float32 sum in any order a kernel uses
+# (sequential included) stays inside; stray sums of as many other elements rarely do (4x this, the
+# test's own tolerance, named about 2.5% of them; this and a second call: under 0.05%).
+PART_RTOL = 1.0
+
+
+def _part_tolerance(size: int, magnitude: float) -> float:
+    return PART_RTOL * float(np.finfo(np.float32).eps) * np.sqrt(max(size, 1)) * magnitude + 1e-6
 
 
 def _check(student, backend, rng, function, n, dtype=np.float32):
@@ -115,7 +159,10 @@ def _check(student, backend, rng, function, n, dtype=np.float32):
     result = student.call(function, x)
     what = f"{function}(x) with n={n} {np.dtype(dtype).name}"
     # (the check judges the answer first, then the data flow and the replay)
-    require_kernel_launch(result, backend, check=lambda args, got: _expect_sum(got, args[0], what))
+    try:
+        require_kernel_launch(result, backend, check=lambda args, got: _expect_sum(got, args[0], what))
+    except WrongAnswer as wrong:
+        raise _confirmed(wrong, student, function, result.value, x, rng) from None
     return result, x
 
 

@@ -100,6 +100,37 @@ def test_a_race_between_threads_of_one_warp_asks_for_syncwarp(executor):
         assert "(or cuda.syncwarp(), where one warp's threads alone take part)" in message, message
 
 
+@cuda.jit
+def tiled_matmul_no_barrier_after_loads(A, B, C):
+    sA = cuda.shared.array((TPB, TPB), float32)
+    sB = cuda.shared.array((TPB, TPB), float32)
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = float32(0.0)
+    for k in range(A.shape[1] // TPB):
+        sA[ty, tx] = A[y, k * TPB + tx]
+        sB[ty, tx] = B[k * TPB + ty, x]
+        for j in range(TPB):  # (the syncthreads() after the loads is missing)
+            acc += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    C[y, x] = acc
+
+
+def test_a_tile_shared_by_several_warps_asks_for_syncthreads():
+    """The first conflict (on sA: each row is stored and read by one warp) is within a warp,
+    but sB's columns cross warps: a syncwarp() would only move the race, so the advice is
+    syncthreads() (the audit's mutation M1, which said cuda.syncwarp()). Lockstep only: the
+    per-thread executor runs thread 0 ahead and finds an uninitialised read instead."""
+    with sim.installed(executor="simt"):
+        A = cuda.to_device(np.ones((TPB, TPB), np.float32))
+        with pytest.raises(sim.RaceError) as found:
+            tiled_matmul_no_barrier_after_loads[(1, 1), (TPB, TPB)](
+                A, A, cuda.device_array((TPB, TPB), np.float32))
+    message = str(found.value)
+    assert "with no syncthreads() between lines" in message, message
+    assert "syncwarp" not in message, message
+
+
 # ---------------------------------------------------------------- races on global memory
 @cuda.jit
 def sum_plain(inp, out):

@@ -15,6 +15,8 @@ class Findings:
 
     def _fail(self, cls, what: str, block: int, thread: int, line: int, filename=None,
               array=None, index=None) -> None:
+        if self._open_race is not None:  # found first, so reported first
+            self.close_race()
         b, t = self.config.block_xyz(int(block)), self.config.thread_xyz(int(thread))
         fn = filename or self.filename
         if fn != self.filename and in_library(fn):

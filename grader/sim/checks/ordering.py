@@ -46,6 +46,8 @@ class Ordering:
     def barrier(self, block_ids, line=None) -> None:
         """A syncthreads completed for these blocks."""
         block_ids = np.atleast_1d(np.asarray(block_ids, np.int64))
+        if self._open_race is not None and (block_ids == self._open_race[6]).any():
+            self.close_race()  # its interval ended with no conflict between warps
         self.epoch[block_ids] += 1
         self._sync_ver += 1
         if block_ids.shape[0] > 4:  # many blocks (lockstep): vectors now, scalar twins later
@@ -63,6 +65,7 @@ class Ordering:
     def grid_sync(self, line=None) -> None:
         """A grid sync completed: a barrier of every block, after which every block's epoch
         is one value above all earlier ones (the new `grid_floor`)."""
+        self.close_race()
         self._sync1()
         floor = int(self.epoch.max()) + 1
         self.epoch[:] = floor

@@ -63,6 +63,18 @@ class RaceChecks:
     def _init_races(self) -> None:
         self._shadows: dict[int, Shadow] = {}  # buffer id -> vector shadow
         self._shadows1: dict[int, dict[int, list]] = {}  # buffer id -> {flat: record}
+        # a race of two threads of one warp (in a block of several warps) whose advice waits
+        # for the rest of its barrier interval: `_race_msg`'s arguments, or None
+        self._open_race: tuple | None = None
+
+    def close_race(self, warp_only: bool = True) -> None:
+        """Report the race left open, if any: with cuda.syncwarp() as the advice when
+        `warp_only` (no conflict between warps of its block came up since), else
+        syncthreads(). Called at the block's next barrier, at another finding, at the end of
+        the launch (also when it ends with an error)."""
+        found, self._open_race = self._open_race, None
+        if found is not None:
+            self._race_msg(*found, warp_only=warp_only)
 
     def _shadow(self, handle) -> Shadow:
         sh = self._shadows.get(handle.buffer_id)
@@ -128,9 +140,11 @@ class RaceChecks:
             self._race1(space, units, kind, flat * r + j, block, g, line, filename)
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
-                  filename, other_line=0):
+                  filename, other_line=0, warp_only=None):
         """Report a conflict with `other`: a global thread id, or <= -2 for several readers
-        of block -other - 2; `other_line`: the line of its access (0: not known)."""
+        of block -other - 2; `other_line`: the line of its access (0: not known);
+        `warp_only` (set by `close_race`): whether cuda.syncwarp() would order every conflict
+        of the race's barrier interval."""
         if other <= -2:
             who = f"other threads of block {self.config.block_xyz(-other - 2)}"
         else:
@@ -142,6 +156,19 @@ class RaceChecks:
         # two threads of one warp want cuda.syncwarp(): a syncthreads() in code only that warp
         # runs (`if t < 32:`, the classic unrolled last warp) is a barrier the others never reach
         same_warp = other > -2 and same_block and int(other) % self.tpb // WARP == int(thread) // WARP
+        if warp_only is None:
+            if same_warp and self.wpb > 1:
+                # The first conflict is within a warp, but the same missing barrier may also
+                # leave warps unordered (a tile loaded by the whole block, read row by row):
+                # a syncwarp() would only move the race. Decide when the interval ends.
+                if self._open_race is None:
+                    self._open_race = (space, handle, kind, flat, other, other_kind, block,
+                                       thread, line, filename, other_line)
+                return
+            if self._open_race is not None and same_block and other > -2:
+                self.close_race(warp_only=False)  # threads of two warps: syncthreads()
+            warp_only = same_warp
+        same_warp = warp_only
         barrier = "cuda.syncwarp()" if same_warp else \
             "syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" if other <= -2 \
             else "syncthreads()"
