@@ -184,6 +184,9 @@ def _batch(args, course: Course, backend: Kind) -> int:
                             only=getattr(args, "students", None), on_progress=on_progress)
     print(f"{summary.graded} graded, {summary.skipped} already graded, {summary.failed} not graded "
           f"in {summary.seconds:.1f} s -> {Path(args.out) / 'grades.csv'}")
+    if summary.kept:
+        print(f"WARNING: the latest fetch failed for {len(summary.kept)} student(s) with a stored grade, which "
+              f"stands (grades.csv's reason says why): {', '.join(summary.kept)}")
     return 0
 
 

@@ -210,3 +210,31 @@ def test_a_malformed_roster_names_its_lines_and_grades_nothing(course, tmp_path)
     assert done.returncode != 0
     assert "line 3" in done.stderr and "line 5" in done.stderr and "already on line 2" in done.stderr, done.stderr
     assert not (out / "grades.csv").exists()
+
+
+def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tmp_path):
+    alice = _repo(tmp_path, "alice", {"vector_add.py": SOLUTION})
+    roster = _roster(tmp_path, [("alice", str(alice))])
+    out = tmp_path / "out"
+    assert _batch(course, roster, out).returncode == 0
+    graded = _grades(out)["alice"]
+    page = (out / "feedback" / "alice.md").read_text()
+    assert graded["status"] == "graded" and float(graded["score"]) == float(graded["max"]) > 0
+    # a network hiccup: the repository cannot be fetched on the re-run
+    alice.rename(tmp_path / "away.git")
+    hiccup = _batch(course, roster, out)
+    row = _grades(out)["alice"]
+    assert (row["status"], row["score"], row["commit"]) == ("graded", graded["score"], graded["commit"])
+    assert "WARNING: the latest fetch failed" in hiccup.stdout and "alice" in hiccup.stdout, hiccup.stdout
+    assert "the latest fetch failed" in row["reason"] and "does not exist" in row["reason"], row["reason"]
+    assert (out / "feedback" / "alice.md").read_text() == page
+    assert "Latest fetch failed" in (out / "summary.html").read_text()
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--gradescope", str(tmp_path / "gs")],
+                              cwd=course, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((tmp_path / "gs" / "alice" / "results.json").read_text())["score"] == float(graded["score"])
+    # the repository is back, the same commit: skipped, and the failure is forgotten
+    (tmp_path / "away.git").rename(alice)
+    again = _batch(course, roster, out)
+    assert _counts(again) == (0, 1, 0) and "WARNING" not in again.stdout, again.stdout
+    assert _grades(out)["alice"] == graded

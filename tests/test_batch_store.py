@@ -119,6 +119,29 @@ def test_error_rows_and_status_validation(store):
     assert not store.has(key())
 
 
+def test_a_failed_fetch_never_hides_a_graded_row(store):
+    # a re-run that could fetch nothing (no commit): the graded row stays the student's row
+    store.put(key("alice", "c1"), results("alice"), status="graded")
+    store.put(key("bob", "b1"), results("bob"), status="graded")
+    store.put(key("alice", ""), None, status="error", reason="the repository /r/alice.git does not exist")
+    store.put(key("dave", ""), None, status="error", reason="the repository /r/dave.git does not exist")
+    alice, bob, dave = store.latest("hw1")
+    assert (alice.key.commit, alice.status, alice.score) == ("c1", "graded", 5)
+    assert alice.latest_failure == "the repository /r/alice.git does not exist"
+    assert bob.latest_failure == "" and bob.status == "graded"
+    assert (dave.status, dave.latest_failure) == ("error", "")  # nothing graded to keep: the error is the row
+    assert [r.key.commit for r in store.latest("hw1", ["alice"])] == ["c1"]
+    # a submission graded after the failure: the failure is old news
+    store.put(key("alice", "c2"), results("alice", (2, 5)), status="graded")
+    [alice] = store.latest("hw1", ["alice"])
+    assert (alice.key.commit, alice.latest_failure) == ("c2", "")
+    # a fetch that works again on the same commit forgets the failures
+    store.put(key("bob", ""), None, status="error", reason="timed out")
+    assert store.latest("hw1", ["bob"])[0].latest_failure == "timed out"
+    assert store.forget_fetch_failures("hw1", "bob") == 1
+    assert store.latest("hw1", ["bob"])[0].latest_failure == ""
+
+
 def test_forget_removes_only_those_students_of_that_assignment(store):
     for s in ("alice", "bob", "carol"):
         store.put(key(s, "c1"), results(s), status="graded")

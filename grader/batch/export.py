@@ -63,6 +63,14 @@ def _score(row: Row) -> float:
     return row.score if row.status == "graded" else 0.0
 
 
+def reason(row: Row) -> str:
+    """The row's reason, and where a later fetch failed (the stored row stands), that failure."""
+    if not row.latest_failure:
+        return row.reason
+    note = f"the latest fetch failed, this is the stored row of commit {row.key.commit}: {row.latest_failure}"
+    return f"{row.reason}; {note}" if row.reason else note
+
+
 @contextmanager
 def _atomic(path: Path):
     """A file that appears complete at `path` or not at all: readers of a file the batch keeps
@@ -92,7 +100,7 @@ def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], polic
             out.writerow([
                 row.key.student_id, _number(score), _number(row.max_score),
                 *(_number(row.exercises[e][0]) if e in row.exercises else "" for e in exercises),
-                row.status, row.reason, row.key.commit,
+                row.status, reason(row), row.key.commit,
                 row.committed_at.isoformat() if row.committed_at else "",
                 policy.days_late(row.committed_at), _number(policy.penalty(row.committed_at)),
                 _number(policy.final(score, row.committed_at)),

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -64,6 +64,9 @@ class Outcome:
     problem: str = ""            # why it could not be graded (a clear reason, the student's row says it)
     skipped: bool = False        # already in the store for the same key
     seconds: float = 0.0
+    # nothing could be fetched, and the store's graded row stays the student's grade:
+    # (score, max, commit) of that row (set when recorded)
+    kept: tuple[float, float, str] | None = None
 
 
 def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str]]) -> Outcome:
@@ -103,6 +106,7 @@ class Summary:
     graded: int = 0
     skipped: int = 0
     failed: int = 0   # could not be graded (fetch problems, grader failures)
+    kept: list[str] = field(default_factory=list)  # of those, whose stored grade stands (nothing was fetched)
     seconds: float = 0.0
 
 
@@ -135,10 +139,19 @@ class Batch:
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""
         if outcome.skipped:
+            # fetched again, and the same commit: a fetch failure stored since is history now
+            self.store.forget_fetch_failures(self.assignment, outcome.student_id)
             return
         key = self.key(outcome.student_id, outcome.commit or "")
         if outcome.results is None:
             self.store.put(key, None, status="error", reason=outcome.problem, committed_at=outcome.committed_at)
+            [row] = self.store.latest(self.assignment, [outcome.student_id])
+            if row.latest_failure:
+                # nothing was fetched (a network hiccup, a moved repository): the stored row and its
+                # feedback pages stand, the failure is recorded beside them and said loudly
+                if row.status == "graded":
+                    outcome.kept = (row.score, row.max_score, row.key.commit)
+                return
             self._pages(outcome.student_id, None, outcome.problem)
             return
         results = Results.from_dict(outcome.results)
@@ -206,6 +219,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
             summary.skipped += 1
         elif outcome.results is None:
             summary.failed += 1
+            if outcome.kept is not None:
+                summary.kept.append(outcome.student_id)
         else:
             summary.graded += 1
         batch.write_grades()
