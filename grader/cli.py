@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv")
     batch_options(b)
-    b.add_argument("--force", action="store_true", help="grade again what the store already holds")
+    b.add_argument("--force", action="store_true", help="grade again what the store already holds (each row replaced once its regrade is recorded)")
 
     rg = sub.add_parser("regrade", help="grade some students of a batch again")
     batch_options(rg)

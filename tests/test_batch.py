@@ -238,3 +238,40 @@ def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tm
     again = _batch(course, roster, out)
     assert _counts(again) == (0, 1, 0) and "WARNING" not in again.stdout, again.stdout
     assert _grades(out)["alice"] == graded
+
+
+def _rows_and_attempts(out: Path) -> tuple[int, int]:
+    """(rows in the store, the highest attempt), (0, 0) while there is no store yet."""
+    try:
+        with sqlite3.connect(out / "store.sqlite", timeout=5) as db:
+            return db.execute("select count(*), coalesce(max(attempt), 0) from graded").fetchone()
+    except sqlite3.Error:
+        return 0, 0
+
+
+def test_force_replaces_each_row_only_when_its_regrade_is_recorded(course, tmp_path):
+    rows = [(f"f{i}", str(_repo(tmp_path, f"f{i}", {"vector_add.py": SOLUTION if i % 2 else STUB})))
+            for i in range(3)]
+    roster = _roster(tmp_path, rows)
+    out = tmp_path / "out"
+    assert _batch(course, roster, out, "--jobs", "1").returncode == 0
+    before = _csv_rows(out)
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
+                              "--timeout", "10", "--jobs", "1", "--force"], cwd=course, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    fewest, deadline = 3, time.monotonic() + 600
+    while batch.poll() is None and time.monotonic() < deadline:
+        count, attempt = _rows_and_attempts(out)
+        fewest = min(fewest, count)
+        if attempt >= 2:  # the first regrade is recorded: crash now
+            break
+        time.sleep(0.1)
+    if batch.poll() is None:
+        os.killpg(batch.pid, signal.SIGKILL)
+    batch.wait()
+    count, attempt = _rows_and_attempts(out)
+    assert fewest == 3 and count == 3, f"the store held {fewest} rows during --force, {count} after the kill"
+    assert attempt >= 2
+    resumed = _batch(course, roster, out, "--jobs", "1")
+    assert resumed.returncode == 0 and _counts(resumed) == (0, 3, 0), resumed.stdout
+    assert _csv_rows(out) == before

@@ -194,7 +194,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
               on_progress: Callable[[Outcome, int, int], None] | None = None) -> Summary:
     """Grade every roster entry not yet graded; the store, pages and grades.csv are in `out`.
-    `force`: grade again what is stored; `only`: just these students (`gpugrade regrade`)."""
+    `force`: grade again what is stored (each row replaced once its regrade is recorded); `only`:
+    just these students (`gpugrade regrade`)."""
     entries = read_roster(roster)
     if only:
         unknown = sorted(set(only) - {e.student_id for e in entries})
@@ -204,9 +205,9 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
             raise UsageError(f"not in the roster {roster}: {', '.join(unknown)}")
         entries = [e for e in entries if e.student_id in set(only)]
     batch = Batch(out, course, assignment or Path(roster).stem)
-    if force:
-        batch.store.forget(batch.assignment, [e.student_id for e in entries])
-    graded = batch.graded(entries)
+    # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
+    # recorded (put updates in place), so a crash midway loses only the submissions in flight
+    graded = frozenset() if force else batch.graded(entries)
     summary = Summary()
     started = time.monotonic()
     done = 0
