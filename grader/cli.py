@@ -86,9 +86,10 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv")
     batch_options(b)
-    b.add_argument("--force", action="store_true", help="grade again what the store already holds (each row replaced once its regrade is recorded)")
+    b.add_argument("--force", action="store_true",
+                   help="grade again what the store already holds (each row replaced once its regrade is recorded)")
 
-    rg = sub.add_parser("regrade", help="grade some students of a batch again")
+    rg = sub.add_parser("regrade", help="grade some students of a batch again (even on a commit already graded)")
     batch_options(rg)
     rg.add_argument("students", nargs="+", metavar="STUDENT", help="student ids of the roster")
 
@@ -180,7 +181,8 @@ def _batch(args, course: Course, backend: Kind) -> int:
                             description=f"grading ({outcome.student_id} {'skipped' if outcome.skipped else 'done'})")
 
         summary = run_batch(Path(args.roster), Path(args.out), course, options, assignment=args.assignment,
-                            jobs=args.jobs, dask=args.dask, force=getattr(args, "force", False),
+                            # regrade: the named students again, even where their commit is stored
+                            jobs=args.jobs, dask=args.dask, force=args.command == "regrade" or args.force,
                             only=getattr(args, "students", None), on_progress=on_progress)
     print(f"{summary.graded} graded, {summary.skipped} already graded, {summary.failed} not graded "
           f"in {summary.seconds:.1f} s -> {Path(args.out) / 'grades.csv'}")

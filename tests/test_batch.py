@@ -275,3 +275,16 @@ def test_force_replaces_each_row_only_when_its_regrade_is_recorded(course, tmp_p
     resumed = _batch(course, roster, out, "--jobs", "1")
     assert resumed.returncode == 0 and _counts(resumed) == (0, 3, 0), resumed.stdout
     assert _csv_rows(out) == before
+
+
+def test_regrade_grades_the_named_students_again_on_the_same_commit(course, tmp_path):
+    roster = _roster(tmp_path, [(s, str(_repo(tmp_path, s, {"vector_add.py": SOLUTION}))) for s in ("alice", "bob")])
+    out = tmp_path / "out"
+    assert _batch(course, roster, out).returncode == 0
+    regrade = subprocess.run([sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend",
+                              "sim", "--timeout", "10", "alice"], cwd=course, capture_output=True, text=True,
+                             timeout=900)
+    assert regrade.returncode == 0 and _counts(regrade) == (1, 0, 0), regrade.stdout + regrade.stderr
+    with sqlite3.connect(out / "store.sqlite") as db:
+        attempts = dict(db.execute("select student_id, attempt from graded"))
+    assert attempts == {"alice": 2, "bob": 1}
