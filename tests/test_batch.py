@@ -96,7 +96,10 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     ]
     out = tmp_path / "out"
     done = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # some could not be graded (dave, grace)
+    lines = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in done.stdout.splitlines() if line.startswith("[")}
+    assert set(lines) == {s for s, _ in rows}, done.stdout  # a line per student as each finished (not a tty)
+    assert "dave: not graded: " in lines["dave"] and lines["bob"].endswith(" s)")
     grades = _grades(out)
     assert set(grades) == {s for s, _ in rows}
     full = float(grades["alice"]["max"])
@@ -114,7 +117,7 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     assert summary.count("<svg") >= 2 and "dave" in summary and "Most common failures" in summary
     # the same command again grades nothing: every key is in the store
     again = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
-    assert again.returncode == 0 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried
+    assert again.returncode == 1 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried
     assert _grades(out) == grades
     # exports read the store: CSV with late penalties, one Gradescope results.json per student
     exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv"),
@@ -223,6 +226,8 @@ def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tm
     # a network hiccup: the repository cannot be fetched on the re-run
     alice.rename(tmp_path / "away.git")
     hiccup = _batch(course, roster, out)
+    assert hiccup.returncode == 1, hiccup.stdout + hiccup.stderr
+    assert "alice: FETCH FAILED, the stored grade" in hiccup.stdout, hiccup.stdout
     row = _grades(out)["alice"]
     assert (row["status"], row["score"], row["commit"]) == ("graded", graded["score"], graded["commit"])
     assert "WARNING: the latest fetch failed" in hiccup.stdout and "alice" in hiccup.stdout, hiccup.stdout
@@ -236,7 +241,7 @@ def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tm
     # the repository is back, the same commit: skipped, and the failure is forgotten
     (tmp_path / "away.git").rename(alice)
     again = _batch(course, roster, out)
-    assert _counts(again) == (0, 1, 0) and "WARNING" not in again.stdout, again.stdout
+    assert again.returncode == 0 and _counts(again) == (0, 1, 0) and "WARNING" not in again.stdout, again.stdout
     assert _grades(out)["alice"] == graded
 
 
@@ -288,3 +293,32 @@ def test_regrade_grades_the_named_students_again_on_the_same_commit(course, tmp_
     with sqlite3.connect(out / "store.sqlite") as db:
         attempts = dict(db.execute("select student_id, attempt from graded"))
     assert attempts == {"alice": 2, "bob": 1}
+
+
+def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(course, tmp_path):
+    rows = [(f"c{i}", str(_repo(tmp_path, f"c{i}", {"vector_add.py": SOLUTION if i else STUB}))) for i in range(3)]
+    roster = _roster(tmp_path, rows)
+    out = tmp_path / "out"
+    # output to a pipe, as to a log file; the terminal's Ctrl-C: SIGINT to the whole process group
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
+                              "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = batch.stdout.readline()
+        running = batch.poll() is None
+        assert first.startswith("[1/3] c") and first.rstrip().endswith(" s)"), first
+        os.killpg(batch.pid, signal.SIGINT)
+        rest, err = batch.communicate(timeout=300)
+    finally:
+        if batch.poll() is None:
+            os.killpg(batch.pid, signal.SIGKILL)
+    if not running:
+        pytest.skip("the batch ended before its first line was read (a loaded machine)")
+    assert batch.returncode == 130, first + rest + err
+    assert "Traceback" not in err and "interrupted: " in err and "the same command again" in err, err
+    kept = _grades(out)
+    assert 1 <= len(kept) <= 2 and len(kept) == _stored(out), kept
+    resumed = _batch(course, roster, out, "--jobs", "1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    grades = _grades(out)
+    assert float(grades["c0"]["score"]) == 0 and grades["c1"]["score"] == grades["c2"]["score"] == grades["c2"]["max"]

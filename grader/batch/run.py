@@ -236,6 +236,11 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         batch.write_grades()
         batch.write_summary()
         summary.seconds = time.monotonic() - started
+    except KeyboardInterrupt:
+        # Ctrl-C: nothing more is recorded (a grading cut short by it is no grade); grades.csv is
+        # written again from the store, whatever moment the interrupt came at
+        batch.write_grades()
+        raise
     finally:
         batch.store.close()
     return summary
@@ -243,11 +248,16 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
 
 def _on_pool(entries, options, graded, finished, jobs: int) -> None:
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpugrade-batch") as pool:
-        pending: set[Future] = {pool.submit(grade_entry, e, options, graded) for e in entries}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished(future.result())
+        try:
+            pending: set[Future] = {pool.submit(grade_entry, e, options, graded) for e in entries}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finished(future.result())
+        except BaseException:
+            # Ctrl-C: start no queued submission (leaving the pool would wait for all of them)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _on_dask(address: str, entries, options, graded, finished, jobs: int) -> None:
