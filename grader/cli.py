@@ -209,13 +209,27 @@ def _batch_progress():
         yield on_progress
 
 
+def _batch_options(args, course: Course, backend: Kind):
+    from .batch.run import Options
+
+    return Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
+                   docker_image=args.docker_image or "", gpus=args.gpus or "", simulator=args.simulator,
+                   timeout=args.timeout, submission_timeout=args.submission_timeout,
+                   deadline=_deadline(args.deadline), seed=args.seed)
+
+
 def _batch(args, course: Course, backend: Kind) -> int:
     _need_batch_extra()
-    from .batch.run import Options, run_batch
+    from .batch.run import run_batch
 
-    options = Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
-                      docker_image=args.docker_image or "", timeout=args.timeout,
-                      submission_timeout=args.submission_timeout, deadline=_deadline(args.deadline), seed=args.seed)
+    options = _batch_options(args, course, backend)
+    # what every submission's grade() would refuse (--gpus without docker, ...), refused once, up front
+    sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
+    sandbox.check(options.backend, options.simulator)
+    if sandbox.name == "docker":
+        from .sandbox.container import check_available
+
+        check_available(sandbox.docker_image)
     regrading = args.command == "regrade" or args.force
     recorded = 0  # submissions this run stored (graded or not): what an interrupt keeps
     try:

@@ -322,3 +322,19 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     grades = _grades(out)
     assert float(grades["c0"]["score"]) == 0 and grades["c1"]["score"] == grades["c2"]["score"] == grades["c2"]["max"]
+
+
+def test_sandbox_options_reach_every_grading_and_bad_ones_are_refused_up_front(course, tmp_path):
+    roster = _roster(tmp_path, [("alice", str(_repo(tmp_path, "alice", {"vector_add.py": SOLUTION})))])
+    out = tmp_path / "out"
+    refused = _batch(course, roster, out, "--gpus", "all")  # the process sandbox: --gpus means docker
+    assert refused.returncode == 2 and "--gpus applies to --sandbox docker only" in refused.stderr, refused
+    assert not (out / "grades.csv").exists()
+    # --simulator reaches the judge: a value it does not know is its own error, in the grade
+    from grader.batch.roster import Entry
+    from grader.batch.run import Options, grade_entry
+
+    options = Options(str(course), ("vector_add",), simulator="nonesuch", timeout=10, submission_timeout=60)
+    outcome = grade_entry(Entry("heidi", str(_plain(tmp_path, SOLUTION)), None, 2), options, frozenset())
+    errors = "\n".join(outcome.results["errors"]) if outcome.results else outcome.problem
+    assert "nonesuch" in errors, errors

@@ -47,6 +47,8 @@ class Options:
     backend: str = "sim"
     sandbox: str = "process"
     docker_image: str = ""
+    gpus: str = ""                # --gpus: the docker sandbox's GPUs
+    simulator: str = "device"     # --simulator: the simulated GPU in a device process, or inline
     timeout: float | None = None
     submission_timeout: float = 1800.0
     deadline: datetime | None = None
@@ -87,10 +89,10 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
             outcome.skipped = True
         else:
             course = Course(Path(options.course_root))
-            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image)
+            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
             results = grade(fetched.folder, list(options.exercises), backend=options.backend, course=course,
                             seed=options.seed, timeout=options.timeout, name=entry.student_id, sandbox=sandbox,
-                            submission_timeout=options.submission_timeout)
+                            submission_timeout=options.submission_timeout, simulator=options.simulator)
             outcome.results = results.to_dict()  # a missing exercise file scores 0 there, with its reason
         outcome.seconds = time.monotonic() - started
         return outcome
