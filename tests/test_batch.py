@@ -215,6 +215,13 @@ def test_a_malformed_roster_names_its_lines_and_grades_nothing(course, tmp_path)
     assert not (out / "grades.csv").exists()
 
 
+def test_an_assignment_name_too_long_for_the_store_is_refused_before_grading(course, tmp_path):
+    out = tmp_path / "out"
+    done = _batch(course, _roster(tmp_path, [("alice", str(tmp_path / "nowhere.git"))]), out, "--assignment", "a" * 200)
+    assert done.returncode == 2 and "at most 128" in done.stderr, done.stderr
+    assert not (out / "grades.csv").exists()
+
+
 def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tmp_path):
     alice = _repo(tmp_path, "alice", {"vector_add.py": SOLUTION})
     roster = _roster(tmp_path, [("alice", str(alice))])
@@ -234,8 +241,8 @@ def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tm
     assert "the latest fetch failed" in row["reason"] and "does not exist" in row["reason"], row["reason"]
     assert (out / "feedback" / "alice.md").read_text() == page
     assert "Latest fetch failed" in (out / "summary.html").read_text()
-    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--gradescope", str(tmp_path / "gs")],
-                              cwd=course, capture_output=True, text=True)
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out),
+                               "--gradescope", str(tmp_path / "gs")], cwd=course, capture_output=True, text=True)
     assert exported.returncode == 0, exported.stderr
     assert json.loads((tmp_path / "gs" / "alice" / "results.json").read_text())["score"] == float(graded["score"])
     # the repository is back, the same commit: skipped, and the failure is forgotten
@@ -261,9 +268,9 @@ def test_force_replaces_each_row_only_when_its_regrade_is_recorded(course, tmp_p
     out = tmp_path / "out"
     assert _batch(course, roster, out, "--jobs", "1").returncode == 0
     before = _csv_rows(out)
-    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
-                              "--timeout", "10", "--jobs", "1", "--force"], cwd=course, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
+                              "--backend", "sim", "--timeout", "10", "--jobs", "1", "--force"], cwd=course,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     fewest, deadline = 3, time.monotonic() + 600
     while batch.poll() is None and time.monotonic() < deadline:
         count, attempt = _rows_and_attempts(out)
@@ -300,8 +307,8 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
     roster = _roster(tmp_path, rows)
     out = tmp_path / "out"
     # output to a pipe, as to a log file; the terminal's Ctrl-C: SIGINT to the whole process group
-    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
-                              "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.PIPE,
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
+                              "--backend", "sim", "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = batch.stdout.readline()

@@ -153,6 +153,26 @@ def test_forget_removes_only_those_students_of_that_assignment(store):
     assert store.has(key("alice", assignment="hw2"))
 
 
+def test_every_sized_column_holds_the_longest_value_the_batch_makes(tmp_path):
+    # sqlite ignores a column's size; a server database (PostgreSQL) refuses the row
+    from grader.batch.roster import Entry
+    from grader.batch.store import _utc_text
+    from grader.batch.submissions import fetch
+
+    folder = tmp_path / "heidi"
+    folder.mkdir()
+    (folder / "vector_add.py").write_text("x = 1\n")
+    commit = fetch(Entry("heidi", str(folder), None, 2), ["vector_add"], tmp_path / "taken").commit
+    assert commit.startswith("sha256:") and len(commit) == 71
+    longest = {"commit": commit, "student_id": "s" * 64, "assignment": "a" * 128,  # longer: refused by run_batch
+               "grader_version": grader_version() + "+0123456789ab+dirty", "course_version": course_version(ROOT),
+               "status": "graded",
+               "committed_at": _utc_text(datetime(2025, 1, 1, tzinfo=timezone(timedelta(hours=-9)))),
+               "graded_at": _utc_text(datetime.now(UTC))}
+    for name, value in longest.items():
+        assert len(value) <= graded.c[name].type.length, (name, value)
+
+
 def test_a_path_is_a_sqlite_file_in_wal_mode_and_a_url_opens_the_same(tmp_path):
     path = tmp_path / "store.sqlite"
     with Store(str(path)) as s:

@@ -206,7 +206,15 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
 
             raise UsageError(f"not in the roster {roster}: {', '.join(unknown)}")
         entries = [e for e in entries if e.student_id in set(only)]
-    batch = Batch(out, course, assignment or Path(roster).stem)
+    from .store import ASSIGNMENT_LENGTH
+
+    name = assignment or Path(roster).stem
+    if len(name) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
+        from ..errors import UsageError
+
+        raise UsageError(f"the assignment name {name[:20]!r}... is {len(name)} characters long, at most "
+                         f"{ASSIGNMENT_LENGTH}: name it with --assignment")
+    batch = Batch(out, course, name)
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
     graded = frozenset() if force else batch.graded(entries)

@@ -33,14 +33,18 @@ from ..report.results import Results
 
 STATUSES = ("graded", "error")  # "error": no grade could be made (a repository that cannot be fetched, ...)
 KEY = ("student_id", "assignment", "commit", "grader_version", "course_version")
+# column sizes: sqlite ignores them, a server database refuses a longer value (a row never stored)
+COMMIT_LENGTH = 128
+ASSIGNMENT_LENGTH = 128
 
 _meta = MetaData()
 graded = Table(
     "graded", _meta,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("student_id", String(128), nullable=False),
-    Column("assignment", String(128), nullable=False),
-    Column("commit", String(64), nullable=False),
+    Column("assignment", String(ASSIGNMENT_LENGTH), nullable=False),
+    # a git commit (40 hex, 64 in a sha256 repository) or a folder's "sha256:<64 hex>": 71
+    Column("commit", String(COMMIT_LENGTH), nullable=False),
     Column("grader_version", String(128), nullable=False),
     Column("course_version", String(64), nullable=False),
     Column("score", Float, nullable=False),
