@@ -378,6 +378,23 @@ def test_nbgrader_gradebook_gets_students_the_assignment_and_grades(store, tmp_p
         assert len(gb.db.query(api.Grade).all()) == 6
 
 
+def test_nbgrader_penalty_is_the_csvs_without_float_noise(store, tmp_path):
+    api = pytest.importorskip("nbgrader.api")
+    r = Results(submission="alice", backend="sim")
+    r.tests = [TestResult(f"{e}::t", e, 1, top, top, Status.PASSED) for e, top in
+               (("allreduce", 36), ("matmul", 23), ("reduction", 27), ("vector_add", 25))]
+    store.put(key(), r, status="graded", committed_at=DEADLINE + timedelta(days=1.5))
+    policy = LatePolicy(DEADLINE, per_day=0.1)  # 2 days late: 20% of 111 points
+    write_csv(store.latest("hw1"), tmp_path / "hw1.csv", ["vector_add"], policy)
+    with (tmp_path / "hw1.csv").open(newline="") as f:
+        assert next(csv.DictReader(f))["final"] == "88.8"
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    write_nbgrader(store.latest("hw1"), db, "hw1", policy)
+    with api.Gradebook(db) as gb:
+        submission = gb.find_submission("hw1", "alice")
+        assert (submission.score, submission.late_submission_penalty) == (111, 22.2)  # not 22.200000000000003
+
+
 def test_nbgrader_missing_says_how_to_install_it(monkeypatch, store):
     monkeypatch.setitem(sys.modules, "nbgrader", None)
     monkeypatch.setitem(sys.modules, "nbgrader.api", None)
