@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--dask", default=None,
                          help="grade on Dask: local:N (a LocalCluster of N workers) or tcp://HOST:PORT (a scheduler)")
         cmd.add_argument("--deadline", default=None,
-                         help="grade the last commit at or before this time (ISO 8601; committer dates: see docs/BATCH.md)")
+                         help="grade the last commit at or before this time (ISO 8601 with its time zone: "
+                              "2026-12-01T23:59:00+01:00; committer dates: see docs/BATCH.md)")
         common(cmd)
 
     batch_exit = ("exit status: 0 every submission graded, 1 some could not be graded (grades.csv says why), "
@@ -103,9 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--csv", help="write one row per student here")
     ex.add_argument("--gradescope", help="write <student>/results.json under this folder")
     ex.add_argument("--nbgrader", help="an nbgrader gradebook database URL (sqlite:///gradebook.db)")
-    ex.add_argument("--deadline", default=None, help="late penalties from commit time (ISO 8601)")
-    ex.add_argument("--late-per-day", type=float, default=0.0, help="fraction of the score off per started day late")
-    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off")
+    ex.add_argument("--deadline", default=None,
+                    help="late penalties from commit time (ISO 8601 with its time zone: 2026-12-01T23:59:00+01:00)")
+    ex.add_argument("--late-per-day", type=float, default=0.0,
+                    help="fraction of the score off per started day late (needs --deadline)")
+    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off (needs --deadline)")
     ex.add_argument("--course", help="course folder (default: found from the current folder upwards)")
 
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
@@ -127,13 +130,15 @@ def _parser() -> argparse.ArgumentParser:
 def _deadline(text: str | None):
     if not text:
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"--deadline {text!r}: not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    if when.utcoffset() is None:  # it was taken as UTC: an hour or more off in most places
+        raise UsageError(f"--deadline {text!r} has no time zone: give it (2026-12-01T23:59:00+01:00, or Z for UTC)")
+    return when
 
 
 def _need_batch_extra() -> None:
@@ -272,7 +277,14 @@ def _export(args) -> int:
     with Store(store_path) as store:
         assignment = args.assignment or _only_assignment(store, folder)
         rows = store.latest(assignment)
-    policy = export.LatePolicy(_deadline(args.deadline), args.late_per_day, args.late_cap)
+    deadline = _deadline(args.deadline)
+    if deadline is None and (args.late_per_day or args.late_cap != 1.0):
+        # without a deadline nobody is late: the penalty would silently be nothing
+        raise UsageError("--late-per-day and --late-cap need --deadline (the time from which a day late counts)")
+    try:
+        policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap)
+    except ValueError as exc:
+        raise UsageError(f"late penalty: {exc}") from None
     course = _course(args)
     if not (args.csv or args.gradescope or args.nbgrader):
         raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")

@@ -395,6 +395,27 @@ def test_nbgrader_penalty_is_the_csvs_without_float_noise(store, tmp_path):
         assert (submission.score, submission.late_submission_penalty) == (111, 22.2)  # not 22.200000000000003
 
 
+def test_export_refuses_late_options_it_would_ignore_or_misread(store, tmp_path):
+    rows_of(store)
+    out = tmp_path / "x.csv"
+
+    def export(*extra):
+        return subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path), "--csv", str(out),
+                               "--course", str(ROOT), *extra], capture_output=True, text=True, timeout=120)
+
+    no_deadline = export("--late-per-day", "0.1")  # nobody would be late: no penalty, silently
+    assert no_deadline.returncode == 2 and "need --deadline" in no_deadline.stderr, no_deadline.stderr
+    naive = export("--deadline", "2025-03-01T23:59:00", "--late-per-day", "0.1")  # was taken as UTC
+    assert naive.returncode == 2 and "no time zone" in naive.stderr, naive.stderr
+    capped = export("--deadline", "2025-03-01T23:59:00Z", "--late-cap", "2")
+    assert capped.returncode == 2 and "Traceback" not in capped.stderr, capped.stderr
+    assert not out.exists()
+    done = export("--deadline", "2025-03-01T23:59:00Z", "--late-per-day", "0.1")
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="") as f:
+        assert {r["student_id"]: r["final"] for r in csv.DictReader(f)}["bob"] == "4"
+
+
 def test_nbgrader_missing_says_how_to_install_it(monkeypatch, store):
     monkeypatch.setitem(sys.modules, "nbgrader", None)
     monkeypatch.setitem(sys.modules, "nbgrader.api", None)
