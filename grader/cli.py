@@ -81,14 +81,20 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--dask", default=None,
                          help="grade on Dask: local:N (a LocalCluster of N workers) or tcp://HOST:PORT (a scheduler)")
         cmd.add_argument("--deadline", default=None,
-                         help="grade the last commit at or before this time (ISO 8601; committer dates: see docs/BATCH.md)")
+                         help="grade the last commit at or before this time (ISO 8601 with its time zone: "
+                              "2026-12-01T23:59:00+01:00; committer dates: see docs/BATCH.md)")
         common(cmd)
 
-    b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv")
+    batch_exit = ("exit status: 0 every submission graded, 1 some could not be graded (grades.csv says why), "
+                  "2 usage error, 3 internal error, 130 interrupted")
+    b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv",
+                       epilog=batch_exit)
     batch_options(b)
-    b.add_argument("--force", action="store_true", help="grade again what the store already holds")
+    b.add_argument("--force", action="store_true",
+                   help="grade again what the store already holds (each row replaced once its regrade is recorded)")
 
-    rg = sub.add_parser("regrade", help="grade some students of a batch again")
+    rg = sub.add_parser("regrade", help="grade some students of a batch again (even on a commit already graded)",
+                        epilog=batch_exit)
     batch_options(rg)
     rg.add_argument("students", nargs="+", metavar="STUDENT", help="student ids of the roster")
 
@@ -98,9 +104,11 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--csv", help="write one row per student here")
     ex.add_argument("--gradescope", help="write <student>/results.json under this folder")
     ex.add_argument("--nbgrader", help="an nbgrader gradebook database URL (sqlite:///gradebook.db)")
-    ex.add_argument("--deadline", default=None, help="late penalties from commit time (ISO 8601)")
-    ex.add_argument("--late-per-day", type=float, default=0.0, help="fraction of the score off per started day late")
-    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off")
+    ex.add_argument("--deadline", default=None,
+                    help="late penalties from commit time (ISO 8601 with its time zone: 2026-12-01T23:59:00+01:00)")
+    ex.add_argument("--late-per-day", type=float, default=0.0,
+                    help="fraction of the score off per started day late (needs --deadline)")
+    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off (needs --deadline)")
     ex.add_argument("--course", help="course folder (default: found from the current folder upwards)")
 
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
@@ -122,13 +130,15 @@ def _parser() -> argparse.ArgumentParser:
 def _deadline(text: str | None):
     if not text:
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"--deadline {text!r}: not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    if when.utcoffset() is None:  # it was taken as UTC: an hour or more off in most places
+        raise UsageError(f"--deadline {text!r} has no time zone: give it (2026-12-01T23:59:00+01:00, or Z for UTC)")
+    return when
 
 
 def _need_batch_extra() -> None:
@@ -156,35 +166,103 @@ def _progress(what: str):
         yield lambda done, total, name: progress.update(task, completed=done, total=total, last=name)
 
 
-def _batch(args, course: Course, backend: Kind) -> int:
-    _need_batch_extra()
+# `gpugrade batch` / `regrade` exit codes (docs/BATCH.md): 0 every submission graded (or already
+# graded), 1 some could not be graded (their rows in grades.csv say why), 2 usage error, 3 internal
+# error, 130 interrupted (Ctrl-C)
+BATCH_NOT_GRADED = 1
+BATCH_INTERRUPTED = 130
+
+
+def _outcome_line(outcome) -> str:
+    """One line per finished submission: id, score/max or why not, seconds."""
+    sid, took = outcome.student_id, f"({outcome.seconds:.1f} s)"
+    if outcome.skipped:
+        return f"{sid}: already graded (commit {(outcome.commit or '')[:12]}) {took}"
+    if outcome.results is not None:
+        results = Results.from_dict(outcome.results)
+        return f"{sid}: {results.score:g}/{results.max_score:g} {took}"
+    if outcome.kept is not None:
+        score, top, commit = outcome.kept
+        return (f"{sid}: FETCH FAILED, the stored grade {score:g}/{top:g} of commit {commit[:12]} stands: "
+                f"{outcome.problem} {took}")
+    return f"{sid}: not graded: {outcome.problem} {took}"
+
+
+@contextlib.contextmanager
+def _batch_progress():
+    """Yields on_progress(outcome, done, total): a line per finished submission, flushed at once (a
+    log file shows the batch as it goes), and on a terminal a progress bar below the lines."""
+    if not sys.stdout.isatty():
+        yield lambda outcome, done, total: print(f"[{done}/{total}] {_outcome_line(outcome)}", flush=True)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from .batch.run import Options, run_batch
-
-    options = Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
-                      docker_image=args.docker_image or "", timeout=args.timeout,
-                      submission_timeout=args.submission_timeout, deadline=_deadline(args.deadline), seed=args.seed)
     failures = 0
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[failed]} not graded"), TimeElapsedColumn(), TextColumn("ETA"),
                TimeRemainingColumn())
-    with Progress(*columns, transient=False) as progress:
+    with Progress(*columns, transient=True) as progress:
         task = progress.add_task("grading", total=None, failed=0)
 
         def on_progress(outcome, done: int, total: int) -> None:
             nonlocal failures
             failures += outcome.results is None and not outcome.skipped
-            progress.update(task, completed=done, total=total, failed=failures,
-                            description=f"grading ({outcome.student_id} {'skipped' if outcome.skipped else 'done'})")
+            progress.console.print(f"[{done}/{total}] {_outcome_line(outcome)}", markup=False, highlight=False)
+            progress.update(task, completed=done, total=total, failed=failures)
 
-        summary = run_batch(Path(args.roster), Path(args.out), course, options, assignment=args.assignment,
-                            jobs=args.jobs, dask=args.dask, force=getattr(args, "force", False),
-                            only=getattr(args, "students", None), on_progress=on_progress)
+        yield on_progress
+
+
+def _batch_options(args, course: Course, backend: Kind):
+    from .batch.run import Options
+
+    return Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
+                   docker_image=args.docker_image or "", gpus=args.gpus or "", simulator=args.simulator,
+                   timeout=args.timeout, submission_timeout=args.submission_timeout,
+                   deadline=_deadline(args.deadline), seed=args.seed)
+
+
+def _batch(args, course: Course, backend: Kind) -> int:
+    _need_batch_extra()
+    from .batch.run import run_batch
+
+    options = _batch_options(args, course, backend)
+    # what every submission's grade() would refuse (--gpus without docker, ...), refused once, up front
+    sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
+    sandbox.check(options.backend, options.simulator)
+    if sandbox.name == "docker":
+        from .sandbox.container import check_available
+
+        check_available(sandbox.docker_image)
+    regrading = args.command == "regrade" or args.force
+    recorded = 0  # submissions this run stored (graded or not): what an interrupt keeps
+    try:
+        with _batch_progress() as show:
+            def on_progress(outcome, done: int, total: int) -> None:
+                nonlocal recorded
+                recorded += not outcome.skipped
+                show(outcome, done, total)
+
+            summary = run_batch(Path(args.roster), Path(args.out), course, options, assignment=args.assignment,
+                                # regrade: the named students again, even where their commit is stored
+                                jobs=args.jobs, dask=args.dask, force=regrading,
+                                only=getattr(args, "students", None), on_progress=on_progress)
+    except KeyboardInterrupt:
+        # the store and grades.csv hold every submission recorded before the interrupt; the ones
+        # in flight were dropped (their grading was cut short: no grade)
+        rest = ("the others keep the grade they had; the same command again regrades them all" if regrading
+                else "the same command again skips what is stored and grades the rest")
+        print(f"gpugrade: interrupted: {recorded} submission(s) of this run are recorded in "
+              f"{Path(args.out) / 'store.sqlite'} and grades.csv, those being graded were dropped; {rest}",
+              file=sys.stderr)
+        return BATCH_INTERRUPTED
     print(f"{summary.graded} graded, {summary.skipped} already graded, {summary.failed} not graded "
           f"in {summary.seconds:.1f} s -> {Path(args.out) / 'grades.csv'}")
-    return 0
+    if summary.kept:
+        print(f"WARNING: the latest fetch failed for {len(summary.kept)} student(s) with a stored grade, which "
+              f"stands (grades.csv's reason says why): {', '.join(summary.kept)}")
+    return BATCH_NOT_GRADED if summary.failed else 0
 
 
 def _export(args) -> int:
@@ -199,7 +277,14 @@ def _export(args) -> int:
     with Store(store_path) as store:
         assignment = args.assignment or _only_assignment(store, folder)
         rows = store.latest(assignment)
-    policy = export.LatePolicy(_deadline(args.deadline), args.late_per_day, args.late_cap)
+    deadline = _deadline(args.deadline)
+    if deadline is None and (args.late_per_day or args.late_cap != 1.0):
+        # without a deadline nobody is late: the penalty would silently be nothing
+        raise UsageError("--late-per-day and --late-cap need --deadline (the time from which a day late counts)")
+    try:
+        policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap)
+    except ValueError as exc:
+        raise UsageError(f"late penalty: {exc}") from None
     course = _course(args)
     if not (args.csv or args.gradescope or args.nbgrader):
         raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")

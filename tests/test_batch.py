@@ -96,7 +96,10 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     ]
     out = tmp_path / "out"
     done = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # some could not be graded (dave, grace)
+    lines = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in done.stdout.splitlines() if line.startswith("[")}
+    assert set(lines) == {s for s, _ in rows}, done.stdout  # a line per student as each finished (not a tty)
+    assert "dave: not graded: " in lines["dave"] and lines["bob"].endswith(" s)")
     grades = _grades(out)
     assert set(grades) == {s for s, _ in rows}
     full = float(grades["alice"]["max"])
@@ -114,7 +117,7 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     assert summary.count("<svg") >= 2 and "dave" in summary and "Most common failures" in summary
     # the same command again grades nothing: every key is in the store
     again = _batch(course, _roster(tmp_path, [(s, str(r)) for s, r in rows]), out, "--jobs", "2")
-    assert again.returncode == 0 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried
+    assert again.returncode == 1 and _counts(again)[:2] == (0, 6), again.stdout  # error rows are retried
     assert _grades(out) == grades
     # exports read the store: CSV with late penalties, one Gradescope results.json per student
     exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv"),
@@ -210,3 +213,135 @@ def test_a_malformed_roster_names_its_lines_and_grades_nothing(course, tmp_path)
     assert done.returncode != 0
     assert "line 3" in done.stderr and "line 5" in done.stderr and "already on line 2" in done.stderr, done.stderr
     assert not (out / "grades.csv").exists()
+
+
+def test_an_assignment_name_too_long_for_the_store_is_refused_before_grading(course, tmp_path):
+    out = tmp_path / "out"
+    done = _batch(course, _roster(tmp_path, [("alice", str(tmp_path / "nowhere.git"))]), out, "--assignment", "a" * 200)
+    assert done.returncode == 2 and "at most 128" in done.stderr, done.stderr
+    assert not (out / "grades.csv").exists()
+
+
+def test_a_failed_fetch_on_a_rerun_keeps_the_stored_grade_and_says_so(course, tmp_path):
+    alice = _repo(tmp_path, "alice", {"vector_add.py": SOLUTION})
+    roster = _roster(tmp_path, [("alice", str(alice))])
+    out = tmp_path / "out"
+    assert _batch(course, roster, out).returncode == 0
+    graded = _grades(out)["alice"]
+    page = (out / "feedback" / "alice.md").read_text()
+    assert graded["status"] == "graded" and float(graded["score"]) == float(graded["max"]) > 0
+    # a network hiccup: the repository cannot be fetched on the re-run
+    alice.rename(tmp_path / "away.git")
+    hiccup = _batch(course, roster, out)
+    assert hiccup.returncode == 1, hiccup.stdout + hiccup.stderr
+    assert "alice: FETCH FAILED, the stored grade" in hiccup.stdout, hiccup.stdout
+    row = _grades(out)["alice"]
+    assert (row["status"], row["score"], row["commit"]) == ("graded", graded["score"], graded["commit"])
+    assert "WARNING: the latest fetch failed" in hiccup.stdout and "alice" in hiccup.stdout, hiccup.stdout
+    assert "the latest fetch failed" in row["reason"] and "does not exist" in row["reason"], row["reason"]
+    assert (out / "feedback" / "alice.md").read_text() == page
+    assert "Latest fetch failed" in (out / "summary.html").read_text()
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out),
+                               "--gradescope", str(tmp_path / "gs")], cwd=course, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((tmp_path / "gs" / "alice" / "results.json").read_text())["score"] == float(graded["score"])
+    # the repository is back, the same commit: skipped, and the failure is forgotten
+    (tmp_path / "away.git").rename(alice)
+    again = _batch(course, roster, out)
+    assert again.returncode == 0 and _counts(again) == (0, 1, 0) and "WARNING" not in again.stdout, again.stdout
+    assert _grades(out)["alice"] == graded
+
+
+def _rows_and_attempts(out: Path) -> tuple[int, int]:
+    """(rows in the store, the highest attempt), (0, 0) while there is no store yet."""
+    try:
+        with sqlite3.connect(out / "store.sqlite", timeout=5) as db:
+            return db.execute("select count(*), coalesce(max(attempt), 0) from graded").fetchone()
+    except sqlite3.Error:
+        return 0, 0
+
+
+def test_force_replaces_each_row_only_when_its_regrade_is_recorded(course, tmp_path):
+    rows = [(f"f{i}", str(_repo(tmp_path, f"f{i}", {"vector_add.py": SOLUTION if i % 2 else STUB})))
+            for i in range(3)]
+    roster = _roster(tmp_path, rows)
+    out = tmp_path / "out"
+    assert _batch(course, roster, out, "--jobs", "1").returncode == 0
+    before = _csv_rows(out)
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
+                              "--backend", "sim", "--timeout", "10", "--jobs", "1", "--force"], cwd=course,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    fewest, deadline = 3, time.monotonic() + 600
+    while batch.poll() is None and time.monotonic() < deadline:
+        count, attempt = _rows_and_attempts(out)
+        fewest = min(fewest, count)
+        if attempt >= 2:  # the first regrade is recorded: crash now
+            break
+        time.sleep(0.1)
+    if batch.poll() is None:
+        os.killpg(batch.pid, signal.SIGKILL)
+    batch.wait()
+    count, attempt = _rows_and_attempts(out)
+    assert fewest == 3 and count == 3, f"the store held {fewest} rows during --force, {count} after the kill"
+    assert attempt >= 2
+    resumed = _batch(course, roster, out, "--jobs", "1")
+    assert resumed.returncode == 0 and _counts(resumed) == (0, 3, 0), resumed.stdout
+    assert _csv_rows(out) == before
+
+
+def test_regrade_grades_the_named_students_again_on_the_same_commit(course, tmp_path):
+    roster = _roster(tmp_path, [(s, str(_repo(tmp_path, s, {"vector_add.py": SOLUTION}))) for s in ("alice", "bob")])
+    out = tmp_path / "out"
+    assert _batch(course, roster, out).returncode == 0
+    regrade = subprocess.run([sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend",
+                              "sim", "--timeout", "10", "alice"], cwd=course, capture_output=True, text=True,
+                             timeout=900)
+    assert regrade.returncode == 0 and _counts(regrade) == (1, 0, 0), regrade.stdout + regrade.stderr
+    with sqlite3.connect(out / "store.sqlite") as db:
+        attempts = dict(db.execute("select student_id, attempt from graded"))
+    assert attempts == {"alice": 2, "bob": 1}
+
+
+def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(course, tmp_path):
+    rows = [(f"c{i}", str(_repo(tmp_path, f"c{i}", {"vector_add.py": SOLUTION if i else STUB}))) for i in range(3)]
+    roster = _roster(tmp_path, rows)
+    out = tmp_path / "out"
+    # output to a pipe, as to a log file; the terminal's Ctrl-C: SIGINT to the whole process group
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
+                              "--backend", "sim", "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = batch.stdout.readline()
+        running = batch.poll() is None
+        assert first.startswith("[1/3] c") and first.rstrip().endswith(" s)"), first
+        os.killpg(batch.pid, signal.SIGINT)
+        rest, err = batch.communicate(timeout=300)
+    finally:
+        if batch.poll() is None:
+            os.killpg(batch.pid, signal.SIGKILL)
+    if not running:
+        pytest.skip("the batch ended before its first line was read (a loaded machine)")
+    assert batch.returncode == 130, first + rest + err
+    assert "Traceback" not in err and "interrupted: " in err and "the same command again" in err, err
+    kept = _grades(out)
+    assert 1 <= len(kept) <= 2 and len(kept) == _stored(out), kept
+    resumed = _batch(course, roster, out, "--jobs", "1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    grades = _grades(out)
+    assert float(grades["c0"]["score"]) == 0 and grades["c1"]["score"] == grades["c2"]["score"] == grades["c2"]["max"]
+
+
+def test_sandbox_options_reach_every_grading_and_bad_ones_are_refused_up_front(course, tmp_path):
+    roster = _roster(tmp_path, [("alice", str(_repo(tmp_path, "alice", {"vector_add.py": SOLUTION})))])
+    out = tmp_path / "out"
+    refused = _batch(course, roster, out, "--gpus", "all")  # the process sandbox: --gpus means docker
+    assert refused.returncode == 2 and "--gpus applies to --sandbox docker only" in refused.stderr, refused
+    assert not (out / "grades.csv").exists()
+    # --simulator reaches the judge: a value it does not know is its own error, in the grade
+    from grader.batch.roster import Entry
+    from grader.batch.run import Options, grade_entry
+
+    options = Options(str(course), ("vector_add",), simulator="nonesuch", timeout=10, submission_timeout=60)
+    outcome = grade_entry(Entry("heidi", str(_plain(tmp_path, SOLUTION)), None, 2), options, frozenset())
+    errors = "\n".join(outcome.results["errors"]) if outcome.results else outcome.problem
+    assert "nonesuch" in errors, errors

@@ -119,6 +119,29 @@ def test_error_rows_and_status_validation(store):
     assert not store.has(key())
 
 
+def test_a_failed_fetch_never_hides_a_graded_row(store):
+    # a re-run that could fetch nothing (no commit): the graded row stays the student's row
+    store.put(key("alice", "c1"), results("alice"), status="graded")
+    store.put(key("bob", "b1"), results("bob"), status="graded")
+    store.put(key("alice", ""), None, status="error", reason="the repository /r/alice.git does not exist")
+    store.put(key("dave", ""), None, status="error", reason="the repository /r/dave.git does not exist")
+    alice, bob, dave = store.latest("hw1")
+    assert (alice.key.commit, alice.status, alice.score) == ("c1", "graded", 5)
+    assert alice.latest_failure == "the repository /r/alice.git does not exist"
+    assert bob.latest_failure == "" and bob.status == "graded"
+    assert (dave.status, dave.latest_failure) == ("error", "")  # nothing graded to keep: the error is the row
+    assert [r.key.commit for r in store.latest("hw1", ["alice"])] == ["c1"]
+    # a submission graded after the failure: the failure is old news
+    store.put(key("alice", "c2"), results("alice", (2, 5)), status="graded")
+    [alice] = store.latest("hw1", ["alice"])
+    assert (alice.key.commit, alice.latest_failure) == ("c2", "")
+    # a fetch that works again on the same commit forgets the failures
+    store.put(key("bob", ""), None, status="error", reason="timed out")
+    assert store.latest("hw1", ["bob"])[0].latest_failure == "timed out"
+    assert store.forget_fetch_failures("hw1", "bob") == 1
+    assert store.latest("hw1", ["bob"])[0].latest_failure == ""
+
+
 def test_forget_removes_only_those_students_of_that_assignment(store):
     for s in ("alice", "bob", "carol"):
         store.put(key(s, "c1"), results(s), status="graded")
@@ -128,6 +151,26 @@ def test_forget_removes_only_those_students_of_that_assignment(store):
     assert store.forget("hw1", []) == 0
     assert [r.key.student_id for r in store.latest("hw1")] == ["carol"]
     assert store.has(key("alice", assignment="hw2"))
+
+
+def test_every_sized_column_holds_the_longest_value_the_batch_makes(tmp_path):
+    # sqlite ignores a column's size; a server database (PostgreSQL) refuses the row
+    from grader.batch.roster import Entry
+    from grader.batch.store import _utc_text
+    from grader.batch.submissions import fetch
+
+    folder = tmp_path / "heidi"
+    folder.mkdir()
+    (folder / "vector_add.py").write_text("x = 1\n")
+    commit = fetch(Entry("heidi", str(folder), None, 2), ["vector_add"], tmp_path / "taken").commit
+    assert commit.startswith("sha256:") and len(commit) == 71
+    longest = {"commit": commit, "student_id": "s" * 64, "assignment": "a" * 128,  # longer: refused by run_batch
+               "grader_version": grader_version() + "+0123456789ab+dirty", "course_version": course_version(ROOT),
+               "status": "graded",
+               "committed_at": _utc_text(datetime(2025, 1, 1, tzinfo=timezone(timedelta(hours=-9)))),
+               "graded_at": _utc_text(datetime.now(UTC))}
+    for name, value in longest.items():
+        assert len(value) <= graded.c[name].type.length, (name, value)
 
 
 def test_a_path_is_a_sqlite_file_in_wal_mode_and_a_url_opens_the_same(tmp_path):
@@ -333,6 +376,44 @@ def test_nbgrader_gradebook_gets_students_the_assignment_and_grades(store, tmp_p
         assert bob.timestamp == (DEADLINE + timedelta(days=1.5)).replace(tzinfo=None)
         assert carol.score == 0
         assert len(gb.db.query(api.Grade).all()) == 6
+
+
+def test_nbgrader_penalty_is_the_csvs_without_float_noise(store, tmp_path):
+    api = pytest.importorskip("nbgrader.api")
+    r = Results(submission="alice", backend="sim")
+    r.tests = [TestResult(f"{e}::t", e, 1, top, top, Status.PASSED) for e, top in
+               (("allreduce", 36), ("matmul", 23), ("reduction", 27), ("vector_add", 25))]
+    store.put(key(), r, status="graded", committed_at=DEADLINE + timedelta(days=1.5))
+    policy = LatePolicy(DEADLINE, per_day=0.1)  # 2 days late: 20% of 111 points
+    write_csv(store.latest("hw1"), tmp_path / "hw1.csv", ["vector_add"], policy)
+    with (tmp_path / "hw1.csv").open(newline="") as f:
+        assert next(csv.DictReader(f))["final"] == "88.8"
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    write_nbgrader(store.latest("hw1"), db, "hw1", policy)
+    with api.Gradebook(db) as gb:
+        submission = gb.find_submission("hw1", "alice")
+        assert (submission.score, submission.late_submission_penalty) == (111, 22.2)  # not 22.200000000000003
+
+
+def test_export_refuses_late_options_it_would_ignore_or_misread(store, tmp_path):
+    rows_of(store)
+    out = tmp_path / "x.csv"
+
+    def export(*extra):
+        return subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path), "--csv", str(out),
+                               "--course", str(ROOT), *extra], capture_output=True, text=True, timeout=120)
+
+    no_deadline = export("--late-per-day", "0.1")  # nobody would be late: no penalty, silently
+    assert no_deadline.returncode == 2 and "need --deadline" in no_deadline.stderr, no_deadline.stderr
+    naive = export("--deadline", "2025-03-01T23:59:00", "--late-per-day", "0.1")  # was taken as UTC
+    assert naive.returncode == 2 and "no time zone" in naive.stderr, naive.stderr
+    capped = export("--deadline", "2025-03-01T23:59:00Z", "--late-cap", "2")
+    assert capped.returncode == 2 and "Traceback" not in capped.stderr, capped.stderr
+    assert not out.exists()
+    done = export("--deadline", "2025-03-01T23:59:00Z", "--late-per-day", "0.1")
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="") as f:
+        assert {r["student_id"]: r["final"] for r in csv.DictReader(f)}["bob"] == "4"
 
 
 def test_nbgrader_missing_says_how_to_install_it(monkeypatch, store):

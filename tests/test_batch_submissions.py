@@ -379,21 +379,24 @@ def test_every_malformed_row_is_reported_with_its_line(tmp_path):
                              "gus,g.git,-oops\n"
                              "hal,h.git@v1,v2\n"
                              "ivy,i.git,a..b\n"
+                             ".hidden,j.git,\n"
                              "ok,ok.git,\n")
     with pytest.raises(RosterError) as caught:
         read_roster(path)
     assert isinstance(caught.value, UsageError)  # the CLI turns it into exit code 2 and this message
     assert str(caught.value).splitlines() == [
-        f"{path}: 9 malformed row(s):",
+        f"{path}: 10 malformed row(s):",
         "  line 2: no student_id",
         "  line 3: no repo",
-        "  line 4: student id '../etc' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -)",
-        "  line 5: student id 'd e' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -)",
+        "  line 4: student id '../etc' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
+        "  line 5: student id 'd e' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
         "  line 6: 4 fields, the header has 3",
         "  line 7: 2 fields, the header has 3",
         "  line 8: ref '-oops' is not a branch, tag or commit name",
         "  line 9: the ref is given twice (h.git@v1 and the ref column 'v2')",
         "  line 10: ref 'a..b' is not a branch, tag or commit name",
+        # the Gradescope export could not name its folder: refused here, before anything is graded
+        "  line 11: student id '.hidden' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
     ]
 
 

@@ -63,6 +63,14 @@ def _score(row: Row) -> float:
     return row.score if row.status == "graded" else 0.0
 
 
+def reason(row: Row) -> str:
+    """The row's reason, and where a later fetch failed (the stored row stands), that failure."""
+    if not row.latest_failure:
+        return row.reason
+    note = f"the latest fetch failed, this is the stored row of commit {row.key.commit}: {row.latest_failure}"
+    return f"{row.reason}; {note}" if row.reason else note
+
+
 @contextmanager
 def _atomic(path: Path):
     """A file that appears complete at `path` or not at all: readers of a file the batch keeps
@@ -92,7 +100,7 @@ def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], polic
             out.writerow([
                 row.key.student_id, _number(score), _number(row.max_score),
                 *(_number(row.exercises[e][0]) if e in row.exercises else "" for e in exercises),
-                row.status, row.reason, row.key.commit,
+                row.status, reason(row), row.key.commit,
                 row.committed_at.isoformat() if row.committed_at else "",
                 policy.days_late(row.committed_at), _number(policy.penalty(row.committed_at)),
                 _number(policy.final(score, row.committed_at)),
@@ -154,8 +162,9 @@ def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: La
 
     nbgrader grades notebooks cell by cell; here each exercise is a notebook of that name holding
     one autograded code cell of that name, whose maximum is the exercise's. The commit time is the
-    submission's timestamp, the deadline the assignment's due date, and the late penalty (in points)
-    is set on each notebook, so nbgrader's own `score` is the final one. Rerunning updates in place
+    submission's timestamp, the deadline the assignment's due date, and the late penalty (in points,
+    the CSV's score - final) is set on the first notebook, so nbgrader's score less its penalty is
+    the final one. Rerunning updates in place
     (manual grades and comments an instructor added stay). One writer at a time: nbgrader's sqlite
     gradebook is not safe for concurrent writers. Returns how many students were written."""
     try:
@@ -179,8 +188,12 @@ def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: La
             student = row.key.student_id
             gb.update_or_create_student(student)
             submission = gb.update_or_create_submission(assignment, student, timestamp=row.committed_at)
-            penalty = policy.penalty(row.committed_at)
-            for exercise, cell in cells.items():
+            # the penalty in points, rounded as the CSV's final score is; all of it on the first
+            # notebook: nbgrader sums the notebooks' penalties, and a sum of per-notebook shares
+            # carries float noise (22.200000000000003)
+            total = _score(row)
+            penalty = round(total - policy.final(total, row.committed_at), 6)
+            for index, (exercise, cell) in enumerate(cells.items()):
                 score = row.exercises.get(exercise, (0.0, 0.0))[0] if row.status == "graded" else 0.0
                 try:
                     notebook = gb.find_submission_notebook(exercise, assignment, student)
@@ -194,6 +207,6 @@ def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: La
                     gb.db.add(grade)
                 grade.auto_score = score
                 grade.needs_manual_grade = False
-                notebook.late_submission_penalty = round(score * penalty, 6)
+                notebook.late_submission_penalty = penalty if index == 0 else 0.0
             gb.db.commit()
     return len(rows)

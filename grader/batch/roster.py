@@ -25,8 +25,9 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import RosterError
 
-# A student id names the student's folder in the batch output: nothing a path could escape with.
-SAFE_ID = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+# A student id names the student's folder in the batch output: nothing a path could escape with,
+# and no leading '.' (a hidden folder, `..`), which the Gradescope export refuses for the whole class.
+SAFE_ID = re.compile(r"(?!\.)[A-Za-z0-9._@-]{1,64}")
 # A ref is passed to git as an argument: never an option (a leading '-'), never a revision
 # expression (`..`, `@{`, `^`, `~`, `:`), only what branch, tag and commit names are made of.
 SAFE_REF = re.compile(r"(?!-)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+@-]{1,200}")
@@ -92,8 +93,8 @@ def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: 
     bad = []
     if not student:
         bad.append("no student_id")
-    elif not SAFE_ID.fullmatch(student) or student in (".", ".."):
-        bad.append(f"student id {student!r} is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -)")
+    elif not SAFE_ID.fullmatch(student):
+        bad.append(f"student id {student!r} is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')")
     if not repo:
         bad.append("no repo")
     repo, suffix_ref = split_ref(repo, base)

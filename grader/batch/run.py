@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
@@ -47,6 +47,8 @@ class Options:
     backend: str = "sim"
     sandbox: str = "process"
     docker_image: str = ""
+    gpus: str = ""                # --gpus: the docker sandbox's GPUs
+    simulator: str = "device"     # --simulator: the simulated GPU in a device process, or inline
     timeout: float | None = None
     submission_timeout: float = 1800.0
     deadline: datetime | None = None
@@ -64,6 +66,9 @@ class Outcome:
     problem: str = ""            # why it could not be graded (a clear reason, the student's row says it)
     skipped: bool = False        # already in the store for the same key
     seconds: float = 0.0
+    # nothing could be fetched, and the store's graded row stays the student's grade:
+    # (score, max, commit) of that row (set when recorded)
+    kept: tuple[float, float, str] | None = None
 
 
 def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str]]) -> Outcome:
@@ -84,10 +89,10 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
             outcome.skipped = True
         else:
             course = Course(Path(options.course_root))
-            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image)
+            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
             results = grade(fetched.folder, list(options.exercises), backend=options.backend, course=course,
                             seed=options.seed, timeout=options.timeout, name=entry.student_id, sandbox=sandbox,
-                            submission_timeout=options.submission_timeout)
+                            submission_timeout=options.submission_timeout, simulator=options.simulator)
             outcome.results = results.to_dict()  # a missing exercise file scores 0 there, with its reason
         outcome.seconds = time.monotonic() - started
         return outcome
@@ -103,6 +108,7 @@ class Summary:
     graded: int = 0
     skipped: int = 0
     failed: int = 0   # could not be graded (fetch problems, grader failures)
+    kept: list[str] = field(default_factory=list)  # of those, whose stored grade stands (nothing was fetched)
     seconds: float = 0.0
 
 
@@ -135,10 +141,19 @@ class Batch:
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""
         if outcome.skipped:
+            # fetched again, and the same commit: a fetch failure stored since is history now
+            self.store.forget_fetch_failures(self.assignment, outcome.student_id)
             return
         key = self.key(outcome.student_id, outcome.commit or "")
         if outcome.results is None:
             self.store.put(key, None, status="error", reason=outcome.problem, committed_at=outcome.committed_at)
+            [row] = self.store.latest(self.assignment, [outcome.student_id])
+            if row.latest_failure:
+                # nothing was fetched (a network hiccup, a moved repository): the stored row and its
+                # feedback pages stand, the failure is recorded beside them and said loudly
+                if row.status == "graded":
+                    outcome.kept = (row.score, row.max_score, row.key.commit)
+                return
             self._pages(outcome.student_id, None, outcome.problem)
             return
         results = Results.from_dict(outcome.results)
@@ -181,7 +196,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
               on_progress: Callable[[Outcome, int, int], None] | None = None) -> Summary:
     """Grade every roster entry not yet graded; the store, pages and grades.csv are in `out`.
-    `force`: grade again what is stored; `only`: just these students (`gpugrade regrade`)."""
+    `force`: grade again what is stored (each row replaced once its regrade is recorded); `only`:
+    just these students (`gpugrade regrade`)."""
     entries = read_roster(roster)
     if only:
         unknown = sorted(set(only) - {e.student_id for e in entries})
@@ -190,10 +206,18 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
 
             raise UsageError(f"not in the roster {roster}: {', '.join(unknown)}")
         entries = [e for e in entries if e.student_id in set(only)]
-    batch = Batch(out, course, assignment or Path(roster).stem)
-    if force:
-        batch.store.forget(batch.assignment, [e.student_id for e in entries])
-    graded = batch.graded(entries)
+    from .store import ASSIGNMENT_LENGTH
+
+    name = assignment or Path(roster).stem
+    if len(name) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
+        from ..errors import UsageError
+
+        raise UsageError(f"the assignment name {name[:20]!r}... is {len(name)} characters long, at most "
+                         f"{ASSIGNMENT_LENGTH}: name it with --assignment")
+    batch = Batch(out, course, name)
+    # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
+    # recorded (put updates in place), so a crash midway loses only the submissions in flight
+    graded = frozenset() if force else batch.graded(entries)
     summary = Summary()
     started = time.monotonic()
     done = 0
@@ -206,6 +230,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
             summary.skipped += 1
         elif outcome.results is None:
             summary.failed += 1
+            if outcome.kept is not None:
+                summary.kept.append(outcome.student_id)
         else:
             summary.graded += 1
         batch.write_grades()
@@ -220,6 +246,11 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         batch.write_grades()
         batch.write_summary()
         summary.seconds = time.monotonic() - started
+    except KeyboardInterrupt:
+        # Ctrl-C: nothing more is recorded (a grading cut short by it is no grade); grades.csv is
+        # written again from the store, whatever moment the interrupt came at
+        batch.write_grades()
+        raise
     finally:
         batch.store.close()
     return summary
@@ -227,11 +258,16 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
 
 def _on_pool(entries, options, graded, finished, jobs: int) -> None:
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="gpugrade-batch") as pool:
-        pending: set[Future] = {pool.submit(grade_entry, e, options, graded) for e in entries}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished(future.result())
+        try:
+            pending: set[Future] = {pool.submit(grade_entry, e, options, graded) for e in entries}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finished(future.result())
+        except BaseException:
+            # Ctrl-C: start no queued submission (leaving the pool would wait for all of them)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _on_dask(address: str, entries, options, graded, finished, jobs: int) -> None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from sqlalchemy import (JSON, CheckConstraint, Column, Float, Index, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint, create_engine, delete, event, func, inspect, insert, select, update)
+                        UniqueConstraint, and_, case, create_engine, delete, event, func, inspect, insert, select,
+                        update)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -32,14 +33,18 @@ from ..report.results import Results
 
 STATUSES = ("graded", "error")  # "error": no grade could be made (a repository that cannot be fetched, ...)
 KEY = ("student_id", "assignment", "commit", "grader_version", "course_version")
+# column sizes: sqlite ignores them, a server database refuses a longer value (a row never stored)
+COMMIT_LENGTH = 128
+ASSIGNMENT_LENGTH = 128
 
 _meta = MetaData()
 graded = Table(
     "graded", _meta,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("student_id", String(128), nullable=False),
-    Column("assignment", String(128), nullable=False),
-    Column("commit", String(64), nullable=False),
+    Column("assignment", String(ASSIGNMENT_LENGTH), nullable=False),
+    # a git commit (40 hex, 64 in a sha256 repository) or a folder's "sha256:<64 hex>": 71
+    Column("commit", String(COMMIT_LENGTH), nullable=False),
     Column("grader_version", String(128), nullable=False),
     Column("course_version", String(64), nullable=False),
     Column("score", Float, nullable=False),
@@ -80,6 +85,9 @@ class Row:
     graded_at: datetime
     results: Results | None
     attempt: int = 1
+    # this graded row is shown, but a later attempt could fetch nothing (a network hiccup, a moved
+    # repository): that attempt's reason, so every output can say its grade is the stored one
+    latest_failure: str = ""
 
 
 def _utc_text(when: datetime) -> str:
@@ -163,14 +171,38 @@ class Store:
                 if not tries_left:
                     raise
 
-    def latest(self, assignment: str) -> list[Row]:
-        """One row per student of `assignment`: the key graded most recently, by student id."""
+    def latest(self, assignment: str, students: list[str] | None = None) -> list[Row]:
+        """One row per student of `assignment` (or of these `students`): the key graded most
+        recently, by student id. A fetch failure (an error row without a commit: nothing was
+        fetched, so nothing says the submission changed) never hides a row that has a commit: that
+        row is given, its `latest_failure` set to the newer failure's reason."""
+        fetch_failed = and_(graded.c.status == "error", graded.c.commit == "")
+        where = [graded.c.assignment == assignment]
+        if students is not None:
+            where.append(graded.c.student_id.in_(list(students)))
         newest_first = func.row_number().over(partition_by=graded.c.student_id,
-                                              order_by=(graded.c.graded_at.desc(), graded.c.id.desc()))
-        ranked = select(graded, newest_first.label("newest")).where(graded.c.assignment == assignment).subquery()
+                                              order_by=(case((fetch_failed, 1), else_=0),
+                                                        graded.c.graded_at.desc(), graded.c.id.desc()))
+        ranked = select(graded, newest_first.label("newest")).where(*where).subquery()
         query = select(ranked).where(ranked.c.newest == 1).order_by(ranked.c.student_id)
+        failures = (select(graded.c.student_id, graded.c.reason, graded.c.graded_at).where(*where, fetch_failed)
+                    .order_by(graded.c.graded_at, graded.c.id))
         with self.engine.connect() as conn:
-            return [_row(r) for r in conn.execute(query).mappings()]
+            rows = [_row(r) for r in conn.execute(query).mappings()]
+            newest_failure = {sid: (when, reason) for sid, reason, when in conn.execute(failures)}  # last wins
+        for i, row in enumerate(rows):
+            failure = newest_failure.get(row.key.student_id)
+            if row.key.commit and failure and failure[0] > _utc_text(row.graded_at):
+                rows[i] = replace(row, latest_failure=failure[1])
+        return rows
+
+    def forget_fetch_failures(self, assignment: str, student_id: str) -> int:
+        """Delete this student's fetch failures (error rows without a commit) of `assignment`: a
+        later fetch worked, so the stored grade is the current one again. Returns how many went."""
+        with self.engine.begin() as conn:
+            return conn.execute(delete(graded).where(graded.c.assignment == assignment,
+                                                     graded.c.student_id == student_id,
+                                                     graded.c.status == "error", graded.c.commit == "")).rowcount
 
     def assignments(self) -> list[str]:
         """The assignments with rows here (what an export of a batch folder offers)."""

@@ -19,10 +19,20 @@ def summary_page(rows: list, exercises: list[str], title: str) -> str:
     esc = html.escape
     graded = [r for r in rows if r.status == "graded" and r.results is not None]
     errors = [r for r in rows if r.status != "graded"]
+    stale = [r for r in rows if r.latest_failure]  # the latest fetch failed: the stored row is shown
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
              "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
              "table{border-collapse:collapse}.figs svg{margin:4px}</style></head><body>",
              f"<h1>{esc(title)}</h1><p>{len(rows)} students: {len(graded)} graded, {len(errors)} not graded.</p>"]
+    if stale:
+        parts.append(f"<h2>Latest fetch failed</h2><p><b>{len(stale)} student(s): the latest fetch of the "
+                     f"repository failed; the grade shown for them is the one stored before.</b></p>"
+                     "<table><tr><th>student</th><th>stored commit</th><th>stored score</th><th>why the fetch "
+                     "failed</th></tr>")
+        parts += [f"<tr><td>{esc(r.key.student_id)}</td><td><code>{esc(r.key.commit)}</code></td>"
+                  f"<td>{'not graded' if r.status != 'graded' else f'{r.score:g} / {r.max_score:g}'}</td>"
+                  f"<td>{esc(r.latest_failure)}</td></tr>" for r in stale]
+        parts.append("</table>")
     for exercise in exercises:
         stages = sorted({t.stage for r in graded for t in r.results.tests if t.exercise == exercise})
         if not stages:
