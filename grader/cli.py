@@ -180,6 +180,10 @@ def _outcome_line(outcome) -> str:
         return f"{sid}: already graded (commit {(outcome.commit or '')[:12]}) {took}"
     if outcome.results is not None:
         results = Results.from_dict(outcome.results)
+        if results.errors:
+            from .batch.run import grader_error
+
+            return f"{sid}: not graded: {grader_error(results)} {took}"
         return f"{sid}: {results.score:g}/{results.max_score:g} {took}"
     if outcome.kept is not None:
         score, top, commit = outcome.kept

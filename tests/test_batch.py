@@ -345,3 +345,25 @@ def test_sandbox_options_reach_every_grading_and_bad_ones_are_refused_up_front(c
     outcome = grade_entry(Entry("heidi", str(_plain(tmp_path, SOLUTION)), None, 2), options, frozenset())
     errors = "\n".join(outcome.results["errors"]) if outcome.results else outcome.problem
     assert "nonesuch" in errors, errors
+
+
+def test_a_grade_the_grader_failed_is_an_error_row_graded_again_on_the_next_run(course, tmp_path):
+    """A grading test that will not load (the instructor's slip; a device process that does not
+    start is the same): not the student's zero recorded as graded, but an error row that says
+    so, and the next run, the course fixed, grades it."""
+    broken = tmp_path / "course"
+    shutil.copytree(course, broken)
+    test_file = broken / "tests" / "exercises" / "test_vector_add.py"
+    good = test_file.read_text()
+    test_file.write_text(good + "\ndef broken(:\n")
+    roster = _roster(tmp_path, [("alice", str(_repo(tmp_path, "alice", {"vector_add.py": SOLUTION})))])
+    out = tmp_path / "out"
+    done = _batch(broken, roster, out)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "alice: not graded: grader error" in done.stdout and _counts(done) == (0, 0, 1), done.stdout
+    row = _grades(out)["alice"]
+    assert row["status"] == "error" and "could not collect" in row["reason"], row
+    test_file.write_text(good)
+    again = _batch(broken, roster, out)
+    assert again.returncode == 0 and _counts(again) == (1, 0, 0), again.stdout + again.stderr
+    assert _grades(out)["alice"]["status"] == "graded" and float(_grades(out)["alice"]["score"]) > 0

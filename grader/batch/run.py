@@ -112,6 +112,12 @@ class Summary:
     seconds: float = 0.0
 
 
+def grader_error(results: Results) -> str:
+    """A grade's grader errors, as a row's reason: the first one's first line."""
+    first = results.errors[0].strip().splitlines()[0] if results.errors[0].strip() else "unknown"
+    return f"grader error (graded again on the next run): {first}"[:500]
+
+
 class Batch:
     """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment."""
 
@@ -157,7 +163,13 @@ class Batch:
             self._pages(outcome.student_id, None, outcome.problem)
             return
         results = Results.from_dict(outcome.results)
-        self.store.put(key, results, status="graded", committed_at=outcome.committed_at)
+        if results.errors:
+            # the grader failed (its device process did not start, a grading test would not load):
+            # no grade of the student's; kept as an error row, so the next run grades it again
+            self.store.put(key, results, status="error", reason=grader_error(results),
+                           committed_at=outcome.committed_at)
+        else:
+            self.store.put(key, results, status="graded", committed_at=outcome.committed_at)
         self._pages(outcome.student_id, results, "")
 
     def _pages(self, student_id: str, results: Results | None, problem: str) -> None:
@@ -228,7 +240,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         done += 1
         if outcome.skipped:
             summary.skipped += 1
-        elif outcome.results is None:
+        elif outcome.results is None or outcome.results.get("errors"):
             summary.failed += 1
             if outcome.kept is not None:
                 summary.kept.append(outcome.student_id)
