@@ -322,8 +322,9 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     if mine.waits_between_copies > max_waits:
         raise PerformanceShortfall(
             f"the host waited {mine.waits_between_copies} times between the first and the last copy (allowed: "
-            f"{max_waits}): a synchronous ranks.copy, stream.synchronize() or cuda.synchronize() inside the loop "
-            f"stops every rank; order the work with events instead (e.record(stream); e.wait(other_stream))")
+            f"{max_waits}): a synchronous ranks.copy, ranks.synchronize(), stream.synchronize() or "
+            f"cuda.synchronize() inside the loop stops every rank; order the work with events instead "
+            f"(e.record(stream); e.wait(other_stream))")
     if mine.overlap_s() <= 0.0:
         raise PerformanceShortfall("on the modelled timeline no add ever runs while a copy is in flight: copy on a "
                                    "stream of its own (r.new_stream()) and add on r.stream, so that slice k + 1 "
