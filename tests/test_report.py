@@ -221,5 +221,9 @@ def test_bench_rows_show_gflops_where_the_test_gave_its_operations():
     results = Results("s", "sim", tests=[TestResult("matmul::tiled_perf", "matmul", 2, 3, 3, Status.PASSED,
                                                     timing=timing)])
     assert "2,684" in bench.table(results, width=200)  # 268 MFLOP in 100 us
+    slow = Results("s", "sim", tests=[TestResult("matmul::tiled_perf", "matmul", 2, 3, 3, Status.PASSED,
+                                                 timing=dict(timing, seconds=1.24e-3, reference_seconds=7.43e-4))])
+    table = bench.table(slow, width=200)
+    assert "1,240" in table and " 743 " in table and "e+0" not in table, table  # never 1.24e+03
     assert "2,684 GFLOP/s" in timing_sentence(timing)
     assert "GFLOP/s" not in timing_sentence({k: v for k, v in timing.items() if k != "flops"})

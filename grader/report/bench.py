@@ -38,7 +38,7 @@ def table(results: Results, width: int = 120) -> str:
         grid.add_column("model: x reference", justify="right")
     for r in found:
         gbs = r["global_bytes"] / r["seconds"] / 1e9 if r["seconds"] else 0.0
-        cells = [r["test"], f"{r['seconds'] * 1e6:.3g}", f"{r['reference_seconds'] * 1e6:.3g}",
+        cells = [r["test"], _micros(r["seconds"]), _micros(r["reference_seconds"]),
                  f"{r['ratio']:.2f}", r["bound"], f"{r['bandwidth_fraction']:.0%}", f"{gbs:,.0f}",
                  f"{r['flops'] / r['seconds'] / 1e9:,.0f}" if r.get("flops") and r["seconds"] else "",
                  f"{r['score']:g}/{r['max_score']:g}"]
@@ -53,3 +53,11 @@ def table(results: Results, width: int = 120) -> str:
     for t in untimed:
         console.print(f"{t.name}: not timed: {(t.output.strip().splitlines() or [''])[0]}")
     return console.export_text()
+
+
+def _micros(seconds: float) -> str:
+    """Microseconds to about three digits, never in scientific notation (1,240, not 1.24e+03)."""
+    us = seconds * 1e6
+    if us >= 100:
+        return f"{us:,.0f}"
+    return f"{us:.1f}" if us >= 10 else f"{us:.3g}" if us >= 1e-3 else f"{us:.4f}"
