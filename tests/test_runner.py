@@ -365,3 +365,19 @@ def test_a_timeout_says_where_the_call_was_and_larger_inputs_are_not_run_again(m
         s.call("spin", np.zeros(1000, np.float32))
     assert time.monotonic() - began < 1, "refused at once"
     assert s.call("spin", np.zeros(2, np.float32)).value == 2, "a call on smaller inputs still runs"
+
+
+def test_policy_violations_are_said_once_in_the_failure(make_student):
+    """Before, the violations were the message and, again, the detail under it."""
+    from grader.judge.plugin import failure_message
+
+    s = make_student("""
+        import os
+        import socket
+        def f():
+            return 1
+    """, policy=DEFAULT_ALLOWED_IMPORTS)
+    with pytest.raises(StudentCodeError) as info:
+        s.call("f")
+    text = failure_message(info.value)
+    assert text.count("os") == 1 and text.count("socket") == 1 and "ex.py:2" in text and "ex.py:3" in text, text

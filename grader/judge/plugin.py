@@ -69,8 +69,10 @@ def _marker_arg(item: pytest.Item, name: str, default=None):
 def failure_message(exc: BaseException | None) -> str:
     """The one line a student reads first, then any detail worth having."""
     if isinstance(exc, StudentCodeError):
-        detail = exc.traceback.strip()
-        return exc.summary() + (f"\n\n{detail}" if detail and exc.kind != "not_implemented" else "")
+        detail, summary = exc.traceback.strip(), exc.summary()
+        # (policy violations' detail is their own lines again: said once)
+        repeated = all(line.strip() in summary for line in detail.splitlines())
+        return summary + (f"\n\n{detail}" if detail and exc.kind != "not_implemented" and not repeated else "")
     if isinstance(exc, WrongAnswer):
         return str(exc)
     if isinstance(exc, RunnerError):
