@@ -155,16 +155,26 @@ def _table(db) -> str | None:
     return names[0] if names else None
 
 
+def _class(tmp: Path, prefix: str, size: int) -> Path:
+    """A roster of `size` repositories, every other one the solution, the rest the stub."""
+    names = [f"{prefix}{i}" for i in range(size)]
+    return _roster(tmp, [(name, str(_repo(tmp, name, {"vector_add.py": SOLUTION if i % 2 else STUB})))
+                         for i, name in enumerate(names)])
+
+
+def _batch_to_kill(course: Path, roster: Path, out: Path, *extra: str) -> subprocess.Popen:
+    """A batch in a session of its own, so that killing its group ends its judges and runners too."""
+    return subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
+                             "--backend", "sim", "--timeout", "10", "--jobs", "1", *extra], cwd=course,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def test_kill_9_midway_then_the_same_command_gives_the_csv_of_an_uninterrupted_run(course, tmp_path):
-    rows = [(f"s{i}", str(_repo(tmp_path, f"s{i}", {"vector_add.py": SOLUTION if i % 2 else STUB})))
-            for i in range(4)]
-    roster = _roster(tmp_path, rows)
+    roster = _class(tmp_path, "s", 4)
     whole = tmp_path / "whole"
     assert _batch(course, roster, whole, "--jobs", "1").returncode == 0
     out = tmp_path / "killed"
-    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
-                              "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    batch = _batch_to_kill(course, roster, out)
     deadline = time.monotonic() + 600
     while _stored(out) < 1 and batch.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -262,15 +272,11 @@ def _rows_and_attempts(out: Path) -> tuple[int, int]:
 
 
 def test_force_replaces_each_row_only_when_its_regrade_is_recorded(course, tmp_path):
-    rows = [(f"f{i}", str(_repo(tmp_path, f"f{i}", {"vector_add.py": SOLUTION if i % 2 else STUB})))
-            for i in range(3)]
-    roster = _roster(tmp_path, rows)
+    roster = _class(tmp_path, "f", 3)
     out = tmp_path / "out"
     assert _batch(course, roster, out, "--jobs", "1").returncode == 0
     before = _csv_rows(out)
-    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
-                              "--backend", "sim", "--timeout", "10", "--jobs", "1", "--force"], cwd=course,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    batch = _batch_to_kill(course, roster, out, "--force")
     fewest, deadline = 3, time.monotonic() + 600
     while batch.poll() is None and time.monotonic() < deadline:
         count, attempt = _rows_and_attempts(out)
