@@ -1,6 +1,7 @@
 """The judge/runner split: student code runs in another process, and its failures cost only the
 call that hit them. These use plain-Python student modules so they need no simulator."""
 
+import re
 import textwrap
 import time
 
@@ -359,9 +360,11 @@ def test_a_timeout_says_where_the_call_was_and_larger_inputs_are_not_run_again(m
     """, timeout=3)
     with pytest.raises(RunnerError) as info:
         s.call("spin", np.zeros(100, np.float32))
-    assert "spin() timed out after 3 s: it was at ex.py:4 in spin (a loop that never ends?)" in str(info.value)
+    # (the loop's test or its body: wherever the dump found it)
+    assert re.search(r"spin\(\) timed out after 3 s: it was at ex\.py:[45] in spin \(a loop that never ends\?\)",
+                     str(info.value)), str(info.value)
     began = time.monotonic()
-    with pytest.raises(RunnerError, match=r"^not run: spin\(\) timed out after 3 s: it was at ex.py:4"):
+    with pytest.raises(RunnerError, match=r"^not run: spin\(\) timed out after 3 s: it was at ex.py:[45]"):
         s.call("spin", np.zeros(1000, np.float32))
     assert time.monotonic() - began < 1, "refused at once"
     assert s.call("spin", np.zeros(2, np.float32)).value == 2, "a call on smaller inputs still runs"
