@@ -78,18 +78,25 @@ def _counted_again(value: float, x: np.ndarray) -> str:
     n, x64 = x.size, x.astype(np.float64)
     scale = np.abs(x64)
     steps = np.arange(n)
+    best = None  # (the closest fit in units of its tolerance, b, g): of some 200 candidates, one or
+    # another fits a stray sum now and then; the true one fits far closer (rounding only), so that a
+    # second call (`_confirmed`) names the same one
     for b in (1 << j for j in range(5, 11)):
         if b >= n:
             break
         for g in range(2, min(n // b + 1, 64) + 1):
             counts = np.minimum(steps // b + 1, g)
             allowed = reduction_rtol(int(counts.sum())) * float(counts @ scale) + 1e-6
-            if abs(value - float(counts @ x64)) <= allowed:
-                times = f"k // {b} + 1" if g >= (n - 1) // b + 1 else f"min(k // {b} + 1, {g})"
-                return (f"; that is exactly the sum with element k counted {times} times: each block adds every "
-                        f"element from its own start on, stepping by the block's size {b} (a grid-stride loop "
-                        f"steps by the whole grid: cuda.gridsize(1))")
-    return ""
+            off = abs(value - float(counts @ x64)) / allowed
+            if off <= 1 and (best is None or off < best[0]):
+                best = (off, b, g)
+    if best is None:
+        return ""
+    _, b, g = best
+    times = f"k // {b} + 1" if g >= (n - 1) // b + 1 else f"min(k // {b} + 1, {g})"
+    return (f"; that is exactly the sum with element k counted {times} times: each block adds every "
+            f"element from its own start on, stepping by the block's size {b} (a grid-stride loop "
+            f"steps by the whole grid: cuda.gridsize(1))")
 
 
 def _multiple(value: float, expected: float) -> str:
