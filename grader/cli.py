@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
 from .judge.settings import JudgeSettings
 from .report import FORMATS, render
 from .report.results import ExitCode, Results
+from .report.text import first_line
 from .sandbox import SANDBOXES, SandboxSpec
 
 
@@ -233,12 +234,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
 
     options = _batch_options(args, course, backend)
     # what every submission's grade() would refuse (--gpus without docker, ...), refused once, up front
-    sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
-    sandbox.check(options.backend, options.simulator)
-    if sandbox.name == "docker":
-        from .sandbox.container import check_available
-
-        check_available(sandbox.docker_image)
+    options.sandbox_spec().check(options.backend, options.simulator)
     regrading = args.command == "regrade" or args.force
     recorded = 0  # submissions this run stored (graded or not): what an interrupt keeps
     try:
@@ -385,8 +381,8 @@ def run(argv: list[str] | None = None) -> int:
         finally:
             fresh.unlink(missing_ok=True)
         lost = next((t for t in results.tests if t.score < t.max_score), None)
-        why = (f"; first: {lost.name}: {lost.output.splitlines()[0] if lost.output else lost.status}" if lost
-               else "".join(f"; {e.splitlines()[0]}" for e in results.errors[:1]))
+        why = (f"; first: {lost.name}: {first_line(lost.output) or lost.status}" if lost
+               else "".join(f"; {first_line(e)}" for e in results.errors[:1]))
         print(f"gpugrade release: {RECORD} left as it was: the reference solutions scored "
               f"{results.score:g}/{results.max_score:g} on the simulator{why}", file=sys.stderr)
         return results.exit_code or 1

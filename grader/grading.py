@@ -33,10 +33,6 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar."""
     course = course or Course.find()
     sandbox.check(backend, simulator)
-    if sandbox.name == "docker":
-        from .sandbox.container import check_available
-
-        check_available(sandbox.docker_image)
     chosen = list(exercises) if exercises else course.exercises()
     test_files = [str(course.test_file(e)) for e in chosen]
     if stages:  # a stage no chosen exercise has selects no test: say so, not "the judge exited with code 5"

@@ -30,6 +30,7 @@ from typing import Callable
 
 from ..course import Course
 from ..report.results import Results
+from ..report.text import first_line
 from .roster import Entry, read_roster
 
 GRADES_CSV = "grades.csv"
@@ -54,6 +55,12 @@ class Options:
     deadline: datetime | None = None
     seed: str = ""
 
+    def sandbox_spec(self):
+        """The sandbox every submission is graded in (a SandboxSpec)."""
+        from ..sandbox import SandboxSpec
+
+        return SandboxSpec(self.sandbox, self.docker_image or SandboxSpec().docker_image, self.gpus)
+
 
 @dataclass
 class Outcome:
@@ -75,7 +82,6 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
     """Fetch and grade one roster entry (runs in a pool thread or on a Dask worker). `graded`:
     the (student, commit) pairs the store already holds for this grader and course version."""
     from ..grading import grade
-    from ..sandbox import SandboxSpec
     from .submissions import fetch
 
     started = time.monotonic()
@@ -89,9 +95,9 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
             outcome.skipped = True
         else:
             course = Course(Path(options.course_root))
-            sandbox = SandboxSpec(options.sandbox, options.docker_image or SandboxSpec().docker_image, options.gpus)
             results = grade(fetched.folder, list(options.exercises), backend=options.backend, course=course,
-                            seed=options.seed, timeout=options.timeout, name=entry.student_id, sandbox=sandbox,
+                            seed=options.seed, timeout=options.timeout, name=entry.student_id,
+                            sandbox=options.sandbox_spec(),
                             submission_timeout=options.submission_timeout, simulator=options.simulator)
             outcome.results = results.to_dict()  # a missing exercise file scores 0 there, with its reason
         outcome.seconds = time.monotonic() - started
@@ -114,8 +120,7 @@ class Summary:
 
 def grader_error(results: Results) -> str:
     """A grade's grader errors, as a row's reason: the first one's first line."""
-    first = results.errors[0].strip().splitlines()[0] if results.errors[0].strip() else "unknown"
-    return f"grader error (graded again on the next run): {first}"[:500]
+    return f"grader error (graded again on the next run): {first_line(results.errors[0]) or 'unknown'}"[:500]
 
 
 class Batch:

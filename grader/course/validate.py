@@ -30,6 +30,7 @@ from ..errors import CourseError
 from ..grading import grade
 from .manifest import find as find_manifest
 from ..report.results import Results, Status
+from ..report.text import first_line
 from ..sandbox import SandboxSpec
 
 SUBMISSIONS = Path("tests") / "submissions"
@@ -201,7 +202,7 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
             if not kw.as_expected(t):
                 low, high = kw.expected_credit(t.name)
                 credit = t.score / t.max_score if t.max_score else 1.0
-                why = t.output.strip().splitlines()[0] if t.output and t.output.strip() else ""
+                why = first_line(t.output)
                 v.problems.append(f"{kw.name}: {t.name} earned {credit:.0%} of its points, expected "
                                   f"{low:.0%}" + (f" to {high:.0%}" if high != low else "") + (f": {why}" if why else ""))
     try:

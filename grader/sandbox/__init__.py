@@ -30,7 +30,8 @@ class SandboxSpec:
     gpus: str = ""  # docker only: "" = no GPU device request, "all" or device ids "0,1"
 
     def check(self, backend: str, simulator: str = "device") -> None:
-        """UsageError where this sandbox cannot grade here. `simulator`: "device" (the default)
+        """UsageError where this sandbox cannot grade here (docker: no engine or no runner image).
+        `simulator`: "device" (the default)
         runs the simulated GPU as a process of its own, on this host in bubblewrap whatever the
         sandbox (docker's runners reach it through a socket)."""
         if self.name not in SANDBOXES:
@@ -60,6 +61,10 @@ class SandboxSpec:
                                  f"with bubblewrap, and here {reason}. To grade without it: --simulator inline "
                                  f"(debugging only: launch records and counters then come from the student's "
                                  f"own process)")
+        if self.name == "docker":  # the engine and the runner image
+            from .container import check_available
+
+            check_available(self.docker_image)
 
 
 def make_sandbox(spec: SandboxSpec, limits: Limits) -> Sandbox:
