@@ -3,7 +3,8 @@
 The course is the folder with `tests/exercises/test_<exercise>.py` (found from the current
 directory upwards). A submission is a folder holding the exercise modules directly or under
 `exercises/`, each a `<exercise>.py` or a notebook `<exercise>.ipynb` (grader.course.notebooks;
-grader.course.choice says which is graded where both are). Only the student's own exercise modules are copied into a grading workspace.
+grader.course.choice says which is graded where both are). Only the student's own exercise
+modules are copied into a grading workspace.
 """
 
 from __future__ import annotations

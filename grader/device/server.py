@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import wire
+from ..errors import StudentCodeError
 from ..wire import dtypes, shared
 from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply, is_number
 from ..sim.host import SimEvent, SimStream
@@ -277,12 +278,12 @@ class Device:
         return where
 
     def _raised(self, exc: Exception) -> str:
-        """What a kernel raised, as the runner says it of host code: the stub's
-        `raise NotImplementedError()` left in a kernel is "not implemented yet (file:line in kernel)"."""
+        """What a kernel raised: the stub's `raise NotImplementedError()` left in a kernel in the
+        words the runner gives host code's ("not implemented yet (file:line in kernel)")."""
         where = self._student_frame(exc.__traceback__)
         text = str(exc).strip()
-        if isinstance(exc, NotImplementedError) and type(exc).__module__ == "builtins":
-            return "not implemented yet" + (f" ({where})" if where else "") + (f": {text}" if text else "")
+        if type(exc) is NotImplementedError:
+            return StudentCodeError("not_implemented", "NotImplementedError", text, where).summary()
         if where:
             return f"{type(exc).__name__} raised at {where}" + (f": {text}" if text else "")
         return text or type(exc).__name__

@@ -119,11 +119,11 @@ def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
         return max((int((run.get("counters") or {}).get(key, 0)) for run in runs), default=0)
 
     grew, parts = [], []
-    for kind, verb in (("load", "load"), ("store", "store")):
+    for kind in ("load", "store"):
         mine, theirs = most(launches, f"max_global_{kind}s_per_thread"), most(reference, f"max_global_{kind}s_per_thread")
         if mine > theirs:
             grew.append(kind)
-            parts.append(f"{verb} up to {mine:,} elements each (the reference's {theirs:,})")
+            parts.append(f"{kind} up to {mine:,} elements each (the reference's {theirs:,})")
     if not grew:
         return []
     lines: dict[tuple[int, str], list[str]] = {}
@@ -140,7 +140,6 @@ def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
              f"extra global memory accesses, coalesced ones: its threads {' and '.join(parts)}, most at {at}; "
              f"no line is uncoalesced, but each access the reference keeps in a register (or makes once) is "
              f"one more request")]
-
 
 
 def _busiest(launches: list[dict], kind: str) -> list[tuple]:

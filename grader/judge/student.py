@@ -95,12 +95,15 @@ class TimeBudget:
         self.what = what
         self.spent = 0.0
 
+    @property
+    def left(self) -> float:
+        return self.seconds - self.spent
+
     def limit(self, timeout: float) -> float:
         """The timeout of the next call: never more than what is left."""
-        left = self.seconds - self.spent
-        if left <= 0:
+        if self.left <= 0:
             raise RunnerError(f"not run: {self.what}'s time budget of {self.seconds:g} s is spent")
-        return min(timeout, left)
+        return min(timeout, self.left)
 
     def spend(self, seconds: float) -> None:
         self.spent += seconds
@@ -382,7 +385,7 @@ class Student:
         found = self._timed_out.get(function)
         if found is not None and size >= found[0]:
             raise RunnerError(f"not run: {found[1]}; a call on inputs as large would wait as long again")
-        whole = self.budget is None or self.budget.seconds - self.budget.spent >= self._call_limit(timeout)
+        whole = self.budget is None or self.budget.left >= self._call_limit(timeout)
         try:
             return self._timed(request, timeout)
         except CallTimeout as exc:
