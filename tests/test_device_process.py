@@ -53,7 +53,9 @@ def device_student(tmp_path, request):
         (work / "ex.py").chmod(0o644)
         sandbox = new_sandbox()
         connection = RunnerConnection(str(work), "sim", sandbox, device_process=device_process)
-        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None, connection=connection)
+        # (the module declares its own functions here: messages name the arguments by its parameters)
+        s = Student("ex", str(work), "sim", sandbox, allowed_imports=None, connection=connection,
+                    declared_in=work / "ex.py")
         students.append(s)
         return s
 
@@ -543,7 +545,7 @@ def test_a_number_the_host_computed_does_not_pass_as_a_kernels_argument(device_s
     """)
     x, y = _inputs()
     unchanged = s.call("saxpy_not_in_place", np.float32(2.0), x, y)
-    with pytest.raises(WrongAnswer, match=r"the answer is input array 2 \(float32\[1000\]\) as it was passed in"):
+    with pytest.raises(WrongAnswer, match=r"the answer is `y` \(float32\[1000\]\) as it was passed in"):
         require_kernel_launch(unchanged, "sim", output=unchanged.args[2], inputs=[1, 2])
     cheat = s.call("total", x)
     with pytest.raises(WrongAnswer, match="data the host made.*the number [0-9.-]+ passed to kernel 'write' as its "
@@ -813,7 +815,9 @@ def test_inputs_padded_flattened_or_converted_and_answers_sliced_reshaped_or_con
         # (with the check: the call's device work replayed on other inputs follows them too)
         require_kernel_launch(result, "sim", check=lambda args, out: expect_close(out, args[0] + args[1], rtol=1e-6))
     cheat = s.call("vector_add_padding_holds_the_answer", a, b)
-    with pytest.raises(WrongAnswer, match="never copied to the GPU"):
+    # (named as the module declares it: the audit's student read "input array 1")
+    with pytest.raises(WrongAnswer, match=r"^`a` \(float32\[1000\]\) was never copied to the GPU during "
+                                          r"vector_add_padding_holds_the_answer\(a, b\):"):
         require_kernel_launch(cheat, "sim")
 
 

@@ -83,6 +83,23 @@ def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
     assert "grader/" not in edge["output"], "the student sees their own frames, not the grader's"
 
 
+def test_the_data_flow_names_an_input_by_the_exercises_parameter(tmp_path):
+    """The audit's SAXPY student read "the answer is input array 2": the input is named as the
+    course's reference solution declares it, whatever the student's module says."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    submission = known_wrong("vector_add_saxpy_result_not_in_y", tmp_path)
+    source = submission / "vector_add.py"  # the student's own names are not the ones told
+    old = "def saxpy_inplace(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:\n"
+    text = source.read_text()
+    assert text.count(old) == 1
+    source.write_text(text.replace(old, "def saxpy_inplace(a, xs, ys):\n    alpha, x, y = a, xs, ys\n"))
+    results = grade(submission, ["vector_add"], backend="sim", course=Course(ROOT), stages=[3])
+    output = next(t.output for t in results.tests if t.name == "vector_add::saxpy_sizes[n=33]")
+    assert "the answer is `y` (float32[33]) as it was passed in" in output, output
+
+
 def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     """A sum that is exactly that of a part of x names the part: the first block's partial sum only
     (one pass of the tree), or the first warp of each block (lane 0 tested as threadIdx.x == 0); or

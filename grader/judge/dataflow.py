@@ -60,11 +60,12 @@ class Flow:
 
 
 def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: list[str] | None = None,
-           sent: list[np.ndarray] | None = None, numbers: list | None = None) -> Flow:
-    """`labels`: how the messages name each input (default: "input array k"); `sent`: every
-    array of the call (default: the inputs): copies of them, whole or in pieces, are not data
-    the host made; `numbers`: the call's scalar arguments (SAXPY's alpha): passed on to a kernel,
-    they are not data the host made either. The flow it found, where it passes."""
+           sent: list[np.ndarray] | None = None, numbers: list | None = None, call: str = "the call") -> Flow:
+    """`labels`: how the messages name each input (grader.judge.signatures: "`y`"; default:
+    "input array k"); `sent`: every array of the call (default: the inputs): copies of them,
+    whole or in pieces, are not data the host made; `numbers`: the call's scalar arguments
+    (SAXPY's alpha): passed on to a kernel, they are not data the host made either; `call`: how
+    the messages name the call ("saxpy_inplace(alpha, x, y)"). The flow it found, where it passes."""
     labels = labels or [f"input array {i + 1}" for i in range(len(inputs))]
     others = [a for a in sent or () if not any(a is b for b in inputs)]
     # uploads that are the call's own arrays, or pieces of them, or numbers kernels were given
@@ -97,7 +98,7 @@ def verify(report: DeviceReport, inputs: list[np.ndarray], output: Any, labels: 
         ids = whole or {t.id for *_, t in covered or _tiling(tiles, array.shape) or ()}
         if not ids:
             raise WrongAnswer(f"{labels[i]} ({array.dtype}{list(array.shape)}) was never copied to the GPU "
-                              f"during the call: the kernels must read the inputs (copy each whole array with "
+                              f"during {call}: the kernels must read the inputs (copy each whole array with "
                               f"cuda.to_device, or pass it to the kernel)")
         copies.append(ids)
     host_made = {t.id: t for t in report.uploads if not t.neutral and t.id not in given}

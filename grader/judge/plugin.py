@@ -167,16 +167,25 @@ class GradingSession:
         if exercise not in self.students:
             seconds = self.settings.exercise_budget
             budget = TimeBudget(seconds, exercise) if seconds > 0 else None
+            declared_in = self._declaring(exercise)
             student = Student(exercise, self.workspace, self.backend_name, self.sandbox, connection=self.connection,
-                              allowed_imports=self._allowed_imports(), budget=budget)
+                              allowed_imports=self._allowed_imports(), budget=budget, declared_in=declared_in)
             if self.backend_name == Kind.GPU:
                 student = BesideTheSimulator(student, Student(
                     exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._beside("student"),
-                    allowed_imports=self._allowed_imports(), budget=budget), Student(
+                    allowed_imports=self._allowed_imports(), budget=budget, declared_in=declared_in), Student(
                     exercise, self.workspace, Kind.SIM, self.sandbox, connection=self._beside("student", gpu=True),
-                    allowed_imports=self._allowed_imports(), budget=budget))
+                    allowed_imports=self._allowed_imports(), budget=budget, declared_in=declared_in))
             self.students[exercise] = student
         return self.students[exercise]
+
+    def _declaring(self, exercise: str) -> Path | None:
+        """The trusted file whose signatures name a call's arguments in messages: the reference
+        solution, or where the course has none (a student's copy), its released stub."""
+        for path in (Path(self.reference_dir) / f"{exercise}.py", self.config.rootpath / "exercises" / f"{exercise}.py"):
+            if path.is_file():
+                return path
+        return None
 
     def _beside(self, whose: str, workspace: str | None = None, trusted: bool = False, gpu: bool = False
                 ) -> RunnerConnection:

@@ -15,6 +15,7 @@ from ..wire.messages import is_number
 from .correctness import WrongAnswer, short_grid
 from .dataflow import verify
 from .replay import follow
+from .signatures import labels as labels_of
 from .student import CallResult
 
 _RETURNED = object()
@@ -53,12 +54,15 @@ def require_kernel_launch(result: CallResult, backend: str, output: Any = _RETUR
         return
     chosen = [i for i in (range(len(proof.sent)) if inputs is None else inputs)
               if isinstance(proof.sent[i], np.ndarray)]
-    labels = [f"rank {i}'s buffer" for i in chosen] if result.ranks else None
+    # the inputs in the student's terms: the course's parameter names (rank r's buffer of a collective)
+    labels, call = labels_of(proof.function, proof.parameters, chosen)
+    if result.ranks:
+        labels = [f"rank {i}'s buffer" for i in chosen]
     answer = proof.value if output is _RETURNED else _in_proof(output, result, proof)
     try:
         flow = verify(proof.device, [proof.sent[i] for i in chosen], answer, labels,
                       [a for a in proof.sent if isinstance(a, np.ndarray)],
-                      [a for a in proof.sent if is_number(a)])
+                      [a for a in proof.sent if is_number(a)], call)
     except WrongAnswer as exc:
         if wrong is None:
             raise

@@ -22,6 +22,7 @@ from ..wire import dtypes
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
+from .signatures import declared_parameters
 from .stuck import split_dump, timeout_message, watch_after
 from ..sandbox import Runner, Sandbox
 
@@ -45,6 +46,9 @@ class CallResult:
     # on a GPU machine: the same call on the simulator (its device report is the data-flow proof)
     proof: "CallResult | None" = None
     ranks: bool = False  # a call with one buffer per rank (`sent[r]` is rank r's)
+    function: str = ""  # the function called
+    # its parameters' names as the course declares them (grader.judge.signatures; () unknown)
+    parameters: tuple[str, ...] = ()
     # the call's device work again with other data for some uploads (grader.device.replay), while
     # no other call has begun: `replay(substitutions, downloads, originals)` -> Replayed; None
     # without a device
@@ -322,8 +326,9 @@ class Student:
     def __init__(self, module: str, workspace: str, backend: str, sandbox: Sandbox, devices: int = MAX_RANKS,
                  allowed_imports: frozenset[str] | None = DEFAULT_ALLOWED_IMPORTS,
                  connection: RunnerConnection | None = None, budget: TimeBudget | None = None,
-                 call_timeout: float | None = None):
+                 call_timeout: float | None = None, declared_in: Path | None = None):
         self.module = module
+        self.declared_in = declared_in  # the trusted file declaring the module's functions (messages only)
         self.budget = budget  # shared by the exercise's calls (None: only each call's timeout)
         self.call_timeout = call_timeout  # None: the sandbox's own
         self.workspace = workspace
@@ -436,7 +441,8 @@ class Student:
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
         if returns is not None:
             _check_returned(function, reply.returned, returns)
-        return CallResult(reply.returned, reply.args, launches, device, sent, replay=replay)
+        return CallResult(reply.returned, reply.args, launches, device, sent, replay=replay, function=function,
+                          parameters=declared_parameters(self.declared_in, function))
 
     def _replayer(self, device: "wire.DeviceReport | None", seconds: float):
         """`CallResult.replay` for the call just made (`seconds` long, the runner's start aside):
