@@ -100,6 +100,27 @@ def test_the_data_flow_names_an_input_by_the_exercises_parameter(tmp_path):
     assert "the answer is `y` (float32[33]) as it was passed in" in output, output
 
 
+def test_an_all_reduce_chunk_the_host_chose_wrong_is_told_at_the_hosts_call(tmp_path):
+    """The audit's all-reduce student was pointed at the kernel's `dst[i] += src[i]` for a chunk
+    the host code chose wrong: the finding says the host's call that launched it too, and how
+    much of the chunk had been written."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    submission = known_wrong("allreduce_ring_adds_the_wrong_chunk", tmp_path)
+    results = grade(submission, ["allreduce"], backend="sim", course=Course(ROOT), stages=[2])
+    output = next(t.output for t in results.tests if t.name == "allreduce::ring[N=4,n=1003]")
+    lines = (submission / "allreduce.py").read_text().splitlines()
+    kernel, launch = lines.index("        dst[i] += src[i]") + 1, lines.index("        add_kernel[blocks_for(dst.size), "
+                                                                          "THREADS_PER_BLOCK, rank.stream](dst, src)") + 1
+    call = next(k for k, line in enumerate(lines, 1) if "add_on(r, bufs[r.id][lo:hi], scratch[r.id][:hi - lo])" in line)
+    first, _, detail = output.partition("\n")
+    assert first.startswith(f"kernel 'add_kernel' at allreduce.py:{kernel}, ") and first.endswith(
+        f"read of uninitialised device array 'src' at index 250 (never written since allocation), launched at "
+        f"allreduce.py:{launch} in add_on, called at allreduce.py:{call} in allreduce_ring"), first
+    assert detail.startswith("'src' (251 elements): 250 had been written ([0, 250)), the rest never"), detail
+
+
 def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     """A sum that is exactly that of a part of x names the part: the first block's partial sum only
     (one pass of the tree), or the first warp of each block (lane 0 tested as threadIdx.x == 0); or

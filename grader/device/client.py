@@ -26,7 +26,7 @@ from ..sim.argtypes import declared_argtypes
 from ..sim.devices import Devices, GpuList
 from ..sim.eager import Signatures
 from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
-from ..sim.sites import launch_site
+from ..sim.sites import launch_site, launch_stack
 from .package import NotPackable, pack
 
 BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -65,7 +65,7 @@ class Channel:
 
     def request(self, message: dict) -> dict:
         site = launch_site()  # where the student's code asked, for the messages of findings only
-        message = dict(message, site=list(site) if site else None)
+        message = dict(message, site=list(site) if site else None, stack=[list(f) for f in launch_stack()])
         with self._lock:
             if self._freed:
                 message = dict(message, free=self._freed)

@@ -31,7 +31,7 @@ from ..errors import StudentCodeError
 from ..wire import dtypes, shared
 from ..wire.messages import MAX_ANSWER_SHAPES, digest, error_reply, is_number
 from ..sim.host import SimEvent, SimStream
-from ..sim.sites import launch_site, reported_site
+from ..sim.sites import STACK_FRAMES, launch_site, reported_site
 from . import replay
 from .host_bytes import HostBytes, is_neutral
 from .package import Builder, NotPackable
@@ -254,7 +254,7 @@ class Device:
         if method is None:
             return _protocol_error(f"unknown device op {op!r}")
         try:
-            with reported_site(_site(request)):
+            with reported_site(_site(request), _stack(request)):
                 return method(request)
         except self._errors as exc:
             record = exc.record(self._relative)
@@ -766,6 +766,16 @@ def main(argv: list[str] | None = None) -> None:
         runner, _ = listener.accept()
         listener.close()
     serve(device, judge_in, judge_out, runner)
+
+
+def _stack(request: dict) -> list[tuple[str, int, str]] | None:
+    """The student's frames the runner says made this request ([file, line, function], innermost
+    first; None: none said), for messages only, as `_site`."""
+    stack = request.get("stack")
+    frames = [f for f in stack[:STACK_FRAMES] if isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
+              and isinstance(f[1], int) and not isinstance(f[1], bool) and isinstance(f[2], str)] \
+        if isinstance(stack, list) else []
+    return [(file[:1000], line, function[:200]) for file, line, function in frames] or None
 
 
 def _site(request: dict) -> tuple[str, int] | None:

@@ -12,12 +12,13 @@ import numpy as np
 
 from . import cooperative as _cooperative, devices as _devices
 from .argtypes import launch_scalar
-from .errors import Checks, CompileError, LaunchConfigError, NotSimulatedError, WrongDeviceError
+from .errors import (Checks, CompileError, LaunchConfigError, NotSimulatedError, OutOfBoundsError,
+                     UninitialisedReadError, WrongDeviceError)
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
-from .sites import launch_site
+from .sites import launch_site, launch_stack, launched
 
 __all__ = ["LaunchConfig", "LaunchRecord", "Launch", "SimLaunchConfiguration", "trace",
            "normalise_config"]
@@ -211,6 +212,20 @@ def _at_launch_site(exc, kernel: str):
 
 
 def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
+    """One launch. An out-of-bounds access or a read of uninitialised memory inside the kernel is
+    often the host's doing (a view of the wrong chunk, a size off by one): its finding says the
+    kernel's line, and where the host launched it."""
+    try:
+        _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args)
+    except (OutOfBoundsError, UninitialisedReadError) as exc:
+        stack = launch_stack()
+        if stack and exc.kernel is not None:
+            first, newline, rest = str(exc).partition("\n")
+            exc.args = (f"{first}, {launched(stack)}{newline}{rest}",)
+        raise
+
+
+def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     kernel = KernelSource(dispatcher)
     device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
     try:

@@ -12,17 +12,21 @@ import sys
 # frames of grader's own package are never the student's
 _LIBRARY_DIRS = (os.path.dirname(os.path.abspath(sys.modules[__package__.split(".")[0]].__file__)) + os.sep,)
 
-# the site another process reported for the request being served
+# the site another process reported for the request being served, and the student's frames there
 _REPORTED_SITE: contextvars.ContextVar = contextvars.ContextVar("reported_launch_site", default=None)
+_REPORTED_STACK: contextvars.ContextVar = contextvars.ContextVar("reported_launch_stack", default=None)
+STACK_FRAMES = 3  # the student's frames a launch is told by: the launch, the helper's caller, its caller
 
 
 @contextlib.contextmanager
-def reported_site(site: tuple[str, int] | None):
-    """The calls in this block were made at `site` (file, line) of another process."""
-    token = _REPORTED_SITE.set(site)
+def reported_site(site: tuple[str, int] | None, stack: list[tuple[str, int, str]] | None = None):
+    """The calls in this block were made at `site` (file, line) of another process, `stack`
+    (file, line, function; innermost first) the student's frames there."""
+    token, frames = _REPORTED_SITE.set(site), _REPORTED_STACK.set(stack)
     try:
         yield
     finally:
+        _REPORTED_STACK.reset(frames)
         _REPORTED_SITE.reset(token)
 
 
@@ -53,12 +57,32 @@ def launch_site() -> tuple[str, int] | None:
     reported = _REPORTED_SITE.get()
     if reported is not None:
         return reported
+    frames = _student_frames(1)
+    return frames[0][:2] if frames else None
+
+
+def launch_stack() -> list[tuple[str, int, str]]:
+    """(file, line, function) of the student's call and of its callers, innermost first (at most
+    STACK_FRAMES): a launch in a helper of the stub's is told with the student's call of it."""
+    reported = _REPORTED_STACK.get()
+    return reported if reported is not None else _student_frames(STACK_FRAMES)
+
+
+def _student_frames(limit: int) -> list[tuple[str, int, str]]:
     libraries = _libraries()
-    frame = sys._getframe(1)
-    while frame is not None:
+    frame, found = sys._getframe(2), []
+    while frame is not None and len(found) < limit:
         name = frame.f_code.co_filename  # (absolute for imported modules: abspath only if not)
         path = name if name.startswith(os.sep) else os.path.abspath(name)
         if not path.startswith(libraries) and not name.startswith("<"):
-            return name, frame.f_lineno
+            found.append((name, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
-    return None
+    return found
+
+
+def launched(stack: list[tuple[str, int, str]]) -> str:
+    """Where the host launched a kernel, in words: "launched at f.py:95 in add_on, called at
+    f.py:127 in allreduce_ring"."""
+    if not stack:
+        return ""
+    return "launched " + ", called ".join(f"at {file}:{line} in {function}" for file, line, function in stack)

@@ -13,10 +13,10 @@ TPB = 16
 
 
 def line_of(kernel, text):
-    """Absolute line number of the first source line of `kernel` containing `text`."""
+    """Absolute line number of the first source line of `kernel` (or a host function) containing `text`."""
     import inspect
 
-    lines, first = inspect.getsourcelines(kernel.py_func)
+    lines, first = inspect.getsourcelines(getattr(kernel, "py_func", kernel))
     for k, src in enumerate(lines):
         if text in src:
             return first + k
@@ -226,6 +226,33 @@ def test_uninitialised_device_array_read(simulator):
     out = cuda.to_device(np.zeros(8, np.float32))
     accumulate_into[1, 8](out, inp)
     assert (out.copy_to_host() == 1).all()
+
+
+def _add_chunk(dst, src):
+    accumulate_into[(dst.size + 31) // 32, 32](dst, src)
+
+
+def _add_the_wrong_chunk(dst, scratch, sent):
+    """An all-reduce's step as a student wrote it: 250 elements were sent into scratch, the
+    chunk added is 251 long (the host's chunk arithmetic is off, not the kernel)."""
+    _add_chunk(dst[:sent + 1], scratch[:sent + 1])
+
+
+def test_an_uninitialised_read_says_where_the_host_launched_it_and_what_was_written(simulator):
+    """The audit's all-reduce student was told the kernel's line only (`dst[i] += src[i]`), for a
+    chunk the host chose one element too long: the finding says the launch's host frames (the
+    helper's and its caller's) and which elements of the view had been written."""
+    scratch = cuda.device_array(251, np.float32)
+    scratch[:250].copy_to_device(np.ones(250, np.float32))
+    dst = cuda.to_device(np.zeros(251, np.float32))
+    with pytest.raises(sim.UninitialisedReadError) as err:
+        _add_the_wrong_chunk(dst, scratch, 250)
+    first, _, detail = str(err.value).partition("\n")
+    launch, call = line_of(_add_chunk, "accumulate_into["), line_of(_add_the_wrong_chunk, "_add_chunk(")
+    assert first.startswith(f"kernel 'accumulate_into' at {__file__}:{line_of(accumulate_into, 'out[i] +=')}"), first
+    assert (f"device array 'inp' at index 250 (never written since allocation), launched at {__file__}:{launch} in "
+            f"_add_chunk, called at {__file__}:{call} in _add_the_wrong_chunk, called at") in first, first
+    assert detail == "'inp' (251 elements): 250 had been written ([0, 250)), the rest never", detail
 
 
 # ---------------------------------------------------------------- barrier divergence

@@ -19,10 +19,33 @@ class UninitialisedReads:
 
     def _uninit(self, space, handle, flat, block, thread, line, filename):
         what = "shared array" if space == "shared" else "device array"
+        written = _written(handle) if space == "global" else ""
         self._fail(UninitialisedReadError,
                    f"read of uninitialised {what} {handle.name!r} at index "
-                   f"{self._index_of(handle, flat)} (never written since allocation)",
+                   f"{self._index_of(handle, flat)} (never written since allocation)"
+                   + (f"\n{handle.name!r} ({handle.shape[0]} element{'s' if handle.shape[0] != 1 else ''}): "
+                      f"{written}" if written else ""),
                    block, thread, line, filename, handle.name, self._index_of(handle, flat))
+
+
+_RUNS = 4  # runs of written elements told
+
+
+def _written(handle) -> str:
+    """Which elements of a 1-D device array had been written, in runs ("250 had been written
+    ([0, 250)), the rest never"): a view of a chunk larger than what was copied into it shows as such. ""
+    for other arrays."""
+    flags = handle.initialised
+    if len(handle.shape) != 1 or getattr(handle, "block_stride", 0) or not isinstance(flags, np.ndarray):
+        return ""
+    n = handle.shape[0]
+    held = flags[handle.offset + np.arange(n, dtype=np.int64) * handle.estrides[0]]
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], held, [False])).astype(np.int8)))
+    runs = edges.reshape(-1, 2)
+    if not len(runs):
+        return "none of them had been written"
+    told = ", ".join(f"[{start}, {stop})" for start, stop in runs[:_RUNS]) + (", ..." if len(runs) > _RUNS else "")
+    return f"{int(held.sum())} had been written ({told}), the rest never"
 
 
 def flags_view(initialised: np.ndarray):
