@@ -170,6 +170,9 @@ def _check_cell(source: str, name: str, number: int) -> None:
         return
     except SyntaxError as exc:
         error = exc
+    except UnicodeEncodeError:  # a lone surrogate, from a JSON escape: no file can hold it
+        raise NotebookRefused(f"{name}, cell {number}: it is not text Python reads (a lone surrogate "
+                              f"character)") from None
     for line in source.splitlines():
         text = line.strip()
         if text.startswith("!"):
