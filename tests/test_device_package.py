@@ -2,11 +2,14 @@
 generators reach the device process as numba-cuda compiles them (device functions)."""
 
 import importlib
+import inspect
 import json
+import linecache
 import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import grader.sim as sim
 from grader.device import package
@@ -117,3 +120,62 @@ def test_kernels_declared_with_signatures_build_after_their_globals(tmp_path, mo
         sys.modules.pop("student_declared", None)
     np.testing.assert_array_equal(out, 3 * xs)
     assert compiled == [("scale_all", True)]  # with its globals; the device function never as a kernel
+
+
+# -- a package is the runner's word: the text the simulator reads is the text a kernel was built from
+HONEST = """\
+from numba import cuda
+
+
+@cuda.jit
+def plus_one(a, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + 1.0
+"""
+WORKSPACE = "/workspace"
+
+
+def _package(files: dict, name: str, line: int, file: str, package_id: str, values=None) -> dict:
+    key = f"{file}:{line}:{name}"
+    return {"kernel": key, "id": package_id, "files": files,
+            "functions": {key: {"name": name, "file": file, "line": line, "options": {}, "signatures": [],
+                                "values": values or {"cuda": {"module": "numba.cuda"}}}}}
+
+
+def test_a_second_text_of_a_file_is_refused_not_run_in_the_device():
+    """A kernel built from one text, then a package sending another text of its file: the
+    simulator re-reads a kernel's source, so the second text's body (Python numba would never
+    compile) ran in the device process, whose records decide the grade."""
+    import numba.cuda
+
+    file = f"{WORKSPACE}/ex.py"
+    lying = HONEST.replace("a[i] + 1.0", "len(__import__('os').listdir('/'))") + \
+        "\n\n@cuda.jit\ndef other(out):\n    out[0] = 1.0\n"
+    sim.install(compile_check=True)
+    try:
+        builder = package.Builder(numba.cuda, WORKSPACE)
+        kernel = builder.build(_package({file: HONEST}, "plus_one", 4, file, "honest"))
+        with pytest.raises(package.NotPackable, match="ex.py.*another text"):
+            builder.build(_package({file: lying}, "other", 11, file, "lying"))
+        a, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+        kernel[1, 4](a, out)
+    finally:
+        sim.uninstall()
+    np.testing.assert_array_equal(out, a + 1)
+
+
+def test_a_file_outside_the_runners_workspace_is_refused():
+    """numba's own source sent as a package's file: the simulator reads a library device
+    function's source (numba.cuda.random's generators) from the device's linecache."""
+    import numba.cuda
+    import numba.cuda.random as nbrandom
+
+    numbas = inspect.getsourcefile(nbrandom.xoroshiro128p_uniform_float32.py_func)
+    file = f"{WORKSPACE}/ex.py"
+    forged = "def xoroshiro128p_uniform_float32(states, index):\n    return 26.0\n"
+    builder = package.Builder(numba.cuda, WORKSPACE)
+    for outside in (numbas, f"{WORKSPACE}/../etc/ex.py"):
+        with pytest.raises(package.NotPackable, match="outside"):
+            builder.build(_package({file: HONEST, outside: forged}, "plus_one", 4, file, outside))
+        assert linecache.getlines(outside) != forged.splitlines(keepends=True)

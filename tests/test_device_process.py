@@ -260,6 +260,39 @@ def test_a_refused_launch_names_the_students_launch_line(device_student):
     assert (refused.value.finding.file, refused.value.finding.line) == ("ex.py", 13)
 
 
+def test_another_text_of_the_students_file_never_runs_in_the_device(device_student):
+    """The simulator re-reads a kernel's source by its file's name: a kernel built at import
+    (its launch refused before it ran), then the runner's linecache edited and another kernel
+    sent with that text, ran the edited body in the device process, Python numba never compiled
+    (here os.listdir: 12 entries, not 0)."""
+    s = device_student("""
+        import linecache
+
+        @cuda.jit
+        def other(out):
+            out[0] = 1.0
+
+        def _refused(kernel, *args):
+            try:
+                kernel[0, 1](*args)  # built in the device, refused before it runs
+            except Exception:
+                pass
+
+        _refused(add, np.zeros(1, np.float32), np.zeros(1, np.float32), np.zeros(1, np.float32))
+        lines = linecache.getlines(__file__)
+        at = next(n for n, line in enumerate(lines) if "out[i] = a[i] + b[i]" in line)
+        lines[at] = lines[at].replace("a[i] + b[i]", "len(__import__('os').listdir('/'))")
+        linecache.cache[__file__] = (0, None, lines, __file__)
+        _refused(other, np.zeros(1, np.float32))  # sends the edited text as the file's
+
+        def run():
+            d_out = cuda.to_device(np.zeros(4, np.float32))
+            add[1, 4](d_out, d_out, d_out)  # named by id: built before, run from the file's text
+            return d_out.copy_to_host().tolist()
+    """)
+    assert s.call("run").value == [0.0] * 4, "the kernel runs as it was built: a[i] + b[i]"
+
+
 def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
     device process, which runs the kernel, names the kernel's line as the runner names host

@@ -198,6 +198,22 @@ def test_a_syntax_error_costs_points_with_a_clear_message(tmp_path):
         assert "<frozen" not in t["output"]
 
 
+def test_an_exercise_file_that_is_a_link_is_refused_not_followed(tmp_path):
+    """A submission's vector_add.py linking to the course's own solution (in the production image,
+    /opt/gpugrade/course/solutions/vector_add.py), or its exercises/ folder linking to solutions/,
+    was copied through the link into the workspace: the reference graded as the student's, 25/25
+    (the batch refuses links; `gpugrade grade`, Gradescope's entry point, followed them)."""
+    submission = tmp_path / "linked"
+    submission.mkdir()
+    (submission / "vector_add.py").symlink_to(ROOT / "solutions" / "vector_add.py")
+    (submission / "exercises").symlink_to(ROOT / "solutions")
+    code, doc = grade_json(submission, "vector_add", "reduction", tmp_path=tmp_path)
+    assert code == 1 and doc["score"] == 0
+    for t in doc["tests"]:
+        gated = t["output"].startswith("needs correctness first")
+        assert gated or "SubmissionRefused" in t["output"] and "is a link: submit the file itself" in t["output"], t
+
+
 def test_usage_errors_exit_2():
     assert gpugrade("grade", "solutions", "no_such_exercise").returncode == 2
     assert gpugrade("grade", "/no/such/folder").returncode == 2

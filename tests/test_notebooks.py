@@ -168,6 +168,12 @@ def test_a_malformed_notebook_is_refused_with_a_clear_reason(tmp_path):
         results.to_dict()
 
 
+def _code_cell(source: bytes) -> bytes:
+    """A notebook of one code cell, `source` as its JSON string's text (escapes as written)."""
+    return (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code", "id": "c1", '
+            b'"metadata": {}, "outputs": [], "execution_count": null, "source": "' + source + b'"}]}')
+
+
 @pytest.mark.parametrize("content, reason", [
     (b"this is not json", "vector_add.ipynb is not a notebook: it is not JSON"),
     (b"\xff\xfe{}", "vector_add.ipynb is not a notebook: it is not UTF-8 text"),
@@ -176,7 +182,10 @@ def test_a_malformed_notebook_is_refused_with_a_clear_reason(tmp_path):
     (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}', "vector_add.ipynb has no code cell"),
     (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "script"}]}',
      "vector_add.ipynb is not a valid notebook"),
-])
+    # a lone surrogate in a cell (a JSON escape) made ast.parse raise UnicodeEncodeError, not
+    # SyntaxError: the grade stopped with an internal error, 0/0, not the student's refusal
+    (_code_cell(b"x = '\\ud800'"), "vector_add.ipynb, cell 1: it is not text Python reads"),
+], ids=["not-json", "not-utf8", "a-list", "deep", "no-code-cell", "bad-cell-type", "surrogate"])
 def test_what_is_not_a_notebook_is_refused(tmp_path, content, reason):
     (tmp_path / "vector_add.ipynb").write_bytes(content)
     with pytest.raises(NotebookRefused, match=reason):

@@ -227,3 +227,25 @@ def test_bench_rows_show_gflops_where_the_test_gave_its_operations():
     assert "1,240" in table and " 743 " in table and "e+0" not in table, table  # never 1.24e+03
     assert "2,684 GFLOP/s" in timing_sentence(timing)
     assert "GFLOP/s" not in timing_sentence({k: v for k, v in timing.items() if k != "flops"})
+
+
+def test_a_students_message_with_any_characters_renders_in_every_format(tmp_path):
+    """A student's exception message is any text the runner's JSON can carry: a lone surrogate
+    made every format but Gradescope's crash on writing (UnicodeEncodeError, an empty report),
+    control characters made the JUnit XML not well-formed and reached the terminal as escape
+    sequences, and HTML or a code fence in it was Markdown's own."""
+    message = ("ValueError: \ud800 <img src=x onerror=alert(1)> \x1b[2J\r25/25 \x01\n"
+               "```\n# Forged heading\n```")
+    r = Results(submission="alice", backend="sim")
+    r.tests = [TestResult("vector_add::large", "vector_add", 1, 3, 0, "failed", message)]
+    r.errors = ["could not collect: \udfff\x00"]
+    r.dump(str(tmp_path / "results.json"))
+    loaded = Results.load(str(tmp_path / "results.json"))
+    for form in ("table", "junit", "markdown", "html", "gradescope", "prairielearn", "json"):
+        text = render(loaded, form, verbose=True)
+        text.encode("utf-8")
+        assert not any(c in text for c in "\x1b\r\x01\x00"), form
+    ET.fromstring(render(loaded, "junit").split("?>", 1)[1])
+    md = markdown(loaded)
+    assert "<img" not in md and "&lt;img" in md
+    assert "\n````\n```\n# Forged heading\n```\n````\n" in md, "a fence the message's own cannot close"

@@ -52,6 +52,15 @@ def test_a_frame_that_lies_about_its_size_is_refused():
         wire.receive(bad)
 
 
+@pytest.mark.parametrize("shape", [[1 << 32, 1 << 32], [1 << 40, 1 << 24, 0]], ids=["wraps-to-0", "empty-but-huge"])
+def test_a_shape_whose_product_overflows_is_refused(shape):
+    """[2^32, 2^32] is 0 elements in int64 and matched an empty frame: numpy's ValueError at the
+    reshape, uncaught in the device process's loop, ended it (the judge then blamed the device)."""
+    body = ('{"message": {"__ndarray__": 0, "dtype": "<f4", "shape": %s}, "frames": [0]}' % shape).encode()
+    with pytest.raises(ProtocolError):
+        wire.receive(io.BytesIO(frames._HEADER.pack(len(body)) + body))
+
+
 def test_object_dtype_descriptor_from_a_hostile_runner_is_refused():
     body = b'{"message": {"__ndarray__": 0, "dtype": "|O", "shape": [1]}, "frames": [8]}'
     stream = io.BytesIO(frames._HEADER.pack(len(body)) + body + bytes(8))

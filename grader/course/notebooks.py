@@ -170,6 +170,9 @@ def _check_cell(source: str, name: str, number: int) -> None:
         return
     except SyntaxError as exc:
         error = exc
+    except UnicodeEncodeError:  # a lone surrogate, from a JSON escape: no file can hold it
+        raise NotebookRefused(f"{name}, cell {number}: it is not text Python reads (a lone surrogate "
+                              f"character)") from None
     for line in source.splitlines():
         text = line.strip()
         if text.startswith("!"):
@@ -182,12 +185,13 @@ def _check_cell(source: str, name: str, number: int) -> None:
     raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
 
 
-def refusal_module(reason: str) -> str:
-    """The workspace module that stands for a refused notebook: importing it raises with the reason,
-    so every test of the exercise fails with it, as for a module that does not import."""
-    return ("# gpugrade: the submission's notebook was refused before any of it ran; this module only says why.\n"
-            "class NotebookRefused(Exception):\n    pass\n\n\n"
-            f"raise NotebookRefused({reason!r})\n")
+def refusal_module(reason: str, kind: str = "NotebookRefused") -> str:
+    """The workspace module that stands for a refused notebook (or file: `kind`, the exception's
+    name): importing it raises with the reason, so every test of the exercise fails with it, as
+    for a module that does not import."""
+    return ("# gpugrade: the submission's file was refused before any of it ran; this module only says why.\n"
+            f"class {kind}(Exception):\n    pass\n\n\n"
+            f"raise {kind}({reason!r})\n")
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CourseError, UsageError
+from . import notebooks
 
 GRADING_TESTS = Path("tests") / "exercises"
 
@@ -77,13 +78,23 @@ def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
     for name, path in modules.items():
         target = workspace / f"{name}.py"
-        if path.suffix == ".ipynb":
+        if _linked(path):
+            target.write_text(notebooks.refusal_module(f"{path.name} is a link: submit the file itself",
+                                                       "SubmissionRefused"))
+        elif path.suffix == ".ipynb":
             target.write_text(_notebook_module(path))
         else:
             shutil.copyfile(path, target)
         os.chmod(target, 0o644)
     os.chmod(workspace, 0o755)
     os.chmod(workspace.parent, workspace.parent.stat().st_mode | 0o111)
+
+
+def _linked(path: Path) -> bool:
+    """Whether an exercise's file is a link or in an `exercises/` folder that is one: followed, a
+    link to the course's solution (on the grading machine, beside the course's tests) was graded as
+    the student's (the batch refuses links as it fetches; this is `gpugrade grade`'s refusal)."""
+    return path.is_symlink() or path.parent.name == "exercises" and path.parent.is_symlink()
 
 
 def _notebook_module(path: Path) -> str:
@@ -93,8 +104,6 @@ def _notebook_module(path: Path) -> str:
     it as it reports any module that does not import, every test of the exercise failing with it,
     and nothing of the refused notebook is run. The stand-in is the grader's text, not the student's,
     checked by the same static policy and run in the same sandbox as any submission."""
-    from . import notebooks
-
     try:
         return notebooks.module_source(path)
     except notebooks.NotebookRefused as refused:

@@ -24,6 +24,7 @@ import json
 import linecache
 import math
 import cmath
+import os
 import types
 from typing import Any
 
@@ -253,10 +254,13 @@ def decode_numba_type(spec: dict):
 class Builder:
     """Makes kernels from packages, once per package id."""
 
-    def __init__(self, cuda):
+    def __init__(self, cuda, workspace: str | None = None):
+        """`workspace`: the runner's, where every file a package sends must be (None: anywhere)."""
         self.cuda = cuda
+        self.workspace = None if workspace is None else workspace.rstrip("/") + "/"
         self._kernels: dict[str, Any] = {}
         self._constants: dict[str, list] = {}
+        self._texts: dict[str, str] = {}  # file -> the one text its kernels are built from
         self._trees: dict[str, ast.Module] = {}
         self._kernel_specs: dict[str, dict] = {}  # package id -> its kernel's spec (file, name, line)
 
@@ -285,11 +289,7 @@ class Builder:
         hit = self._kernels.get(package["id"])
         if hit is not None:
             return hit
-        for filename, text in package["files"].items():
-            # the file's text for inspect.getsource (the simulator's transforms read the source)
-            lines = text.splitlines(keepends=True)
-            linecache.cache[filename] = (len(text), None, lines, filename)
-            self._trees[filename] = ast.parse(text, filename)
+        self._take_files(package["files"])
         functions = package["functions"]
         namespaces: dict[str, dict] = {}
         plain: dict[str, types.FunctionType] = {}
@@ -317,6 +317,28 @@ class Builder:
         self._kernel_specs[package["id"]] = functions[package["kernel"]]
         self._constants[package["id"]] = (constant_arrays(package), constant_numbers(package))
         return kernel
+
+    def _take_files(self, files: dict) -> None:
+        """Each file's text for inspect.getsource: the simulator runs a kernel as its source says,
+        re-read by file name, so a file has one text for this process's life (a second text would
+        run a body numba never compiled, Python of the student's, here) and only the runner's
+        workspace's files are sent (not numba's, whose device functions the simulator reads too)."""
+        trees = {}
+        for filename, text in files.items():
+            if not isinstance(filename, str) or not isinstance(text, str):
+                raise NotPackable("a package's files are names and texts")
+            if self.workspace is not None and (not filename.startswith(self.workspace) or
+                                               os.path.normpath(filename) != filename):
+                raise NotPackable(f"a kernel's file {filename!r} is outside the workspace")
+            if self._texts.get(filename, text) != text:
+                raise NotPackable(f"a kernel's file {filename} came with another text than the one its "
+                                  f"kernels were built from (a file is sent once)")
+            if filename not in self._texts:
+                trees[filename] = ast.parse(text, filename)
+        for filename, text in files.items():
+            if filename in trees:
+                self._trees[filename], self._texts[filename] = trees[filename], text
+            linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
 
     def _accepted(self, options: dict) -> dict:
         """The jit options this `cuda.jit` takes (numba's stock simulator takes fewer: `lineinfo`,

@@ -119,8 +119,8 @@ class CallLog:
 
 class Device:
     def __init__(self, devices: int, workspace: str):
-        self.builder = self._open(devices)
         self.workspace = workspace.rstrip("/") + "/"
+        self.builder = self._open(devices)
         self.handles: dict[int, Any] = {}  # device arrays, streams and events the runner holds
         self._next = 1
         self.kernel_writes: dict[int, int | None] = {}  # allocation id -> call whose kernel last wrote it
@@ -146,7 +146,7 @@ class Device:
         self.host_bytes = HostBytes()  # what the host wrote, element by element
         import numba.cuda
 
-        return Builder(numba.cuda)
+        return Builder(numba.cuda, self.workspace)
 
     # -- the judge's channel ------------------------------------------------------------------
     def judge(self, request: dict) -> dict:

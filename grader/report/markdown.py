@@ -3,13 +3,28 @@ fails, every test in a folded table at the end; hidden tests are counted, never 
 
 from __future__ import annotations
 
+import html
+import re
+
 from .results import Results, Status
 from .table import CONSEQUENCE, stage_verdict
 from .text import grouped, num, outcome, visible
 
 
+def _text(text: str) -> str:
+    """A line of the student's words as Markdown shows text: its HTML characters escaped (a
+    message is the student's, `<img onerror=...>` in it too)."""
+    return html.escape(text, quote=False)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "<br>")
+    return _text(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+def _fenced(text: str) -> list[str]:
+    """`text` as a code block whose fence no run of backticks in it closes."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return [fence, text, fence]
 
 
 def markdown(results: Results) -> str:
@@ -17,7 +32,7 @@ def markdown(results: Results) -> str:
     shown, hidden = visible(results)
     lines = [f"# {results.submission}", "", f"**{num(sum(t.score for t in shown))}/"
              f"{num(sum(t.max_score for t in shown))}** on the {results.backend} backend", "",
-             *(f"Note: {note}  " for note in results.notes), *([""] if results.notes else []),
+             *(f"Note: {_text(note)}  " for note in results.notes), *([""] if results.notes else []),
              "| stage | score | result |", "|---|---|---|"]
     exercises = list(dict.fromkeys(t.exercise for t in shown))
     for exercise in exercises:
@@ -31,11 +46,11 @@ def markdown(results: Results) -> str:
     if groups:
         lines += ["", "## What failed"]
     for head, members in groups.items():  # each distinct failure once, its tests under it
-        lines += ["", f"### {head}", "", "Fails: " + ", ".join(f"`{t.name}`" for t in members)]
+        lines += ["", f"### {_text(head)}", "", "Fails: " + ", ".join(f"`{t.name}`" for t in members)]
         output = members[0].output.strip()
         rest = output.split("\n", 1)[1].strip() if "\n" in output else ""
         if rest:
-            lines += ["", "```", rest, "```"]
+            lines += ["", *_fenced(rest)]
     lines += ["", "<details><summary>Every test</summary>", "", "| test | stage | score | result |",
               "|---|---|---|---|"]
     lines += [f"| `{t.name}` | {t.stage} | {num(t.score)}/{num(t.max_score)} | {_cell(outcome(t))} |" for t in shown]

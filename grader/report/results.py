@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
@@ -113,6 +114,7 @@ class Results:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Results":
+        data = _printable(data)
         tests = [TestResult(**{**t, "status": Status(t["status"]),
                                "finding": Finding.parse(t["finding"]) if t.get("finding") else None})
                  for t in data.get("tests", [])]
@@ -133,3 +135,20 @@ class Results:
     def load(cls, path: str) -> "Results":
         with open(path) as f:
             return cls.from_dict(json.load(f))
+
+
+# What no report may carry as it is: control characters but newline and tab (escape sequences on
+# a terminal, invalid in XML), lone surrogates (unencodable: every file write fails)
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _printable(value: Any) -> Any:
+    r"""`value` (a results file's JSON) with every string's unprintable characters as escapes
+    (`\x1b`, `\ud800`): a student's exception message reaches the results as any text JSON holds."""
+    if isinstance(value, str):
+        return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    return value

@@ -10,6 +10,7 @@ read once, into its own buffer (no second copy).
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -76,9 +77,12 @@ def _decode_array(spec: dict, frames: list[bytearray]) -> Any:
     if any(s < 0 for s in shape) or not 0 <= index < len(frames):
         raise ProtocolError("invalid array descriptor")
     raw = frames[index]
-    if len(raw) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+    if len(raw) != dtype.itemsize * math.prod(shape):  # (exact: int64 wraps [2^32, 2^32] to 0)
         raise ProtocolError("array frame size does not match its shape and dtype")
-    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)  # a bytearray: writable, owned, not copied
+    try:
+        arr = np.frombuffer(raw, dtype=dtype).reshape(shape)  # a bytearray: writable, owned, not copied
+    except ValueError as exc:  # empty, but too many elements for numpy ([2^40, 2^24, 0])
+        raise ProtocolError(f"invalid array descriptor: {exc}") from None
     if spec.get("scalar"):
         if arr.size != 1:
             raise ProtocolError("a scalar descriptor of more than one value")
