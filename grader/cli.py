@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="do not re-record the reference solutions' simulator counters")
     rel.add_argument("--notebooks", action="store_true",
                      help="also write exercises/<exercise>.ipynb from each stub (jupytext, py:percent cells)")
+    rel.add_argument("--force", action="store_true",
+                     help="overwrite exercise files changed since they were released (a student's work)")
 
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
@@ -351,8 +353,10 @@ def run(argv: list[str] | None = None) -> int:
     course = _course(args)
     if args.command == "release":
         from .course.choice import write_record
-        from .course.release import release
+        from .course.release import refuse_to_overwrite_work, release
 
+        if not args.force:
+            refuse_to_overwrite_work(course.root, args.notebooks)
         stubs = release(course.root / "solutions", course.root / "exercises")
         notebooks = []
         if args.notebooks:

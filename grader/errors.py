@@ -13,6 +13,11 @@ class CourseError(UsageError):
     """The course tree (tests/exercises, solutions/, manifest) is missing or malformed."""
 
 
+class WouldOverwriteWork(UsageError):
+    """`release` would replace exercise files changed since the course released them (a student's
+    work, in their copy of the course): nothing is written without --force."""
+
+
 class RosterError(UsageError):
     """The class roster (a CSV of student_id, repo[, ref]) is unreadable or has malformed rows."""
 

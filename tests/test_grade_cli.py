@@ -83,6 +83,27 @@ def test_no_bounds_guard_failure_names_the_out_of_bounds_line(tmp_path):
     assert "grader/" not in edge["output"], "the student sees their own frames, not the grader's"
 
 
+def test_a_grid_sized_for_the_data_is_told_in_blocks_per_size_and_what_to_launch(tmp_path):
+    """A learner who sized the grid-stride launch by n read "the grid must be the same for every
+    n; launches used [((1, 1, 1), (256, 1, 1)), ((161, 1, 1), (256, 1, 1))]": what each size
+    launched, in blocks and threads, and what to launch instead."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    (tmp_path / "sized").mkdir()
+    source = (ROOT / "solutions" / "vector_add.py").read_text()
+    fixed = "add_grid_stride_kernel[GRID_BLOCKS, THREADS_PER_BLOCK]"
+    assert source.count(fixed) == 1
+    (tmp_path / "sized" / "vector_add.py").write_text(source.replace(
+        fixed, "add_grid_stride_kernel[(a.size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, THREADS_PER_BLOCK]"))
+    results = grade(tmp_path / "sized", ["vector_add"], backend="sim", course=Course(ROOT), stages=[2])
+    output = next(t.output for t in results.tests if t.name == "vector_add::grid_stride_uses_a_fixed_grid")
+    assert output.splitlines()[0] == (
+        "the grid must be the same for every n: launch GRID_BLOCKS blocks of THREADS_PER_BLOCK threads whatever "
+        "n is, and let each thread's loop cover the rest (n=100 launched 1 block of 256 threads; n=40,967 "
+        "launched 161 blocks of 256 threads)"), output
+
+
 def test_the_data_flow_names_an_input_by_the_exercises_parameter(tmp_path):
     """The audit's SAXPY student read "the answer is input array 2": the input is named as the
     course's reference solution declares it, whatever the student's module says."""

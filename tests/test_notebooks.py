@@ -135,6 +135,27 @@ def test_the_workspace_module_is_the_code_cells_in_order(tmp_path):
         "# %% (cell 2)\nA = 1\n\n# %% (cell 4)\ndef f():\n    return A % 2  # not a magic\n")
 
 
+SELF_CHECK = "import grader\nr = grader.check('vector_add', stage=1)\nprint(r.score, r.max_score)\nr"
+
+
+def test_the_self_check_cell_is_not_part_of_the_module_graded(tmp_path):
+    """Regression: a learner who self-checked from a cell of the notebook itself, as the README
+    says, scored 0 on every test ("failed policy: imports grader (vector_add.py:53)"): the cell
+    that calls `grader.check` is left out of the module; a cell that does more is graded."""
+    work = notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(), "vector_add")
+    work.cells.append(nbformat.v4.new_code_cell(SELF_CHECK, id="check"))
+    work.cells.append(nbformat.v4.new_code_cell("from grader import check as gc\ngc('vector_add')", id="again"))
+    nbformat.write(work, tmp_path / "vector_add.ipynb")
+    module = module_source(tmp_path / "vector_add.ipynb")
+    assert "grader" not in module and "THREADS_PER_BLOCK = 256" in module
+    work.cells.append(nbformat.v4.new_code_cell("import grader\nTHREADS_PER_BLOCK = 128", id="mixed"))
+    nbformat.write(work, tmp_path / "vector_add.ipynb")
+    assert "import grader\nTHREADS_PER_BLOCK = 128" in module_source(tmp_path / "vector_add.ipynb")
+    work.cells.pop()  # the mixed cell: the reference's block size again
+    results = grade_folder(submission(tmp_path, "checked", work), tmp_path)
+    assert results.score == results.max_score > 0, [t.output for t in results.tests if t.output][:1]
+
+
 def test_a_shell_cell_fails_every_test_of_the_exercise_with_the_cell_named(tmp_path):
     folder = submission(tmp_path, "pip", with_cell("!pip install x\nimport numpy", at=3))
     results = grade_folder(folder, tmp_path)

@@ -76,3 +76,49 @@ def test_release_keeps_the_recorded_counters_when_a_reference_loses_points(tmp_p
     assert "reference_counters.json left as it was" in done.stderr and "vector_add::" in done.stderr, done.stderr
     assert counters.read_text() == before
     assert sorted(p.name for p in counters.parent.glob("reference_counters*")) == ["reference_counters.json"]
+
+
+def _course_copy(tmp_path):
+    import shutil
+
+    course = tmp_path / "course"
+    for folder in ("solutions", "exercises", "tests/exercises"):
+        shutil.copytree(ROOT / folder, course / folder)
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    return course
+
+
+def _release(course, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "grader", "release", "--no-counters", *args], cwd=course,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_release_never_overwrites_a_students_work_without_force(tmp_path):
+    """Regression: a learner in a clone of the course followed the README's "Working in a
+    notebook" (`gpugrade release --notebooks`) and lost an hour of work: their three edited
+    exercise files were silently rewritten as stubs. Files the record says were released
+    untouched are still replaced; changed ones only with --force."""
+    course = _course_copy(tmp_path)
+    mine = course / "exercises" / "vector_add.py"
+    work = mine.read_text().replace("raise NotImplementedError()", "i = cuda.grid(1)  # my work", 1)
+    mine.write_text(work)
+    (course / "exercises" / "matmul.ipynb").write_text("{}")  # a notebook of the student's own
+
+    refused = _release(course, "--notebooks")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert ("would overwrite exercises/matmul.ipynb, exercises/vector_add.py: changed since the course released "
+            "them" in refused.stderr), refused.stderr
+    assert "--force" in refused.stderr
+    assert mine.read_text() == work and not (course / "exercises" / "vector_add.ipynb").exists()
+
+    untouched = _release(course)  # the untouched stubs alone: only the .py files are rewritten
+    assert untouched.returncode == 2 and "exercises/matmul.ipynb" not in untouched.stderr, untouched.stderr
+
+    forced = _release(course, "--notebooks", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert mine.read_text() == (ROOT / "exercises" / "vector_add.py").read_text()
+    again = _release(course, "--notebooks")  # what release wrote is its own: replaced without --force
+    assert again.returncode == 0, again.stderr

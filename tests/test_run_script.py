@@ -84,6 +84,18 @@ def test_a_finding_stops_the_script_with_the_lines_around_it(tmp_path):
     assert "no syncthreads() between lines" in race.stderr
 
 
+def test_a_finding_names_the_scripts_launch_not_the_console_script_that_ran_it(tmp_path):
+    """Regression: started as `gpugrade run` (the console script a student types), a finding said
+    "launched at mine.py:39 in <module>, called at .venv/bin/gpugrade:6 in <module>"."""
+    (tmp_path / "mine.py").write_text(KERNELS)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    oob = subprocess.run([str(Path(sys.executable).with_name("gpugrade")), "run", "mine.py", "oob", "1000"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert oob.returncode == 1, oob.stderr
+    finding = next(line for line in oob.stderr.splitlines() if line.startswith("gpugrade run: kernel"))
+    assert finding.endswith("launched at mine.py:39 in <module>"), finding
+
+
 def test_the_scripts_own_errors_and_exit_status_are_its_own(tmp_path):
     raised = _run(tmp_path, "mine.py", "raise", "10")
     assert raised.returncode == 1 and "ValueError: the script's own mistake" in raised.stderr

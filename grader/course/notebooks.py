@@ -20,7 +20,8 @@ the stub itself is regenerated from `solutions/` by `release`, as always.
 Reading (a submission holding `<exercise>.ipynb`): the notebook is the student's, so untrusted: at
 most `MAX_NOTEBOOK_BYTES`, parsed by `nbformat.reads` and validated against the notebook schema;
 the module is the code cells in order, joined with blank lines, each under a `# %% (cell N)` line
-so that a line of the module leads back to its cell. A cell that is not Python because it holds
+so that a line of the module leads back to its cell; the student's self-check cell (`import
+grader`, `grader.check(...)`) is left out. A cell that is not Python because it holds
 IPython syntax (`%magic`, `%%cell magic`, `!shell`) is refused, naming the cell: a submission holds
 plain Python only, and the grader never runs IPython.
 """
@@ -156,6 +157,8 @@ def module_source(path: Path) -> str:
         if cell.cell_type != "code" or not cell.source.strip():
             continue
         _check_cell(cell.source, name, number)
+        if _self_check(cell.source):
+            continue
         parts.append(f"# %% (cell {number})\n{cell.source.rstrip()}")
     if not parts:
         raise NotebookRefused(f"{name} has no code cell")
@@ -183,6 +186,33 @@ def _check_cell(source: str, name: str, number: int) -> None:
             raise NotebookRefused(f"{name}, cell {number}: `{_short(text)}` is {kind}: a submission holds plain "
                                   f"Python only")
     raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
+
+
+def _self_check(source: str) -> bool:
+    """The cell is the student's self-check (README: `import grader`, then `grader.check(...)` from
+    a cell): it imports the grader, and does nothing else than show or assign what a call through
+    that import returns. It is no part of the module graded (the grader never runs inside the
+    student's code); a cell that does more (a constant set beside the import) is graded as it is,
+    and its import refused by the policy. Leaving code out can only take from the submission."""
+    body = ast.parse(source).body
+    bound = {alias.asname or alias.name.split(".")[0] for node in body if _imports_grader(node)
+             for alias in node.names}
+    if not bound:
+        return False
+    for node in body:
+        if _imports_grader(node) or isinstance(node, ast.Expr):
+            continue
+        if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)
+                and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(node.value))):
+            return False
+        bound.update(t.id for t in node.targets)
+    return True
+
+
+def _imports_grader(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        return all(alias.name.split(".")[0] == "grader" for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "grader"
 
 
 def refusal_module(reason: str, kind: str = "NotebookRefused") -> str:

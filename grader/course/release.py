@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import CourseError
+from ..errors import CourseError, WouldOverwriteWork
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -50,3 +50,30 @@ def release(solutions: Path, exercises: Path) -> list[Path]:
         target.write_text(strip_solutions(source.read_text(), str(source)))
         written.append(target)
     return written
+
+
+def refuse_to_overwrite_work(course_root: Path, notebooks: bool) -> None:
+    """WouldOverwriteWork naming the files of exercises/ that `release` (`notebooks`: with
+    --notebooks) would replace though they are not as the course last released them (its record,
+    grader/course/choice.py): in a student's copy of the course, their work. Without a record
+    (a course released before it existed) nothing can be told, and nothing is refused."""
+    from .choice import RECORD, notebook_digest, released, stub_digest
+
+    if not (course_root / RECORD).is_file():
+        return
+    exercises, changed = course_root / "exercises", []
+    for source in sorted((course_root / "solutions").glob("*.py")):
+        stub, notebook = exercises / source.name, exercises / f"{source.stem}.ipynb"
+        known = released(course_root, source.stem, own=(stub, notebook))  # the record's digests only
+        fresh = strip_solutions(source.read_text(), str(source)).encode()
+        if (stub.is_file() and stub_digest(stub) not in known.stubs
+                and stub.read_bytes().replace(b"\r\n", b"\n") != fresh):
+            changed.append(stub)
+        if notebooks and notebook.is_file() and notebook_digest(notebook) not in known.notebooks:
+            changed.append(notebook)
+    if changed:
+        names = ", ".join(str(path.relative_to(course_root)) for path in changed)
+        raise WouldOverwriteWork(
+            f"release would overwrite {names}: changed since the course released them. `release` regenerates "
+            f"exercises/ from solutions/ (the instructor's command); keep a copy of your work first (git commit, "
+            f"or copy the files), or pass --force to overwrite them")

@@ -74,7 +74,10 @@ def _student_frames(limit: int) -> list[tuple[str, int, str]]:
     while frame is not None and len(found) < limit:
         name = frame.f_code.co_filename  # (absolute for imported modules: abspath only if not)
         path = name if name.startswith(os.sep) else os.path.abspath(name)
-        if not path.startswith(libraries) and not name.startswith("<"):
+        if path.startswith(libraries):
+            if found:  # the student's frames end where grader's resume: what started it (the
+                break  # `gpugrade` console script under `gpugrade run`) is no caller of theirs
+        elif not name.startswith("<"):
             found.append((name, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
     return found

@@ -303,6 +303,13 @@ def barrier_in_guard(a, n):
         a[i] = 1
 
 
+def test_one_thread_waiting_at_a_skipped_barrier_is_told_in_the_singular(simulator):
+    """The learner's 1x1 tiled matmul read "that 1 other threads of its block wait at"."""
+    with pytest.raises(sim.BarrierDivergenceError) as err:
+        barrier_in_guard[1, 64](np.zeros(1, np.int32), 1)
+    assert "syncthreads() at " in str(err.value) and "that 1 other thread of its block waits at" in str(err.value)
+
+
 @cuda.jit
 def barrier_skipped_then_another(out):
     t = cuda.threadIdx.x

@@ -49,7 +49,8 @@ def exited_before_barrier(barrier: str, waiting: int) -> str:
     """A thread finished the kernel without reaching the syncthreads() at `barrier` (file:line)
     that `waiting` other threads of its block wait at."""
     return (f"undefined behaviour in CUDA: this thread finished the kernel without reaching "
-            f"the syncthreads() at {barrier} that {waiting} other threads of its block wait at "
+            f"the syncthreads() at {barrier} that {waiting} other "
+            f"{'thread of its block waits' if waiting == 1 else 'threads of its block wait'} at "
             f"(it skipped the branch or left the loop the barrier is in); current GPUs let the "
             f"waiting threads pass once the others have exited, older GPUs or other compilers "
             f"may hang; put the barrier where every thread of the block reaches it")
