@@ -179,3 +179,22 @@ def test_a_file_outside_the_runners_workspace_is_refused():
         with pytest.raises(package.NotPackable, match="outside"):
             builder.build(_package({file: HONEST, outside: forged}, "plus_one", 4, file, outside))
         assert linecache.getlines(outside) != forged.splitlines(keepends=True)
+
+
+def test_only_the_texts_the_judge_read_in_the_workspace_are_built():
+    """The first text sent of a file was the runner's word (its linecache is the student's to
+    edit): with the judge's digests, a file's text must be the one in the workspace, and a file
+    the workspace does not hold is refused."""
+    import numba.cuda
+
+    from grader.wire.digests import text_digest
+
+    file = f"{WORKSPACE}/ex.py"
+    builder = package.Builder(numba.cuda, WORKSPACE, {"ex.py": text_digest(HONEST)})
+    edited = HONEST.replace("a[i] + 1.0", "a[i] + 2.0")
+    with pytest.raises(package.NotPackable, match="another text than the submission's file"):
+        builder.build(_package({file: edited}, "plus_one", 4, file, "edited"))
+    made_up = f"{WORKSPACE}/made_up.py"
+    with pytest.raises(package.NotPackable, match="made_up.py is none of the submission's files"):
+        builder.build(_package({made_up: HONEST}, "plus_one", 4, made_up, "made up"))
+    assert builder.build(_package({file: HONEST}, "plus_one", 4, file, "honest")) is not None

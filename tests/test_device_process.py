@@ -293,6 +293,28 @@ def test_another_text_of_the_students_file_never_runs_in_the_device(device_stude
     assert s.call("run").value == [0.0] * 4, "the kernel runs as it was built: a[i] + b[i]"
 
 
+def test_a_text_of_the_students_file_that_is_not_the_files_is_refused(device_student):
+    """The first text sent of a file was the runner's word: the linecache edited before any
+    launch, the kernel the device built and graded was not the one in the submission's file.
+    The device takes only the texts whose digests the judge read in the workspace."""
+    s = device_student("""
+        import linecache
+
+        lines = linecache.getlines(__file__)
+        at = next(n for n, line in enumerate(lines) if "out[i] = a[i] + b[i]" in line)
+        lines[at] = lines[at].replace("a[i] + b[i]", "a[i] + b[i] + 1.0")
+        linecache.cache[__file__] = (0, None, lines, __file__)
+
+        def run():
+            d_out = cuda.to_device(np.zeros(4, np.float32))
+            d_one = cuda.to_device(np.ones(4, np.float32))
+            add[1, 4](d_one, d_one, d_out)
+            return d_out.copy_to_host().tolist()
+    """)
+    with pytest.raises(StudentCodeError, match="ex.py came with another text than the submission's file"):
+        s.call("run")
+
+
 def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
     device process, which runs the kernel, names the kernel's line as the runner names host

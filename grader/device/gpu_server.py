@@ -78,7 +78,7 @@ class GpuDevice(Device):
         self._origin: dict[int, tuple] = {}  # per GPU: (an event of ours, its ms) the next record is timed from
         self._holding = False  # launches held back behind hold_gpu (in a timed call)
         self.gpus = max(1, min(devices, gpu_count()))
-        return Builder(cuda, self.workspace)
+        return Builder(cuda, self.workspace, self.sources)
 
     def _attributes(self) -> dict:
         """What host code reads of `cuda.get_current_device()`, this GPU's (for the runner's client;

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..sim import patching
 from ..wire.messages import is_number
+from ..wire.digests import text_digest
 from ..sim.kernel_graph import code_names, is_cuda_dispatcher, is_numba_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
@@ -254,10 +255,13 @@ def decode_numba_type(spec: dict):
 class Builder:
     """Makes kernels from packages, once per package id."""
 
-    def __init__(self, cuda, workspace: str | None = None):
-        """`workspace`: the runner's, where every file a package sends must be (None: anywhere)."""
+    def __init__(self, cuda, workspace: str | None = None, sources: dict[str, str] | None = None):
+        """`workspace`: the runner's, where every file a package sends must be (None: anywhere);
+        `sources`: the digest (text_digest) of each file there, by its name in the workspace, as
+        the judge read them (None: any text)."""
         self.cuda = cuda
         self.workspace = None if workspace is None else workspace.rstrip("/") + "/"
+        self.sources = sources
         self._kernels: dict[str, Any] = {}
         self._constants: dict[str, list] = {}
         self._texts: dict[str, str] = {}  # file -> the one text its kernels are built from
@@ -322,7 +326,8 @@ class Builder:
         """Each file's text for inspect.getsource: the simulator runs a kernel as its source says,
         re-read by file name, so a file has one text for this process's life (a second text would
         run a body numba never compiled, Python of the student's, here) and only the runner's
-        workspace's files are sent (not numba's, whose device functions the simulator reads too)."""
+        workspace's files are sent (not numba's, whose device functions the simulator reads too), with
+        the text the judge read there (the runner's linecache is the student's to edit)."""
         trees = {}
         for filename, text in files.items():
             if not isinstance(filename, str) or not isinstance(text, str):
@@ -330,6 +335,13 @@ class Builder:
             if self.workspace is not None and (not filename.startswith(self.workspace) or
                                                os.path.normpath(filename) != filename):
                 raise NotPackable(f"a kernel's file {filename!r} is outside the workspace")
+            if self.sources is not None:
+                known = self.sources.get(filename[len(self.workspace or ""):])
+                if known is None:
+                    raise NotPackable(f"a kernel's file {filename} is none of the submission's files")
+                if known != text_digest(text):
+                    raise NotPackable(f"a kernel's file {filename} came with another text than the submission's "
+                                      f"file of that name")
             if self._texts.get(filename, text) != text:
                 raise NotPackable(f"a kernel's file {filename} came with another text than the one its "
                                   f"kernels were built from (a file is sent once)")

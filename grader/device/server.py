@@ -17,6 +17,7 @@ never imported here. The process is confined by a sandbox of its own.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import socket
@@ -118,8 +119,10 @@ class CallLog:
 
 
 class Device:
-    def __init__(self, devices: int, workspace: str):
+    def __init__(self, devices: int, workspace: str, sources: dict[str, str] | None = None):
+        """`sources`: the judge's digests of the workspace's files (Builder), None to take any text."""
         self.workspace = workspace.rstrip("/") + "/"
+        self.sources = sources
         self.builder = self._open(devices)
         self.handles: dict[int, Any] = {}  # device arrays, streams and events the runner holds
         self._next = 1
@@ -146,7 +149,7 @@ class Device:
         self.host_bytes = HostBytes()  # what the host wrote, element by element
         import numba.cuda
 
-        return Builder(numba.cuda, self.workspace)
+        return Builder(numba.cuda, self.workspace, self.sources)
 
     # -- the judge's channel ------------------------------------------------------------------
     def judge(self, request: dict) -> dict:
@@ -745,6 +748,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen-fd", type=int, help="a listening socket: the runner connects once")
     parser.add_argument("--workspace", help="this process's own (empty) workspace")
     parser.add_argument("--runner-workspace", default="/workspace", help="the runner's workspace (for messages)")
+    parser.add_argument("--sources", type=json.loads, help="the judge's digests of the workspace's files, "
+                                                          "by name (JSON): the only texts kernels are built from")
     parser.add_argument("--gpu", action="store_true", help="device memory and launches on the machine's GPU "
                                                            "(grader.device.gpu_server), not the simulator")
     args = parser.parse_args(argv)
@@ -753,9 +758,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.gpu:
             from .gpu_server import GpuDevice
 
-            device = GpuDevice(args.devices, args.runner_workspace)
+            device = GpuDevice(args.devices, args.runner_workspace, args.sources)
         else:
-            device = Device(args.devices, args.runner_workspace)
+            device = Device(args.devices, args.runner_workspace, args.sources)
     except Exception:  # noqa: BLE001 - say why on stderr, for the judge's output tail
         traceback.print_exc()
         sys.exit(3)
