@@ -3,7 +3,8 @@
 A row is keyed by (student, assignment, commit, grader version, course version): the same commit
 graded by the same grader against the same course is the same grade, so the batch asks `has(key)`
 before grading and `put`s after. Anything else (a new commit, a changed test, a grader upgrade)
-is a new key and is graded again.
+is a new key and is graded again. Beside the rows, each assignment's selection of exercises
+(grader.batch.selection): every row of it is graded on those.
 
 Storage goes through SQLAlchemy: an embedded sqlite file by default (`Store("out/store.sqlite")`),
 and any SQLAlchemy URL (`postgresql+psycopg://host/db`, ...) where one file on one machine is too
