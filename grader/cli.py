@@ -93,13 +93,18 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch", help="grade a class from a roster: parallel, resumable, a store and grades.csv",
                        epilog=batch_exit)
     batch_options(b)
+    b.add_argument("exercises", nargs="*", metavar="EXERCISE",
+                   help="grade only these exercises (default: all); the batch folder keeps the selection of its "
+                        "first batch, which a later batch names again or not at all")
     b.add_argument("--force", action="store_true",
                    help="grade again what the store already holds (each row replaced once its regrade is recorded)")
 
     rg = sub.add_parser("regrade", help="grade some students of a batch again (even on a commit already graded)",
                         epilog=batch_exit)
     batch_options(rg)
-    rg.add_argument("students", nargs="+", metavar="STUDENT", help="student ids of the roster")
+    rg.add_argument("students", nargs="+", metavar="STUDENT",
+                    help="student ids of the roster; an exercise's name (not a student's id) among them names the "
+                         "folder's exercises, as batch does (default: the folder's)")
 
     ex = sub.add_parser("export", help="grades of a batch folder: CSV, Gradescope, nbgrader")
     ex.add_argument("folder", help="the batch's --out folder")
@@ -224,7 +229,7 @@ def _batch_progress():
 def _batch_options(args, course: Course, backend: Kind):
     from .batch.run import Options
 
-    return Options(str(course.root), tuple(course.exercises()), backend=str(backend), sandbox=args.sandbox,
+    return Options(str(course.root), tuple(getattr(args, "exercises", ())), backend=str(backend), sandbox=args.sandbox,
                    docker_image=args.docker_image or "", gpus=args.gpus or "", simulator=args.simulator,
                    timeout=args.timeout, submission_timeout=args.submission_timeout,
                    deadline=_deadline(args.deadline), seed=args.seed)
@@ -270,6 +275,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
 def _export(args) -> int:
     _need_batch_extra()
     from .batch import export
+    from .batch.selection import graded_on
     from .batch.store import Store
 
     folder = Path(args.folder)
@@ -279,6 +285,8 @@ def _export(args) -> int:
     with Store(store_path) as store:
         assignment = args.assignment or _only_assignment(store, folder)
         rows = store.latest(assignment)
+        # the exercises the folder grades (a folder stored before selections were: the course's, all)
+        exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
     deadline = _deadline(args.deadline)
     if deadline is None and (args.late_per_day or args.late_cap != 1.0):
         # without a deadline nobody is late: the penalty would silently be nothing
@@ -287,11 +295,10 @@ def _export(args) -> int:
         policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap)
     except ValueError as exc:
         raise UsageError(f"late penalty: {exc}") from None
-    course = _course(args)
     if not (args.csv or args.gradescope or args.nbgrader):
         raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")
     if args.csv:
-        export.write_csv(rows, Path(args.csv), course.exercises(), policy)
+        export.write_csv(rows, Path(args.csv), exercises, policy)
         print(f"wrote {args.csv} ({len(rows)} students)")
     if args.gradescope:
         export.write_gradescope(rows, Path(args.gradescope), policy)
@@ -335,8 +342,22 @@ def _emit(text: str, output: str | None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line. Python before 3.12.7 leaves a `nargs="*"` positional empty once an option
+    stands between it and the positional before it (`batch ROSTER --out DIR matmul`, bpo-15112):
+    the names left after batch's or regrade's options are its names too, as those before them are."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    names = {"batch": "exercises", "regrade": "students"}.get(args.command)
+    if extra and names and not any(e.startswith("-") for e in extra):
+        setattr(args, names, [*getattr(args, names), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def run(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if args.command == "doctor":
         from .doctor import facts
 

@@ -33,7 +33,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar."""
     course = course or Course.find()
     sandbox.check(backend, simulator)
-    chosen = list(exercises) if exercises else course.exercises()
+    chosen = course.select(exercises)
     test_files = [str(course.test_file(e)) for e in chosen]
     if stages:  # a stage no chosen exercise has selects no test: say so, not "the judge exited with code 5"
         from .course.manifest import find

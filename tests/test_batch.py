@@ -373,3 +373,87 @@ def test_a_grade_the_grader_failed_is_an_error_row_graded_again_on_the_next_run(
     again = _batch(broken, roster, out)
     assert again.returncode == 0 and _counts(again) == (1, 0, 0), again.stdout + again.stderr
     assert _grades(out)["alice"]["status"] == "graded" and float(_grades(out)["alice"]["score"]) > 0
+
+
+# --- a batch folder graded on some exercises (homework 3 is one exercise, with its own folder) ----
+
+@pytest.fixture(scope="module")
+def course_of_two(course, tmp_path_factory) -> Path:
+    """The vector_add course with matmul beside it (its grading tests, solution and stub)."""
+    root = tmp_path_factory.mktemp("course2") / "course"
+    shutil.copytree(course, root)
+    for folder, name in (("tests/exercises", "test_matmul.py"), ("solutions", "matmul.py"), ("exercises", "matmul.py")):
+        shutil.copy(ROOT / folder / name, root / folder)
+    return root
+
+
+@pytest.fixture(scope="module")
+def vector_add_only(course_of_two, tmp_path_factory):
+    """A class of two (each pushed both exercises) batched on vector_add only: (roster, out, batch's run)."""
+    tmp = tmp_path_factory.mktemp("selected")
+    matmul = (ROOT / "solutions" / "matmul.py").read_text()
+    roster = _roster(tmp, [("alice", str(_repo(tmp, "alice", {"vector_add.py": SOLUTION, "matmul.py": matmul}))),
+                           ("bob", str(_repo(tmp, "bob", {"vector_add.py": STUB, "matmul.py": matmul})))])
+    out = tmp / "hw1"
+    return roster, out, _batch(course_of_two, roster, out, "vector_add", "--jobs", "2")
+
+
+def _store_rows(out: Path) -> list:
+    with sqlite3.connect(out / "store.sqlite") as db:
+        return [db.execute(f"select * from {table} order by 1").fetchall() for table in ("graded", "selections")]
+
+
+def test_a_class_graded_on_one_exercise_shows_only_it_with_its_maximum_in_every_export(
+        course_of_two, vector_add_only, tmp_path):
+    roster, out, done = vector_add_only
+    assert done.returncode == 0 and _counts(done) == (2, 0, 0), done.stdout + done.stderr
+    grades = _grades(out)
+    assert "matmul" not in next(iter(grades.values())) and "vector_add" in grades["alice"]
+    top = float(grades["alice"]["max"])
+    assert float(grades["alice"]["score"]) == top and float(grades["bob"]["score"]) == 0
+    summary = (out / "summary.html").read_text()
+    assert "<h2>vector_add</h2>" in summary and "matmul" not in summary
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv"),
+                               "--gradescope", str(tmp_path / "gs"), "--nbgrader",
+                               f"sqlite:///{tmp_path / 'gradebook.db'}"],
+                              cwd=course_of_two, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        csv_rows = {row["student_id"]: row for row in csv.DictReader(f)}
+    assert "matmul" not in csv_rows["alice"] and {float(r["max"]) for r in csv_rows.values()} == {top}
+    tests = json.loads((tmp_path / "gs" / "alice" / "results.json").read_text())["tests"]
+    assert {t["tags"][0] for t in tests} == {"vector_add"} and sum(t["max_score"] for t in tests) == top
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        assignment = gb.find_assignment("roster")
+        assert [n.name for n in assignment.notebooks] == ["vector_add"] and assignment.max_score == top
+
+
+def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_nothing(course_of_two, vector_add_only):
+    roster, out, done = vector_add_only
+    assert done.returncode == 0, done.stdout + done.stderr
+    before, csv_before = _store_rows(out), (out / "grades.csv").read_text()
+    other = _batch(course_of_two, roster, out, "matmul")
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "graded on vector_add, not on matmul" in other.stderr and "another folder" in other.stderr, other.stderr
+    unknown = _batch(course_of_two, roster, out, "matmull")
+    assert unknown.returncode == 2 and "unknown exercise 'matmull' (this course has: matmul, vector_add)" in \
+        unknown.stderr, unknown.stderr
+    regrade = [sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend", "sim",
+               "--timeout", "10"]
+    refused = subprocess.run([*regrade, "alice", "matmul"], cwd=course_of_two, capture_output=True, text=True)
+    assert refused.returncode == 2 and "graded on vector_add, not on matmul" in refused.stderr, refused.stderr
+    nobody = subprocess.run([*regrade, "vector_add"], cwd=course_of_two, capture_output=True, text=True)
+    assert nobody.returncode == 2 and "name the students to regrade" in nobody.stderr, nobody.stderr
+    assert _store_rows(out) == before and (out / "grades.csv").read_text() == csv_before
+    # named again or not at all: the folder's exercises
+    again = _batch(course_of_two, roster, out)
+    assert again.returncode == 0 and _counts(again) == (0, 2, 0), again.stdout + again.stderr
+    regraded = subprocess.run([*regrade, "alice"], cwd=course_of_two, capture_output=True, text=True, timeout=900)
+    assert regraded.returncode == 0 and _counts(regraded) == (1, 0, 0), regraded.stdout + regraded.stderr
+    with sqlite3.connect(out / "store.sqlite") as db:
+        stored = {sid: (json.loads(ex), attempt) for sid, ex, attempt in
+                  db.execute("select student_id, exercises, attempt from graded")}
+    assert stored["alice"][1] == 2 and set(stored["alice"][0]) == set(stored["bob"][0]) == {"vector_add"}
+    assert (out / "grades.csv").read_text().splitlines()[0] == csv_before.splitlines()[0]

@@ -23,12 +23,13 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from ..course import Course
+from ..errors import UsageError
 from ..report.results import Results
 from ..report.text import first_line
 from .roster import Entry, read_roster
@@ -44,7 +45,7 @@ class Options:
     """What every job needs to grade one submission (plain data: it travels to Dask workers)."""
 
     course_root: str
-    exercises: tuple[str, ...]
+    exercises: tuple[str, ...]    # those named (none: all); run_batch sets the batch folder's selection
     backend: str = "sim"
     sandbox: str = "process"
     docker_image: str = ""
@@ -124,7 +125,8 @@ def grader_error(results: Results) -> str:
 
 
 class Batch:
-    """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment."""
+    """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment,
+    graded on the folder's selection of exercises (grader.batch.selection; all until chosen)."""
 
     def __init__(self, out: Path, course: Course, assignment: str):
         from .store import Store, course_version, grader_version
@@ -137,6 +139,15 @@ class Batch:
         self.store = Store(self.out / STORE_FILE)
         self.grader_version = grader_version()
         self.course_version = course_version(course.root)
+        self.exercises = course.exercises()
+
+    def select(self, named: list[str]) -> list[str]:
+        """Grade on the folder's selection of exercises, recorded now by its first batch (`named`,
+        none meaning all); naming others than it holds is a usage error, with nothing stored."""
+        from .selection import for_batch
+
+        self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
+        return self.exercises
 
     def key(self, student_id: str, commit: str):
         from .store import Key
@@ -196,7 +207,7 @@ class Batch:
         from .export import write_csv
 
         path = self.out / GRADES_CSV
-        write_csv(self.store.latest(self.assignment), path, self.course.exercises())
+        write_csv(self.store.latest(self.assignment), path, self.exercises)
         return path
 
     def write_summary(self) -> Path:
@@ -204,7 +215,7 @@ class Batch:
         from .summary import summary_page
 
         path = self.out / SUMMARY
-        _write(path, summary_page(self.store.latest(self.assignment), self.course.exercises(),
+        _write(path, summary_page(self.store.latest(self.assignment), self.exercises,
                                   f"{self.assignment}: class summary"))
         return path
 
@@ -212,26 +223,33 @@ class Batch:
 def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
               on_progress: Callable[[Outcome, int, int], None] | None = None) -> Summary:
-    """Grade every roster entry not yet graded; the store, pages and grades.csv are in `out`.
-    `force`: grade again what is stored (each row replaced once its regrade is recorded); `only`:
-    just these students (`gpugrade regrade`)."""
+    """Grade every roster entry not yet graded on the folder's exercises (`options.exercises` where
+    its first batch, else the recorded ones, which those named must be); the store, pages and
+    grades.csv are in `out`. `force`: grade again what is stored (each row replaced once its regrade
+    is recorded); `only`: just these students (`gpugrade regrade`)."""
     entries = read_roster(roster)
     if only:
+        only, named = regrade_names(only, entries, course)
+        options = replace(options, exercises=(*options.exercises, *named))
         unknown = sorted(set(only) - {e.student_id for e in entries})
         if unknown:
-            from ..errors import UsageError
-
-            raise UsageError(f"not in the roster {roster}: {', '.join(unknown)}")
+            raise UsageError(f"not in the roster {roster} (nor exercises of the course: "
+                             f"{', '.join(course.exercises())}): {', '.join(unknown)}")
+        if not only:  # never the whole class by omission
+            raise UsageError("name the students to regrade (student ids of the roster)")
         entries = [e for e in entries if e.student_id in set(only)]
     from .store import ASSIGNMENT_LENGTH
 
     name = assignment or Path(roster).stem
     if len(name) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
-        from ..errors import UsageError
-
         raise UsageError(f"the assignment name {name[:20]!r}... is {len(name)} characters long, at most "
                          f"{ASSIGNMENT_LENGTH}: name it with --assignment")
     batch = Batch(out, course, name)
+    try:
+        options = replace(options, exercises=tuple(batch.select(list(options.exercises))))
+    except BaseException:
+        batch.store.close()
+        raise
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
     graded = frozenset() if force else batch.graded(entries)
@@ -271,6 +289,14 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
     finally:
         batch.store.close()
     return summary
+
+
+def regrade_names(names: list[str], entries: list[Entry], course: Course) -> tuple[list[str], list[str]]:
+    """`gpugrade regrade`'s names as (students, exercises): a roster's student id is a student's,
+    whatever it is called; another name that is an exercise of the course is an exercise."""
+    ids = {e.student_id for e in entries}
+    exercises = [n for n in names if n not in ids and n in course.exercises()]
+    return [n for n in names if n not in exercises], exercises
 
 
 def _on_pool(entries, options, graded, finished, jobs: int) -> None:

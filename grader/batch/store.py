@@ -3,7 +3,8 @@
 A row is keyed by (student, assignment, commit, grader version, course version): the same commit
 graded by the same grader against the same course is the same grade, so the batch asks `has(key)`
 before grading and `put`s after. Anything else (a new commit, a changed test, a grader upgrade)
-is a new key and is graded again.
+is a new key and is graded again. Beside the rows, each assignment's selection of exercises
+(grader.batch.selection): every row of it is graded on those.
 
 Storage goes through SQLAlchemy: an embedded sqlite file by default (`Store("out/store.sqlite")`),
 and any SQLAlchemy URL (`postgresql+psycopg://host/db`, ...) where one file on one machine is too
@@ -61,6 +62,15 @@ graded = Table(
     UniqueConstraint(*KEY, name="uq_graded_key"),
     CheckConstraint("status IN ('graded', 'error')", name="ck_graded_status"),
     Index("ix_graded_assignment_student", "assignment", "student_id"),
+)
+# the exercises an assignment is graded on, recorded by its first batch: every row of it is graded
+# on these, never some on one exercise and some on four. A table of its own, so that create_all
+# adds it to a store made before it (whose assignments, with no row here, were graded on all)
+selections = Table(
+    "selections", _meta,
+    Column("assignment", String(ASSIGNMENT_LENGTH), primary_key=True),
+    Column("exercises", JSON, nullable=False),                   # [exercise, ...]
+    Column("recorded_at", String(40), nullable=False),
 )
 
 
@@ -124,7 +134,7 @@ class Store:
             _meta.create_all(self.engine)
         except OperationalError:
             # two processes creating the schema at once: the loser's CREATE fails, the table is there
-            if not inspect(self.engine).has_table("graded"):
+            if not all(inspect(self.engine).has_table(table) for table in _meta.tables):
                 raise
 
     def close(self) -> None:
@@ -208,6 +218,24 @@ class Store:
         """The assignments with rows here (what an export of a batch folder offers)."""
         with self.engine.connect() as conn:
             return list(conn.execute(select(graded.c.assignment).distinct().order_by(graded.c.assignment)).scalars())
+
+    def selection(self, assignment: str) -> list[str] | None:
+        """The exercises `assignment` is graded on, or None where none is recorded (a new
+        assignment, or one graded before selections were recorded: on all the course's)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(selections.c.exercises)
+                                .where(selections.c.assignment == assignment)).scalar_one_or_none()
+
+    def record_selection(self, assignment: str, exercises: list[str]) -> list[str]:
+        """Record the exercises of `assignment` unless some are recorded already; returns the
+        recorded ones (another writer's, where it recorded first)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(selections).values(assignment=assignment, exercises=list(exercises),
+                                                       recorded_at=_utc_text(datetime.now(timezone.utc))))
+        except IntegrityError:
+            pass  # recorded before: the first record stands
+        return self.selection(assignment)
 
     def forget(self, assignment: str, student_ids: list[str]) -> int:
         """Delete every row of these students for `assignment`, so the next batch grades them

@@ -46,6 +46,15 @@ class Course:
             raise UsageError(f"unknown exercise {exercise!r} (this course has: {known})")
         return path
 
+    def select(self, exercises: list[str] | tuple[str, ...] | None) -> list[str]:
+        """The exercises named on a command line, each checked (an unknown one is a usage error
+        naming the course's), duplicates dropped; none named means all of them."""
+        if not exercises:
+            return self.exercises()
+        for exercise in exercises:
+            self.test_file(exercise)
+        return list(dict.fromkeys(exercises))
+
 
 def candidates(exercise: str) -> dict[str, tuple[str, str]]:
     """Where an exercise's files may be in a submission, per kind, the first that is a file taken:

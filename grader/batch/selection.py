@@ -1,0 +1,58 @@
+"""Which exercises an assignment of a batch folder is graded on: chosen by its first batch, kept by
+every later one.
+
+A course releases one exercise per deadline (homework 3 is `matmul` only, with its own folder,
+deadline and Gradescope assignment): `gpugrade batch ROSTER --out grades/hw3 matmul` records
+`matmul` in the folder's store; a later batch or regrade without exercises grades on it, one naming
+others is refused before anything is graded or stored (a folder never mixes a row graded on one
+exercise with one graded on four), and grades.csv, the summary and every export show only those
+exercises, with their maximum. An assignment stored before selections were recorded was graded on
+all the course's exercises: that is its selection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..course import Course
+from ..errors import UsageError
+from .store import Store
+
+
+def graded_on(store: Store, assignment: str, all_exercises: Callable[[], list[str]]) -> list[str] | None:
+    """The exercises `assignment` is graded on: recorded, or for an assignment stored before
+    selections were recorded, all the course's (`all_exercises()`); None for a new assignment."""
+    recorded = store.selection(assignment)
+    if recorded is None and assignment in store.assignments():
+        return all_exercises()
+    return recorded
+
+
+def for_batch(store: Store, assignment: str, named: list[str], course: Course, folder: Path) -> list[str]:
+    """The exercises a batch of `assignment` grades: those `named` (checked against the course; none
+    named means all) where the assignment is new, recorded now; else its selection, which `named`
+    must match (a usage error otherwise, with nothing stored)."""
+    wanted = _in_course_order(course, course.select(named)) if named else None
+    recorded = store.selection(assignment)
+    if recorded is None and assignment not in store.assignments():
+        # the first batch of the assignment records its selection (or, where another batch recorded
+        # one an instant before, gets that one, checked below as any recorded selection is)
+        recorded = store.record_selection(assignment, wanted or course.exercises())
+    selection = recorded if recorded is not None else course.exercises()  # stored before selections were
+    if wanted is not None and set(wanted) != set(selection):
+        raise UsageError(
+            f"{folder} holds assignment {assignment!r} graded on {', '.join(selection)}, not on {', '.join(wanted)}: "
+            f"a batch folder keeps the exercises of its first batch (name none to grade on those); grade other "
+            f"exercises in another folder (--out ANOTHER_FOLDER {' '.join(wanted)})")
+    gone = [e for e in selection if e not in course.exercises()]
+    if gone:
+        raise UsageError(f"{folder} holds assignment {assignment!r} graded on {', '.join(selection)}, but this course "
+                         f"has no {', '.join(gone)} (it has: {', '.join(course.exercises())})")
+    if recorded is None:
+        store.record_selection(assignment, selection)
+    return selection
+
+
+def _in_course_order(course: Course, exercises: list[str]) -> list[str]:
+    return [e for e in course.exercises() if e in exercises]
