@@ -973,8 +973,8 @@ def test_a_device_process_that_does_not_start_is_the_graders_fault(tmp_path):
         unavailable(reason)
 
     class BrokenDevice(ProcessSandbox):
-        def device_process(self, devices, runner_workspace, trusted, flag, fd, gpu=False):
-            return super().device_process(devices, runner_workspace, trusted, "--no-such-option", fd, gpu)
+        def device_process(self, devices, runner_workspace, trusted, flag, fd, gpu=False, sources=None):
+            return super().device_process(devices, runner_workspace, trusted, "--no-such-option", fd, gpu, sources)
 
     (tmp_path / "ex.py").write_text(textwrap.dedent(ADD))
     sandbox = BrokenDevice(Limits(call_timeout_s=60))

@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import time
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +20,7 @@ from ..backends import Kind
 from ..backends.ranks import MAX_RANKS
 from ..errors import CallTimeout, GraderFault, ProtocolError, RunnerError, StudentCodeError, Unavailable
 from ..wire import dtypes
+from ..wire.digests import text_digest
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
@@ -113,6 +115,24 @@ class TimeBudget:
         self.spent += seconds
 
 
+MAX_SOURCES = 64  # a workspace holds an exercise module or a few
+
+
+def workspace_sources(workspace: str) -> dict[str, str]:
+    """The digest of each Python file in `workspace`, by its name there, of its text as the runner
+    reads it (tokenize.open: decoded, universal newlines, as linecache does): the only texts the
+    device process builds kernels from (the runner's linecache is the student's to edit)."""
+    root = Path(workspace)
+    sources = {}
+    for path in sorted(root.rglob("*.py"))[:MAX_SOURCES]:
+        try:
+            with tokenize.open(path) as file:
+                sources[str(path.relative_to(root))] = text_digest(file.read())
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # not Python's source: no kernel of it imports
+    return sources
+
+
 class RunnerConnection:
     """One runner for one workspace, shared by the `Student`s of all its modules.
 
@@ -154,7 +174,8 @@ class RunnerConnection:
             if self.remote_device:
                 try:
                     self._device, link = self.sandbox.start_device(self.devices, self.workspace, trusted=self.trusted,
-                                                                   gpu=self.gpu_device)
+                                                                   gpu=self.gpu_device,
+                                                                   sources=workspace_sources(self.workspace))
                     self._runner = self.sandbox.start(self.workspace, self.backend, self.devices,
                                                       trusted=self.trusted, device=link)
                 except BaseException:

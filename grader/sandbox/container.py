@@ -269,7 +269,8 @@ class DockerSandbox:
 
         return unavailable() is None
 
-    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False):
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False,
+                     sources: dict[str, str] | None = None):
         from .process import ProcessSandbox
 
         folder = tempfile.mkdtemp(prefix="gpugrade-device-")
@@ -281,7 +282,7 @@ class DockerSandbox:
             os.chmod(path, 0o777)  # the container's own uid connects
             listener.listen(1)
             device = ProcessSandbox(self.limits).device_process(devices, WORKSPACE, trusted, "--listen-fd",
-                                                                listener.detach(), gpu)
+                                                                listener.detach(), gpu, sources)
         except BaseException:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import json
 import os
 import resource
 import signal
@@ -221,29 +222,32 @@ class ProcessSandbox:
             fds = (device,)
         return RunnerProcess(workspace, backend, self.limits, trusted, args=args, fds=fds)
 
-    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False
-                     ) -> tuple[RunnerProcess, int]:
+    def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False,
+                     sources: dict[str, str] | None = None) -> tuple[RunnerProcess, int]:
         """The device process (grader.device) for one runner, in a sandbox of its own (another
         uid, view and namespaces than the runner's; `gpu`: the machine's GPU in its view, and
         device memory and launches there); returns it and the link to give `start` (the
-        runner's end of a socket pair)."""
+        runner's end of a socket pair); `sources`: the judge's digests of the workspace's files, the
+        only texts the device builds kernels from."""
         self._check()
         runner_end, device_end = socket.socketpair()
         try:
-            return self.device_process(devices, runner_workspace, trusted, "--runner-fd", device_end.detach(), gpu), \
+            return self.device_process(devices, runner_workspace, trusted, "--runner-fd", device_end.detach(), gpu,
+                                       sources), \
                 runner_end.detach()
         except BaseException:
             runner_end.close()
             raise
 
     def device_process(self, devices: int, runner_workspace: str, trusted: bool, flag: str, fd: int,
-                       gpu: bool = False) -> RunnerProcess:
+                       gpu: bool = False, sources: dict[str, str] | None = None) -> RunnerProcess:
         """`python -m grader.device` confined, its runner socket `fd` (connected, or listening)."""
         self._check()
         seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
         return RunnerProcess(None, Kind.GPU if gpu else Kind.SIM, self.limits, trusted, module="grader.device",
                              args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as)
-                             + (("--gpu",) if gpu else ()), fds=(fd,))
+                             + (("--gpu",) if gpu else ())
+                             + (("--sources", json.dumps(sources)) if sources is not None else ()), fds=(fd,))
 
 
 class NoSandbox(ProcessSandbox):
