@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="do not re-record the reference solutions' simulator counters")
     rel.add_argument("--notebooks", action="store_true",
                      help="also write exercises/<exercise>.ipynb from each stub (jupytext, py:percent cells)")
+    rel.add_argument("--gradescope", metavar="ZIP",
+                     help="also write Gradescope's autograder zip here (setup.sh, run_autograder, this grader, "
+                          "the course without solutions/)")
 
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
@@ -333,6 +336,16 @@ def _emit(text: str, output: str | None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def _gradescope_zip(course: Course, target: str | None) -> int:
+    """`release --gradescope ZIP`: once the stubs and counters are written."""
+    if target:
+        from .course.gradescope import write_zip
+
+        names = write_zip(course, Path(target))
+        print(f"wrote {target} ({len(names)} files: upload it as the assignment's autograder; README: Gradescope)")
+    return 0
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "doctor":
@@ -364,7 +377,7 @@ def run(argv: list[str] | None = None) -> int:
         for path in [*stubs, *notebooks, record]:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
-            return 0
+            return _gradescope_zip(course, args.gradescope)
         from .judge.recorded_reference import RECORD
 
         # students' copies have no solutions/: their performance tests compare with these counters,
@@ -377,7 +390,7 @@ def run(argv: list[str] | None = None) -> int:
             if results.exit_code == 0 and fresh.is_file():
                 os.replace(fresh, target)
                 print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
-                return 0
+                return _gradescope_zip(course, args.gradescope)
         finally:
             fresh.unlink(missing_ok=True)
         lost = next((t for t in results.tests if t.score < t.max_score), None)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 from . import bubblewrap
-from .base import drop_to, runner_uid
+from .base import REFERENCE_UIDS, STUDENT_UIDS, drop_to, runner_uid
 from .process import ProcessSandbox, RunnerProcess, isolated_import_problem
 
 # World-writable folders where a runner's uid may leave files; what it left there goes with it.
@@ -64,6 +64,23 @@ def kill_every_process_of(uid: int) -> None:
     cannot slip past (the kernel refuses a fork with a kill pending)."""
     subprocess.run([sys.executable, "-I", "-S", "-c", "import os; os.kill(-1, 9)"], user=uid, group=uid,
                    extra_groups=[], cwd="/", env={}, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+
+
+def kill_runner_uids() -> None:
+    """Every process of any runner's uid (base.STUDENT_UIDS, REFERENCE_UIDS) killed: after a judge
+    stopped before it could close its runners. Only where this machine grades one submission at a
+    time (Gradescope's container): elsewhere it would end other judges' runners too."""
+    uids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            if uid in STUDENT_UIDS or uid in REFERENCE_UIDS:
+                uids.add(uid)
+    for uid in uids:
+        kill_every_process_of(uid)
 
 
 def remove_files_of(uid: int, folders: tuple[str, ...] = SHARED_TEMPORARY) -> None:
