@@ -63,20 +63,21 @@ def _source_of(client, image: str) -> str | None:
         return None
 
 
-def _untag_old_sources(client, keep: str) -> None:
-    """Remove the tags of other sources' runner images older than OTHER_SOURCES_KEPT_S (each is
-    over a GiB; one is left per source change otherwise). One in use by a container stays."""
+def _untag_old_sources(client, keep: str, repository: str = REPOSITORY) -> None:
+    """Remove the tags of other sources' images of `repository` (the runner's, by default) older
+    than OTHER_SOURCES_KEPT_S (each is over a GiB; one is left per source change otherwise). One in
+    use by a container stays."""
     import datetime
 
     import docker.errors
 
     now = datetime.datetime.now(datetime.timezone.utc)
-    for found in client.images.list(name=REPOSITORY):
+    for found in client.images.list(name=repository):
         created = datetime.datetime.fromisoformat(found.attrs["Created"][:19]).replace(tzinfo=datetime.timezone.utc)
         if (now - created).total_seconds() < OTHER_SOURCES_KEPT_S:
             continue
         for tag in found.tags:
-            if tag.startswith(f"{REPOSITORY}:src-") and tag != keep:
+            if tag.startswith(f"{repository}:src-") and tag != keep:
                 try:
                     client.images.remove(tag)
                 except docker.errors.APIError:
