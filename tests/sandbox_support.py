@@ -5,6 +5,21 @@ import os
 import pytest
 
 
+# Student code (after `import os, signal`) that leaves a daemon behind: a grandchild in a session
+# of its own, deaf to polite signals, running `sleep <argument>` (the argument: how the host finds it).
+LEAVE_A_DAEMON = """
+def leave_a_daemon(argument):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+            os.execv("/bin/sleep", ["sleep", argument])
+        os._exit(0)
+    os.wait()
+"""
+
+
 def unavailable(reason: str):
     """A sandbox this test needs is missing: skipped here, a failure in CI (where it must run)."""
     if os.environ.get("CI"):

@@ -18,7 +18,7 @@ from grader.judge import RunnerConnection, Student
 from grader.sandbox import Limits, cgroups
 from grader.sandbox.uid import UidSandbox, unavailable as uid_unavailable
 
-from sandbox_support import unavailable
+from sandbox_support import LEAVE_A_DAEMON, unavailable
 
 
 @pytest.fixture
@@ -156,27 +156,19 @@ def test_a_daemon_and_its_files_do_not_outlive_the_grade(student, monkeypatch):
     Without cgroups, as in a container (its /sys/fs/cgroup read-only): the uid alone must do it."""
     monkeypatch.setattr(cgroups, "available", lambda: False)
     token = secrets.token_hex(6)
-    s = student(f"""
-        import os, signal, time
-        def linger():
-            if os.fork() == 0:
-                os.setsid()
-                if os.fork() == 0:
-                    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                        signal.signal(sig, signal.SIG_IGN)
-                    os.execv("/bin/sleep", ["sleep", "86400"])
-                os._exit(0)
-            os.wait()
-            made = []
-            for folder in ("/tmp", "/dev/shm", "/var/tmp"):
-                path = os.path.join(folder, "left-behind-{token}")
-                with open(path, "w") as f:
-                    f.write("x")
-                made.append(path)
-            os.mkdir("/tmp/left-folder-{token}")
-            time.sleep(0.3)
-            return [os.getuid(), made]
-    """)
+    s = student("import os, signal, time\n" + LEAVE_A_DAEMON + f"""
+def linger():
+    leave_a_daemon("86400")
+    made = []
+    for folder in ("/tmp", "/dev/shm", "/var/tmp"):
+        path = os.path.join(folder, "left-behind-{token}")
+        with open(path, "w") as f:
+            f.write("x")
+        made.append(path)
+    os.mkdir("/tmp/left-folder-{token}")
+    time.sleep(0.3)
+    return [os.getuid(), made]
+""")
     uid, made = s.call("linger").value
     assert len(_processes_of(uid)) >= 2 and all(os.path.exists(p) for p in made)
     s.close()
