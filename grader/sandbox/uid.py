@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 from . import bubblewrap
-from .base import REFERENCE_UIDS, STUDENT_UIDS, drop_to, runner_uid
+from .base import REFERENCE_UIDS, STUDENT_UIDS, Limits, drop_to, runner_uid
 from .process import ProcessSandbox, RunnerProcess, isolated_import_problem
 
 # World-writable folders where a runner's uid may leave files; what it left there goes with it.
@@ -131,8 +131,8 @@ class UidSandbox(ProcessSandbox):
     name = "uid"
     runner_type = UidRunnerProcess
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, limits: Limits = Limits()):
+        super().__init__(limits)
         # scratch folders made with a device process, for the runner `start` gives its link to
         self._prepared: dict[int, tempfile.TemporaryDirectory] = {}
 
