@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _untag_old_sources
 from gradescope_schema import RESULTS
-from sandbox_support import unavailable
+from sandbox_support import unavailable, untag_old_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("GPUGRADE_CACHE", "/var/cache/gpugrade-ci"))
@@ -136,7 +135,7 @@ def gradescope_image(client, autograder_zip, tmp_path_factory) -> str:
         container.commit(REPOSITORY, f"src-{digest}")
     finally:
         container.remove(force=True)
-    _untag_old_sources(client, image, REPOSITORY)
+    untag_old_sources(client, image, REPOSITORY)
     return image
 
 
