@@ -60,10 +60,11 @@ def unavailable() -> str | None:
 
 def kill_every_process_of(uid: int) -> None:
     """SIGKILL to every process of `uid`. Sent as `uid` itself, kill(-1) reaches exactly those
-    (an unprivileged sender may signal only its own uid's processes) in one pass that a fork
-    cannot slip past (the kernel refuses a fork with a kill pending)."""
-    subprocess.run([sys.executable, "-I", "-S", "-c", "import os; os.kill(-1, 9)"], user=uid, group=uid,
-                   extra_groups=[], cwd="/", env={}, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    (an unprivileged sender may signal only its own uid's processes, and never itself) in one pass
+    that a fork cannot slip past (the kernel refuses a fork with a kill pending). The shell's kill:
+    /bin/sh runs as any uid, where this interpreter may not (a venv under /root)."""
+    subprocess.run(["/bin/sh", "-c", "kill -KILL -1"], user=uid, group=uid, extra_groups=[], cwd="/", env={},
+                   stdin=subprocess.DEVNULL, capture_output=True, check=False)
 
 
 def kill_runner_uids() -> None:
