@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="also write exercises/<exercise>.ipynb from each stub (jupytext, py:percent cells)")
     rel.add_argument("--force", action="store_true",
                      help="overwrite exercise files changed since they were released (a student's work)")
+    rel.add_argument("--gradescope", metavar="ZIP",
+                     help="also write Gradescope's autograder zip here (setup.sh, run_autograder, this grader, "
+                          "the course without solutions/)")
 
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
@@ -356,6 +359,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _gradescope_zip(course: Course, target: str | None) -> int:
+    """`release --gradescope ZIP`: once the stubs and counters are written."""
+    if target:
+        from .course.gradescope import write_zip
+
+        names = write_zip(course, Path(target))
+        print(f"wrote {target} ({len(names)} files: upload it as the assignment's autograder; README: Gradescope)")
+    return 0
+
+
 def run(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "doctor":
@@ -389,7 +402,7 @@ def run(argv: list[str] | None = None) -> int:
         for path in [*stubs, *notebooks, record]:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
-            return 0
+            return _gradescope_zip(course, args.gradescope)
         from .judge.recorded_reference import RECORD
 
         # students' copies have no solutions/: their performance tests compare with these counters,
@@ -402,7 +415,7 @@ def run(argv: list[str] | None = None) -> int:
             if results.exit_code == 0 and fresh.is_file():
                 os.replace(fresh, target)
                 print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
-                return 0
+                return _gradescope_zip(course, args.gradescope)
         finally:
             fresh.unlink(missing_ok=True)
         lost = next((t for t in results.tests if t.score < t.max_score), None)

@@ -51,6 +51,14 @@ def _bubblewrap() -> Fact:
     return Fact("process sandbox", f"bubblewrap works ({how}): --sandbox process works")
 
 
+def _uid_sandbox() -> Fact:
+    from .sandbox.uid import unavailable
+
+    reason = unavailable()
+    return Fact("uid sandbox", reason or "runners as uids of their own without namespaces: --sandbox uid works",
+                ok=reason is None)
+
+
 def _runners() -> Fact:
     from .sandbox.process import isolated_import_problem
 
@@ -81,4 +89,4 @@ def facts() -> list[Fact]:
         Fact("GPU", "available" if gpu else "none visible to numba-cuda", ok=gpu),
         Fact("backend auto picks", resolve("auto")),
     ]
-    return found + _toolchain() + [_runners(), _bubblewrap(), _docker()]
+    return found + _toolchain() + [_runners(), _bubblewrap(), _uid_sandbox(), _docker()]

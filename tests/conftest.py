@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_support import unavailable
+from sandbox_support import unavailable, untag_old_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = os.environ.get("GPUGRADE_RUNNER_IMAGE")  # unset: this checkout's own tag (runner_image)
 REPOSITORY = "gpugrade-runner"
-OTHER_SOURCES_KEPT_S = 2 * 86400  # another source's tag is removed once its image is older than this
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +48,7 @@ def runner_image(docker_client):
             unavailable(f"the runner image {image} is {'stale' if built_from else 'missing'} and "
                          f"docker/build-images.sh failed:\n{done.stderr[-2000:]}")
     if IMAGE is None:
-        _untag_old_sources(docker_client, image)
+        untag_old_sources(docker_client, image, REPOSITORY)
     return image
 
 
@@ -61,23 +60,3 @@ def _source_of(client, image: str) -> str | None:
         return client.images.get(image).labels.get("gpugrade.source")
     except docker.errors.ImageNotFound:
         return None
-
-
-def _untag_old_sources(client, keep: str) -> None:
-    """Remove the tags of other sources' runner images older than OTHER_SOURCES_KEPT_S (each is
-    over a GiB; one is left per source change otherwise). One in use by a container stays."""
-    import datetime
-
-    import docker.errors
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    for found in client.images.list(name=REPOSITORY):
-        created = datetime.datetime.fromisoformat(found.attrs["Created"][:19]).replace(tzinfo=datetime.timezone.utc)
-        if (now - created).total_seconds() < OTHER_SOURCES_KEPT_S:
-            continue
-        for tag in found.tags:
-            if tag.startswith(f"{REPOSITORY}:src-") and tag != keep:
-                try:
-                    client.images.remove(tag)
-                except docker.errors.APIError:
-                    pass  # in use: its owner's

@@ -4,6 +4,23 @@ import os
 
 import pytest
 
+OTHER_SOURCES_KEPT_S = 2 * 86400  # another source's image tag is removed once the image is older than this
+
+
+# Student code (after `import os, signal`) that leaves a daemon behind: a grandchild in a session
+# of its own, deaf to polite signals, running `sleep <argument>` (the argument: how the host finds it).
+LEAVE_A_DAEMON = """
+def leave_a_daemon(argument):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+            os.execv("/bin/sleep", ["sleep", argument])
+        os._exit(0)
+    os.wait()
+"""
+
 
 def unavailable(reason: str):
     """A sandbox this test needs is missing: skipped here, a failure in CI (where it must run)."""
@@ -60,3 +77,24 @@ def solution_student(tmp_path, module: str, backend: str, limits, **connection):
     sandbox = ProcessSandbox(limits)
     return Student(module, str(work), backend, sandbox, allowed_imports=None,
                    connection=RunnerConnection(str(work), backend, sandbox, **connection))
+
+
+def untag_old_sources(client, keep: str, repository: str) -> None:
+    """Remove the tags of other sources' images of `repository` (`<repository>:src-<digest>`) older
+    than OTHER_SOURCES_KEPT_S (each is over a GiB; one is left per source change otherwise). One in
+    use by a container stays."""
+    import datetime
+
+    import docker.errors
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for found in client.images.list(name=repository):
+        created = datetime.datetime.fromisoformat(found.attrs["Created"][:19]).replace(tzinfo=datetime.timezone.utc)
+        if (now - created).total_seconds() < OTHER_SOURCES_KEPT_S:
+            continue
+        for tag in found.tags:
+            if tag.startswith(f"{repository}:src-") and tag != keep:
+                try:
+                    client.images.remove(tag)
+                except docker.errors.APIError:
+                    pass  # in use: its owner's

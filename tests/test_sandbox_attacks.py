@@ -20,7 +20,7 @@ from grader.judge import RunnerConnection, Student
 from grader.sandbox import Limits, ProcessSandbox
 from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
-from sandbox_support import unavailable
+from sandbox_support import LEAVE_A_DAEMON, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_POLICY = None
@@ -225,20 +225,12 @@ def test_the_judge_and_other_processes_are_invisible_and_out_of_reach(attack):
 
 def test_every_process_of_a_grade_ends_with_it(attack):
     marker = f"86400.{secrets.randbelow(10**9):09d}"  # sleep's argument: how the host finds it
-    s = attack(f"""
-        import os, signal, time
-        def linger():
-            if os.fork() == 0:
-                os.setsid()
-                if os.fork() == 0:
-                    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                        signal.signal(sig, signal.SIG_IGN)
-                    os.execv("/bin/sleep", ["sleep", "{marker}"])
-                os._exit(0)
-            os.wait()
-            time.sleep(0.5)
-            return os.getuid()
-    """)
+    s = attack("import os, signal, time\n" + LEAVE_A_DAEMON + f"""
+def linger():
+    leave_a_daemon("{marker}")
+    time.sleep(0.5)
+    return os.getuid()
+""")
     uid = s.call("linger").value
     assert _processes_with(marker), "the lingering process must exist while the runner does"
     s.close()

@@ -138,7 +138,7 @@ class GradingSession:
             else Limits(call_timeout_s=settings.timeout)
         self.sandbox = make_sandbox(spec, limits)
         self.results = Results(submission=settings.submission or self.workspace,
-                               backend=self.backend_name, seed=self.seed,
+                               backend=self.backend_name, seed=self.seed, sandbox=spec.name,
                                backend_note=STOCK_SIMULATOR_NOTE if settings.stock_simulator else "")
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}

@@ -37,7 +37,8 @@ class JudgeSettings:
     seed: str = _opt("", "hex seed for inputs (default: secret, random)")
     timeout: float = _opt(Limits.call_timeout_s, "wall-clock seconds allowed for one call into student code")
     sandbox: str = _opt(SandboxSpec.name, "how student code is confined: process (default: bubblewrap), docker "
-                                          "(a container per runner), none (a plain subprocess: debugging)",
+                                          "(a container per runner), uid (a fresh uid per runner, where no "
+                                          "namespace can be made: Gradescope), none (a plain subprocess: debugging)",
                         SANDBOXES)
     docker_image: str = _opt(SandboxSpec.docker_image, "--sandbox docker: the runner image "
                                                        "(docker/build-images.sh builds it)")

@@ -11,7 +11,9 @@ def gradescope(results: Results) -> dict:
     doc = {
         "score": results.score,
         "execution_time": results.execution_time,
-        "output": f"Graded on the {results.backend} backend." + "".join(f"\nNote: {n}" for n in results.notes),
+        "output": f"Graded on the {results.backend} backend"
+                  + (f" in the {results.sandbox} sandbox." if results.sandbox else ".")
+                  + "".join(f"\nNote: {n}" for n in results.notes),
         "output_format": "text",
         "test_output_format": "text",
         "visibility": "visible",

@@ -84,6 +84,7 @@ class Results:
     execution_time: float = 0.0
     seed: str = ""
     backend_note: str = ""  # what stood in for the backend, when something did
+    sandbox: str = ""  # how the student's code was confined (grader.sandbox: process, docker, uid, none)
     # which file was graded, where the submission held both an exercise's .py and .ipynb
     # (grader.course.choice): for the student, as the feedback's first lines
     notes: list[str] = field(default_factory=list)
@@ -121,6 +122,7 @@ class Results:
         return cls(submission=data["submission"], backend=data["backend"], tests=tests,
                    errors=list(data.get("errors", [])), execution_time=float(data.get("execution_time", 0.0)),
                    seed=str(data.get("seed", "")), backend_note=str(data.get("backend_note", "")),
+                   sandbox=str(data.get("sandbox", "")),
                    notes=[str(n) for n in data.get("notes", [])])
 
     def dump(self, path: str) -> None:

@@ -2,6 +2,8 @@
 
 `process` (default, grader.sandbox.process): a bubblewrap sandbox per runner.
 `docker` (grader.sandbox.container): a container per runner; the production choice for batches.
+`uid` (grader.sandbox.uid): a fresh unprivileged uid per runner, where no namespace can be made
+(Gradescope's containers).
 `none`: a plain child process without limits, for debugging.
 docs/SANDBOXES.md says when to use which and what each guarantees.
 """
@@ -18,7 +20,7 @@ from .process import NoSandbox, ProcessSandbox
 __all__ = ["SANDBOXES", "Limits", "Runner", "Sandbox", "SandboxSpec", "make_sandbox", "exchange_within",
            "ProcessSandbox", "NoSandbox"]
 
-SANDBOXES = ("process", "docker", "none")
+SANDBOXES = ("process", "docker", "uid", "none")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,12 @@ class SandboxSpec:
             reason = unavailable()
             if reason is not None:
                 raise UsageError(reason)
+        if self.name == "uid":
+            from .uid import unavailable as uid_unavailable
+
+            reason = uid_unavailable()
+            if reason is not None:
+                raise UsageError(reason)
         if self.name == "docker" and simulator == "device":
             from .bubblewrap import unavailable
 
@@ -74,6 +82,10 @@ def make_sandbox(spec: SandboxSpec, limits: Limits) -> Sandbox:
         return DockerSandbox(limits, DockerSettings(image=spec.docker_image, gpus=spec.gpus))
     if spec.name == "none":
         return NoSandbox(limits)
+    if spec.name == "uid":
+        from .uid import UidSandbox
+
+        return UidSandbox(limits)
     if spec.name == "process":
         return ProcessSandbox(limits)
     raise UsageError(f"unknown sandbox {spec.name!r}; choose one of {', '.join(SANDBOXES)}")

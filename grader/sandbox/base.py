@@ -32,6 +32,14 @@ def runner_uid(trusted: bool = False) -> int:
     return uids.start + secrets.randbelow(len(uids))
 
 
+def drop_to(uid: int) -> list[str]:
+    """`setpriv` (util-linux) to run the rest of a command line as `uid`, group `uid`, with no
+    supplementary groups, no capabilities (an empty bounding set: none regained by exec) and
+    no-new-privs (no setuid binary lifts it); from root."""
+    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--"]
+
+
 @dataclass(frozen=True)
 class Limits:
     call_timeout_s: float = 120.0   # wall time of one call, judged from the judge's side

@@ -30,6 +30,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .base import drop_to
+
 WORKSPACE = "/workspace"
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _LOADER_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
@@ -139,16 +141,21 @@ class View:
         for key, value in self.environment().items():
             args += ["--setenv", key, value]
         if self.uid is not None:
-            args += ["--", "/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+            return args + ["--", *drop_to(self.uid), *command]
         return args + ["--", *command]
 
     def environment(self) -> dict[str, str]:
-        env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
-        env.update(PATH="/usr/bin:/bin", HOME="/tmp", TMPDIR="/tmp", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1",
-                   NUMBA_CACHE_DIR="/tmp/numba", GPUGRADE_CACHE_DIR="/tmp/gpugrade")
-        env.update(self.env)
-        return env
+        return runner_environment("/tmp", self.env)
+
+
+def runner_environment(home: str, extra: dict[str, str]) -> dict[str, str]:
+    """A runner's whole environment: the allowlisted variables of the judge's, its own home and
+    temporary folder `home`, and `extra`."""
+    env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
+    env.update(PATH="/usr/bin:/bin", HOME=home, TMPDIR=home, LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1",
+               NUMBA_CACHE_DIR=f"{home}/numba", GPUGRADE_CACHE_DIR=f"{home}/gpugrade")
+    env.update(extra)
+    return env
 
 
 def _parents(path: str, made: set[str]) -> list[str]:

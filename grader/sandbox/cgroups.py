@@ -16,8 +16,10 @@ PARENT = "gpugrade"
 
 
 def available() -> bool:
+    """Root, and both controllers mounted writable (a container's /sys/fs/cgroup is read-only)."""
     return os.name == "posix" and os.geteuid() == 0 and all(
-        (CGROUP_ROOT / controller / "cgroup.procs").is_file() for controller in ("memory", "pids"))
+        (CGROUP_ROOT / controller / "cgroup.procs").is_file() and os.access(CGROUP_ROOT / controller, os.W_OK)
+        for controller in ("memory", "pids"))
 
 
 class RunnerCgroups:

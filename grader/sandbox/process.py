@@ -55,8 +55,9 @@ def isolated_import_problem() -> str | None:
             f"way this Python {found}: install this checkout into it (`pip install -e .`, or `make setup`)")
 
 
-def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str) -> None:
-    """Runs in the child between fork and exec (of bubblewrap): limits it cannot undo."""
+def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str, own_uid: bool) -> None:
+    """Runs in the child between fork and exec (of bubblewrap, or setpriv): limits it cannot undo.
+    `own_uid`: the runner runs as a uid of its own, which a per-uid limit binds alone."""
     os.setsid()
     if not limits.confine:
         return
@@ -67,7 +68,7 @@ def _confine(limits: Limits, groups: cgroups.RunnerCgroups | None, backend: str)
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if groups is not None:  # the runner's own uid: a per-uid limit binds it alone
+    if own_uid:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
@@ -88,12 +89,14 @@ class RunnerProcess:
     """One live runner: send a request, get the reply within a deadline, or a RunnerError."""
 
     def __init__(self, workspace: str | None, backend: str, limits: Limits, trusted: bool = False,
-                 module: str = "grader.runner", args: tuple[str, ...] = (), fds: tuple[int, ...] = ()):
+                 module: str = "grader.runner", args: tuple[str, ...] = (), fds: tuple[int, ...] = (),
+                 scratch: tempfile.TemporaryDirectory | None = None):
         """`python -m module *args --in-fd --out-fd --workspace W` confined; `fds` are passed to it
-        (and closed here); `workspace` None: an empty one (the device process)."""
+        (and closed here); `workspace` None: an empty one (the device process); `scratch`: the
+        folder of its own files, made beforehand (else here), removed with it."""
         self.limits = limits
         self.on_close: list = []  # what else goes with this process (a socket folder)
-        self._scratch = tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
+        self._scratch = scratch or tempfile.TemporaryDirectory(prefix="gpugrade-runner-")
         confined = limits.confine
         self.uid = runner_uid(trusted) if confined and bubblewrap.as_root() else None
         self._groups = (cgroups.RunnerCgroups(limits.memory_bytes, limits.processes)
@@ -108,12 +111,8 @@ class RunnerProcess:
         runner = ["-I", "-m", module, *args, "--in-fd", str(req_r), "--out-fd", str(resp_w)]
         passed = [req_r, resp_w, *fds]
         if confined:
-            staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
-            view = bubblewrap.View(staged, self.uid, limits.tmp_bytes, gpu=backend == Kind.GPU,
-                                   env=limits.runner_env(backend))
-            argv, args_fd = view.command([sys.executable, *runner, "--workspace", bubblewrap.WORKSPACE])
-            passed.append(args_fd)
-            env, cwd = {}, "/"
+            argv, env, cwd, more = self._confined([sys.executable, *runner], workspace, backend)
+            passed += more
         else:
             argv = [sys.executable, *runner, "--workspace", workspace]
             env = {k: v for k, v in os.environ.items() if not k.startswith("GPUGRADE_")}
@@ -123,10 +122,10 @@ class RunnerProcess:
         env.pop("NUMBA_ENABLE_CUDASIM", None)  # our simulator, never numba's (unless standing in for a GPU)
         if not confined:
             env.update(limits.runner_env(backend))
-        groups = self._groups
+        groups, own_uid = self._groups, self.uid is not None
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=passed,
-                                     preexec_fn=lambda: _confine(limits, groups, backend))
+                                     preexec_fn=lambda: _confine(limits, groups, backend, own_uid))
         for fd in passed:
             os.close(fd)
         self._to = os.fdopen(self._req_w, "wb")
@@ -136,6 +135,16 @@ class RunnerProcess:
         self._tail = bytearray()
         self._drain = threading.Thread(target=self._drain_output, daemon=True)
         self._drain.start()
+
+    def _confined(self, command: list[str], workspace: str, backend: str
+                  ) -> tuple[list[str], dict[str, str], str, list[int]]:
+        """(argv, environment, cwd, fds to pass) that run `command --workspace ...` confined, over
+        a copy of `workspace`: here in bubblewrap's view of the machine."""
+        staged = bubblewrap.stage_workspace(workspace, self._scratch.name, self.uid)
+        view = bubblewrap.View(staged, self.uid, self.limits.tmp_bytes, gpu=backend == Kind.GPU,
+                               env=self.limits.runner_env(backend))
+        argv, args_fd = view.command([*command, "--workspace", bubblewrap.WORKSPACE])
+        return argv, {}, "/", [args_fd]
 
     def _drain_output(self) -> None:
         keep = self.limits.output_tail_bytes
@@ -204,12 +213,18 @@ class ProcessSandbox:
         self.limits = limits
 
     hosts_device = True  # can confine a device process beside each runner (start_device)
+    runner_type = RunnerProcess  # how each runner is confined: here bubblewrap's view
 
     def _check(self) -> None:
         if self.limits.confine:
-            reason = bubblewrap.unavailable()
+            reason = self.unavailable()
             if reason is not None:
                 raise RunnerError(reason)
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why this sandbox cannot confine a runner here, or None."""
+        return bubblewrap.unavailable()
 
     def start(self, workspace: str, backend: str, devices: int = 1, trusted: bool = False,
               device: int | None = None) -> RunnerProcess:
@@ -220,7 +235,12 @@ class ProcessSandbox:
         if device is not None:
             args += ("--device-fd", str(device))
             fds = (device,)
-        return RunnerProcess(workspace, backend, self.limits, trusted, args=args, fds=fds)
+        return self.runner_type(workspace, backend, self.limits, trusted, args=args, fds=fds,
+                                scratch=self._scratch_for(device))
+
+    def _scratch_for(self, device: int | None) -> tempfile.TemporaryDirectory | None:
+        """The runner's scratch folder, where one was made for it with its device process."""
+        return None
 
     def start_device(self, devices: int, runner_workspace: str, trusted: bool = False, gpu: bool = False,
                      sources: dict[str, str] | None = None) -> tuple[RunnerProcess, int]:
@@ -239,15 +259,18 @@ class ProcessSandbox:
             runner_end.close()
             raise
 
+    def _seen_as(self, runner_workspace: str) -> str:
+        """The runner's workspace as the runner sees it (the device's messages name files from there)."""
+        return bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
+
     def device_process(self, devices: int, runner_workspace: str, trusted: bool, flag: str, fd: int,
                        gpu: bool = False, sources: dict[str, str] | None = None) -> RunnerProcess:
         """`python -m grader.device` confined, its runner socket `fd` (connected, or listening)."""
         self._check()
-        seen_as = bubblewrap.WORKSPACE if self.limits.confine else runner_workspace
-        return RunnerProcess(None, Kind.GPU if gpu else Kind.SIM, self.limits, trusted, module="grader.device",
-                             args=("--devices", str(devices), flag, str(fd), "--runner-workspace", seen_as)
-                             + (("--gpu",) if gpu else ())
-                             + (("--sources", json.dumps(sources)) if sources is not None else ()), fds=(fd,))
+        return self.runner_type(None, Kind.GPU if gpu else Kind.SIM, self.limits, trusted, module="grader.device",
+                                args=("--devices", str(devices), flag, str(fd), "--runner-workspace",
+                                      self._seen_as(runner_workspace)) + (("--gpu",) if gpu else ())
+                                + (("--sources", json.dumps(sources)) if sources is not None else ()), fds=(fd,))
 
 
 class NoSandbox(ProcessSandbox):
