@@ -315,6 +315,24 @@ def test_a_text_of_the_students_file_that_is_not_the_files_is_refused(device_stu
         s.call("run")
 
 
+def test_a_runner_that_breaks_the_protocol_fails_its_call_at_once(device_student):
+    """The device stops listening to a runner that sent a malformed frame; before, it kept the
+    socket open, so the runner's next request waited out the whole call timeout."""
+    s = device_student("""
+        import gc
+
+        from grader.device.client import Channel
+
+        def run():
+            channel = next(o for o in gc.get_objects() if isinstance(o, Channel))
+            channel._sock.sendall(b"\\xff" * 64)  # a header announcing 2^64 bytes
+            return channel.request({"op": "synchronize"})
+    """)
+    with pytest.raises(StudentCodeError) as failed:
+        s.call("run")
+    assert "bytes; at most" in str(failed.value), "the device's finding, not the call's time limit"
+
+
 def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
     device process, which runs the kernel, names the kernel's line as the runner names host

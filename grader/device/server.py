@@ -727,7 +727,11 @@ def serve(device: Device, judge_in, judge_out, runner_sock: socket.socket) -> No
                 watched.remove(runner_fd)  # the runner is gone; the judge may still ask for its report
                 continue
             except wire.ProtocolError as exc:
-                watched.remove(runner_fd)  # a runner that breaks the protocol is not listened to again
+                # a runner that breaks the protocol is not listened to again, and told so at once:
+                # its next request ends, not its call's time limit
+                watched.remove(runner_fd)
+                with contextlib.suppress(OSError):
+                    runner_sock.shutdown(socket.SHUT_RDWR)
                 device.log.add("findings", {"kind": "protocol", "type": "ProtocolError", "message": str(exc)})
                 continue
             reply = device.runner(request) if isinstance(request, dict) else _protocol_error("not a request")
