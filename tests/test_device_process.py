@@ -333,6 +333,24 @@ def test_a_runner_that_breaks_the_protocol_fails_its_call_at_once(device_student
     assert "bytes; at most" in str(failed.value), "the device's finding, not the call's time limit"
 
 
+def test_a_device_process_that_dies_is_told_as_the_devices_failure(device_student):
+    """The device process gone between two calls: the call fails naming it, not "the student's
+    process" (the runner's words for its own end), and the next call starts both afresh."""
+    s = device_student("""
+        def vector_add(a, b):
+            d_out = cuda.device_array_like(a)
+            add[(a.size + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), d_out)
+            return d_out.copy_to_host()
+    """)
+    _add_call(s)
+    s.connection._device.kill()
+    with pytest.raises(RunnerError) as failed:
+        _add_call(s)
+    assert failed.value.reason.startswith("the simulated GPU (device process) failed")
+    assert "the student's process" not in failed.value.reason
+    _add_call(s)
+
+
 def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
     device process, which runs the kernel, names the kernel's line as the runner names host

@@ -115,6 +115,11 @@ class TimeBudget:
         self.spent += seconds
 
 
+def _its(exc: Exception) -> str:
+    """A failure of the device process, told of it: a runner's error says "the student's process"."""
+    return str(exc).replace("the student's process", "it")
+
+
 MAX_SOURCES = 64  # a workspace holds an exercise module or a few
 
 
@@ -198,7 +203,7 @@ class RunnerConnection:
                 doc = self._device.request(configure, timeout=STARTUP_TIMEOUT_S, bounds=SMALL_REPLY)
                 wire.Reply.parse(doc)
             except RunnerError as exc:  # the grader's own process: say so, not "the student's process"
-                reason = exc.reason.replace("the student's process", "it")
+                reason = _its(exc)
                 raise GraderFault(f"the simulated GPU (device process) did not start: {reason} (a fault of the "
                                   f"grader's, not of the submission)", self._device.output_tail()) from None
             if isinstance(doc.get("attributes"), dict):  # the GPU's own, for the runner's get_current_device()
@@ -264,19 +269,13 @@ class RunnerConnection:
             if device is not None:
                 number = self.last_call = next(self._calls)
                 # (`flush`: the GPU's device process empties the L2 cache first: a timed call)
-                wire.Reply.parse(device.request({"op": "begin", "call": number, **({"flush": True} if flush else {})},
-                                                timeout=DEVICE_TIMEOUT_S, bounds=SMALL_REPLY))
+                self._tell_device(device, {"op": "begin", "call": number, **({"flush": True} if flush else {})},
+                                  SMALL_REPLY, wire.Reply.parse)
             reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
             if device is None:
                 return reply, None
-            try:
-                found = wire.DeviceReport.parse(device.request({"op": "end", "call": number,
-                                                                "answers": _answer_shapes(reply)},
-                                                               timeout=DEVICE_TIMEOUT_S, bounds=REPORT_BOUNDS))
-            except (ProtocolError, RunnerError) as exc:  # the device itself failed: not the student's doing
-                self.close()
-                what = "the GPU's device process" if self.gpu_device else "the simulated GPU (device process)"
-                raise RunnerError(f"{what} failed: {exc}") from None
+            found = self._tell_device(device, {"op": "end", "call": number, "answers": _answer_shapes(reply)},
+                                      REPORT_BOUNDS, wire.DeviceReport.parse)
             return reply, found if report else None
         except ProtocolError as exc:
             output = runner.output_tail()
@@ -285,6 +284,16 @@ class RunnerConnection:
         except RunnerError:
             self.close()
             raise
+
+    def _tell_device(self, device: Runner, message: dict, bounds: wire.Bounds, parse):
+        """The device's reply to the judge's `message`; a failure of the device itself is no doing of
+        the student's, and is told of the device."""
+        try:
+            return parse(device.request(message, timeout=DEVICE_TIMEOUT_S, bounds=bounds))
+        except (ProtocolError, RunnerError) as exc:
+            self.close()
+            what = "the GPU's device process" if self.gpu_device else "the simulated GPU (device process)"
+            raise RunnerError(f"{what} failed: {_its(exc)}") from None
 
     def replay(self, call: int, substitutions: dict[int, np.ndarray], downloads: list[int],
                originals: list[int] = (), timeout: float = 2 * DEVICE_TIMEOUT_S) -> Replayed:
