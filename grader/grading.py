@@ -15,6 +15,7 @@ from typing import Callable
 
 from .backends import Kind
 from .course import Course, graded_files, make_workspace
+from .course.cell_lines import CellLines, retell
 from .judge.settings import JudgeSettings
 from .report.results import NOT_RUN, Results
 from .sandbox import SandboxSpec
@@ -91,6 +92,9 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         else:
             results = Results(submission=name or str(submission), backend=backend)
             results.errors.append(f"the judge wrote no results (pytest exit {judge.returncode}):\n{output[-4000:]}")
+        # a notebook's messages in its cells' lines, not the module's the student never sees
+        retell(results, {name: CellLines.of(f"{name}.py", choice.path.name, (workspace / f"{name}.py").read_text())
+                         for name, choice in files.items() if choice.path.suffix == ".ipynb"})
         if timed_out:
             for test in results.tests:
                 if test.output == NOT_RUN:

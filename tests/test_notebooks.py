@@ -163,7 +163,7 @@ def test_a_shell_cell_fails_every_test_of_the_exercise_with_the_cell_named(tmp_p
     reason = "vector_add.ipynb, cell 3: `!pip install x` is a shell command: a submission holds plain Python only"
     assert all(t.status == Status.FAILED for t in results.tests)
     told = [t for t in results.tests if not t.output.startswith("needs correctness first")]  # perf: not run
-    assert told and all(t.output.startswith(f"could not import the submission (vector_add.py:6 in <module>): "
+    assert told and all(t.output.startswith(f"could not import the submission (vector_add.ipynb in <module>): "
                                             f"NotebookRefused: {reason}") for t in told), results.to_dict()
 
 
@@ -411,3 +411,66 @@ def test_the_batch_grades_the_notebook_pushed_beside_the_untouched_stub(tmp_path
     row, = csv.DictReader((tmp_path / "grades" / "grades.csv").open())
     assert (row["student_id"], row["vector_add"], row["status"]) == ("nbstu", "25", "graded"), row
     assert f"Note: {WORKED_NOTE}" in (tmp_path / "grades" / "feedback" / "nbstu.md").read_text()
+
+
+def _solved_with(*changes: tuple[str, str]) -> str:
+    source = SOLVED
+    for old, new in changes:
+        assert old in source, old
+        source = source.replace(old, new, 1)
+    return source
+
+
+def test_a_notebooks_messages_name_its_cells_and_their_lines_not_the_module_graded(tmp_path):
+    """Regression (learner audit): a notebook's findings, tracebacks, hotspots and policy refusals
+    named `vector_add.py:53`, a line of the module generated from its cells that the student never
+    sees. Cell 3 is add_kernel, its line 7 the store; cell 4 vector_add; cell 6 the grid-stride
+    host function; cell 7 saxpy_kernel; cell 2 the imports."""
+    from grader.report.html import html_page
+
+    bugs = _solved_with(
+        ("    if i < out.size:\n        out[i] = a[i] + b[i]", "    out[i] = a[i] + b[i]"),  # out of bounds
+        ("(d_a, d_b, d_out)\n    return d_out.copy_to_host()\n    ### END SOLUTION\n\n\n# -- stage 3",  # host code raises
+         "(d_a, d_b, d_out)\n    x = [1][a.size]\n    return d_out.copy_to_host()\n    ### END SOLUTION\n\n\n# -- stage 3"),
+        ("        y[i] = alpha * x[i] + y[i]",  # a warp over 8 segments of 32 elements: uncoalesced
+         "        base = cuda.blockIdx.x * 256\n        t = cuda.threadIdx.x\n"
+         "        j = base + (t % 8) * 32 + t // 8 if base + 256 <= y.size else i\n        y[j] = alpha * x[j] + y[j]"))
+    results = grade_folder(submission(tmp_path, "bugs", notebook_from_source(bugs, "vector_add")), tmp_path)
+    by_name = {t.name: t for t in results.tests}
+    oob = by_name["vector_add::edge_sizes[n=33]"]
+    assert oob.output.startswith("kernel 'add_kernel' at vector_add.ipynb, cell 3, line 7, block (0, 0, 0), "
+                                 "thread (33, 0, 0): out-of-bounds access"), oob.output
+    assert oob.output.endswith("launched at vector_add.ipynb, cell 4, line 8 in vector_add"), oob.output
+    assert (oob.finding.file, oob.finding.line) == ("vector_add.ipynb, cell 3", 7)
+    # the excerpt: the cell's own lines, numbered as in the cell, no marker of the module graded
+    assert oob.source == [4, ['    """out[i] = a[i] + b[i] for every i, one thread per element."""',
+                              "    ### BEGIN SOLUTION", "    i = cuda.grid(1)", "    out[i] = a[i] + b[i]",
+                              "    ### END SOLUTION"]], oob.source
+    assert "<code>vector_add.ipynb, cell 3</code>, line 7" in html_page(results)
+    raised = by_name["vector_add::grid_stride_sizes[n=33]"].output
+    assert raised.startswith("IndexError (vector_add.ipynb, cell 6, line 8 in vector_add_grid_stride)"), raised
+    assert '  File "vector_add.ipynb", cell 6, line 8, in vector_add_grid_stride\n    x = [1][a.size]' in raised
+    slow = by_name["vector_add::saxpy_moves_the_fewest_bytes"]
+    assert slow.output.splitlines()[0].endswith("worst at cell 7, line 11 (load)"), slow.output
+    assert "uncoalesced access at cell 7, line 11 of kernel 'saxpy_kernel' (store)" in slow.output
+    assert (slow.request["cell"], slow.request["line"]) == (7, 11)
+    assert not any(re.search(r"vector_add\.py|\bline (?:[2-9]\d|1[2-9])\b", t.output) for t in results.tests)
+
+    policy = _solved_with(("import numpy as np\n", "import numpy as np\nimport os\n"))
+    refused = grade_folder(submission(tmp_path, "policy", notebook_from_source(policy, "vector_add")), tmp_path)
+    told = [t.output for t in refused.tests if not t.output.startswith("needs correctness first")]
+    assert told and all(o == "policy: imports os (vector_add.ipynb, cell 2, line 2)" for o in told), told
+
+
+def test_only_the_notebooks_module_lines_are_retold():
+    """Other files' lines (numpy's, a .py module's) stay as they are; two lines of one cell are told
+    as that cell's; a line in no cell is the notebook alone."""
+    from grader.course.cell_lines import CellLines, retell_text
+
+    cells = CellLines.of("vector_add.py", "vector_add.ipynb", "# %% (cell 2)\nA = 1\nB = 2\n\n# %% (cell 5)\nC = 3\n")
+    text = ('File "/usr/lib/numpy/core.py", line 12, in f; matmul.py:3; numpy.py:2; vector_add.py:6; '
+            'with no barrier between lines 2 and 3; line 6 does both; lines 3 and 6; vector_add.py:4')
+    assert retell_text(text, {"vector_add.py": cells}, cells) == (
+        'File "/usr/lib/numpy/core.py", line 12, in f; matmul.py:3; numpy.py:2; vector_add.ipynb, cell 5, line 1; '
+        'with no barrier between lines 1 and 2 of cell 2; cell 5, line 1 does both; cell 2, line 2 and cell 5, '
+        'line 1; vector_add.ipynb')

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 from ..errors import CourseError, GpugradeError, UsageError
 
 MAX_NOTEBOOK_BYTES = 5 << 20  # a notebook of the student's, outputs included (5 MiB)
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+# the line above each cell's code in the module graded: a line of the module leads back to its cell
+CELL_MARKER = re.compile(r"# %% \(cell (\d+)\)")
 
 
 class NotebookRefused(GpugradeError):
@@ -159,7 +162,7 @@ def module_source(path: Path) -> str:
         _check_cell(cell.source, name, number)
         if _self_check(cell.source):
             continue
-        parts.append(f"# %% (cell {number})\n{cell.source.rstrip()}")
+        parts.append(f"# %% (cell {number})\n{cell.source.rstrip()}")  # CELL_MARKER
     if not parts:
         raise NotebookRefused(f"{name} has no code cell")
     return "\n\n".join(parts) + "\n"

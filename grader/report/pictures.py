@@ -169,10 +169,16 @@ def sectors_svg(request: dict) -> str:
     ax.set_xlim(-2.5, width + 0.5)
     ax.set_ylim(-0.4, 2.6)
     ideal = -(-len(lanes) * item // 32)
-    ax.set_title(f"line {request.get('line', '?')}, one warp's global {request.get('kind', 'access')}: "
+    ax.set_title(f"{_line(request)}, one warp's global {request.get('kind', 'access')}: "
                  f"{len(lanes)} lanes touch {len(sectors)} sectors of 32 bytes "
                  f"({ideal} for consecutive {item}-byte items); byte offsets below", fontsize=7.5)
     return _svg(fig)
+
+
+def _line(request: dict) -> str:
+    """The request's line, in its notebook cell where it has one (grader.course.cell_lines)."""
+    line = f"line {request.get('line', '?')}"
+    return f"cell {request['cell']}, {line}" if "cell" in request else line
 
 
 BANK_LEVELS = 8  # words drawn per bank at most; a deeper bank ends with a "+N more" box
@@ -212,7 +218,7 @@ def banks_svg(request: dict) -> str:
     ax.text(-0.3, -0.3, "bank", fontsize=6, ha="right", va="top")
     ax.set_xlim(-1.5, 32.5)
     ax.set_ylim(-1.0, shown + 1.0)
-    ax.set_title(f"line {request.get('line', '?')}, one warp's shared {request.get('kind', 'access')}: "
+    ax.set_title(f"{_line(request)}, one warp's shared {request.get('kind', 'access')}: "
                  f"{depth} pass{'es' if depth > 1 else ''} (1 without bank conflicts); each box one 4-byte word, "
                  f"the lanes that use it written in it", fontsize=7.5)
     return _svg(fig)
