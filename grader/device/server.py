@@ -35,6 +35,7 @@ from ..sim.host import SimEvent, SimStream
 from ..sim.sites import STACK_FRAMES, launch_site, reported_site
 from . import replay
 from .host_bytes import HostBytes, is_neutral
+from .kernel_output import KernelOutput
 from .package import Builder, NotPackable
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
@@ -62,6 +63,7 @@ class CallLog:
         # (download entry, its data, its elements still the host's bytes or None), KEPT_BYTES at most
         self.kept: list[tuple[dict, np.ndarray, np.ndarray | None]] = []
         self._kept_bytes = 0
+        self.printed = KernelOutput()  # what the call's kernels print, for the student's feedback
 
     def keep(self, entry: dict, data: np.ndarray, carried: np.ndarray | None) -> None:
         """Keep a kernel-written download's data to the call's end, while KEPT_BYTES last."""
@@ -115,7 +117,7 @@ class CallLog:
         return {"ok": True, "call": self.call, "launches": self.launches[:MAX_RECORDS],
                 "findings": self.findings, "uploads": self.uploads[:MAX_RECORDS],
                 "downloads": self.downloads[:MAX_RECORDS], "timeline": timeline,
-                "timeline_truncated": truncated}
+                "timeline_truncated": truncated, **self.printed.report()}
 
 
 class Device:
@@ -548,7 +550,7 @@ class Device:
                 self._slot = ("arg", position)  # (for a host array: where a replay puts another input)
                 args.append(self._arg(spec, hosts))
         grid, block = _dims(request["grid"]), _dims(request["block"])
-        with self._trace() as launches, gpu:
+        with self._trace() as launches, gpu, self.log.printed.capture():
             kernel[grid, block, self._stream(request), request.get("sharedmem", 0)](*args)
         written, read = set(), set()
         for record in launches:

@@ -29,6 +29,7 @@ from .correctness import WrongAnswer
 from .collective import take_traffic
 from .hotspots import take_request
 from .perf import PartialCredit, take_timing
+from .printed import take_printed
 from .policy import DEFAULT_ALLOWED_IMPORTS
 from .recorded_reference import RecordedReference, RecordingReference
 from .settings import JudgeSettings
@@ -335,6 +336,7 @@ class GradingSession:
         take_timing()  # nothing of an earlier test
         take_request()
         take_traffic()
+        take_printed()
         key = (exercise_of(item), int(_marker_arg(item, "stage", 1)))
         if item.get_closest_marker("perf") is not None and key in self.failed_stages:
             from .perf import NeedsCorrectness
@@ -363,7 +365,9 @@ class GradingSession:
             self.failed_stages.add((exercise_of(item), int(_marker_arg(item, "stage", 1))))
         self.pending.pop(item.nodeid, None)
         exc = call.excinfo.value if call.excinfo else None
-        result = self._result(item, passed, "" if passed else failure_message(exc))
+        message = "" if passed else failure_message(exc)
+        kernels_printed = take_printed()  # the student's text: after the grader's words, each line marked
+        result = self._result(item, passed, f"{message}\n\n{kernels_printed}".strip("\n"))
         if not passed and isinstance(exc, StudentCodeError) and exc.finding is not None:
             result.finding = exc.finding
             result.source = source_around(self.workspace, exc.finding.file, exc.finding.line)

@@ -22,7 +22,7 @@ from ..errors import CallTimeout, GraderFault, ProtocolError, RunnerError, Stude
 from ..wire import dtypes
 from ..wire.digests import text_digest
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
-from . import gpu_lock
+from . import gpu_lock, printed
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .signatures import declared_parameters
 from .stuck import split_dump, timeout_message, watch_after
@@ -276,6 +276,8 @@ class RunnerConnection:
                 return reply, None
             found = self._tell_device(device, {"op": "end", "call": number, "answers": _answer_shapes(reply)},
                                       REPORT_BOUNDS, wire.DeviceReport.parse)
+            if not self.trusted:  # the student's prints, for the test's feedback (never the grade's)
+                printed.heard(found)
             return reply, found if report else None
         except ProtocolError as exc:
             output = runner.output_tail()

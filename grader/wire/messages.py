@@ -23,6 +23,8 @@ MAX_TEXT = 8000          # an error's detail, a traceback
 MAX_NAME = 200           # kernel, array and exception names
 MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
+PRINTED_LINES = 20       # of what a call's kernels printed (grader.device.kernel_output)
+PRINTED_LINE = 210       # characters of one of those lines, the device's own cut included
 # "unavailable": the machine cannot do what was asked (no CuPy or NCCL, fewer GPUs than ranks, a
 # backend that times nothing): not the student's failure, nor the runner's
 ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol",
@@ -542,7 +544,8 @@ class StreamOp:
 class DeviceReport:
     """What happened on the simulated GPU during one call, from the device process (never
     through the runner): launches with their counters, findings, the copies made, and every
-    kernel, copy and host wait in stream order (`timeline`; `timeline_truncated`: some were cut)."""
+    kernel, copy and host wait in stream order (`timeline`; `timeline_truncated`: some were cut),
+    and the first lines its kernels printed (`printed`; `printed_more`: how many more there were)."""
 
     call: int
     launches: list[LaunchSummary]
@@ -551,6 +554,8 @@ class DeviceReport:
     downloads: list[Transfer]
     timeline: list[StreamOp] = field(default_factory=list)
     timeline_truncated: bool = False
+    printed: tuple[str, ...] = ()
+    printed_more: int = 0
 
     @classmethod
     def parse(cls, doc: Any) -> "DeviceReport":
@@ -568,7 +573,10 @@ class DeviceReport:
                     for i, d in enumerate(_list(doc.get("downloads", []), "report.downloads"))],
                    [StreamOp.parse(d, f"report.timeline[{i}]")
                     for i, d in enumerate(_list(doc.get("timeline", []), "report.timeline", MAX_OPS))],
-                   bool(doc.get("timeline_truncated", False)))
+                   bool(doc.get("timeline_truncated", False)),
+                   tuple(_text(line, f"report.printed[{i}]", PRINTED_LINE)
+                         for i, line in enumerate(_list(doc.get("printed", []), "report.printed", PRINTED_LINES))),
+                   _int(doc.get("printed_more", 0), "report.printed_more"))
 
 
 def is_number(value: Any) -> bool:
