@@ -22,7 +22,11 @@ def _with(source: str, old: str, new: str) -> str:
     return source.replace(old, new, 1)
 
 
-def test_kernel_prints_reach_the_tests_feedback(tmp_path):
+def _line_of(source: str, text: str) -> int:
+    return next(number for number, line in enumerate(source.splitlines(), start=1) if text in line)
+
+
+def test_kernel_prints_reach_the_tests_feedback_and_the_slow_verdict_names_the_lines(tmp_path):
     source = _with(SOLVED, "    if i < out.size:\n        out[i] = a[i] + b[i]",  # stage 1: right, but loads a[i] twice
                    "    if i < out.size:\n        print('thread', i, a[i])\n        out[i] = a[i] + b[i]")
     source = _with(source, "    for i in range(start, out.size, stride):\n",  # stage 2: one past the end
@@ -46,7 +50,10 @@ def test_kernel_prints_reach_the_tests_feedback(tmp_path):
 
     slow = tests["vector_add::keeps_up_with_the_reference"]["output"]
     head, rest = slow.split("\n\n", 1)
+    store, shown = _line_of(source, "        out[i] = a[i] + b[i]"), _line_of(source, "print('thread'")
     assert head.startswith("slower than the reference: ")
+    assert (f"its kernels load 1.5x the reference's elements from global memory (786,432 against 524,288), by "
+            f"line: line {store} of kernel 'add_kernel' (67%), line {shown} of kernel 'add_kernel' (33%); ") in head
     assert rest.startswith("what your kernels printed") and f"\n{printed.MARK}thread 0 " in rest
 
     failed = tests["vector_add::grid_stride_sizes[n=33]"]["output"]

@@ -142,15 +142,25 @@ def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
              f"one more request")]
 
 
+def busiest_lines(launches: list[dict], space: str, kind: str, top: int = 3) -> list[tuple[int, str, float]]:
+    """The `top` lines with most warp requests of `kind` ("load", "store", "atomic": operations) in
+    `space`, as (line, kernel, share of them all), the most first."""
+    if kind == "atomic":
+        per_line = _per_line(launches, lambda e: e.get("kind") == "atomic", lambda e: int(e.get("atomics", 0)))
+    else:
+        per_line = _per_line(launches, lambda e: e.get("space") == space and e.get("kind") == kind,
+                             lambda e: e.get("requests", 0))
+    total = sum(per_line.values()) or 1
+    ranked = sorted(per_line.items(), key=lambda item: -item[1])[:top]
+    return [(line, kernel, n / total) for (line, kernel), n in ranked if n > 0]
+
+
 def _busiest(launches: list[dict], kind: str) -> list[tuple]:
-    per_line = _per_line(launches, lambda e: e.get("space") == "global" and e.get("kind") == kind,
-                         lambda e: e.get("requests", 0))
-    top = sorted(per_line.items(), key=lambda item: -item[1])[:3]
+    top = busiest_lines(launches, "global", kind)
     if not top:
         return []
-    total = sum(per_line.values()) or 1
-    listed = ", ".join(f"line {line} of kernel {kernel!r} ({n / total:.0%})" for (line, kernel), n in top)
-    return [(f"global {kind}s", top[0][0][0], kind, f"global {kind}s by line (share of warp requests): {listed}")]
+    listed = ", ".join(f"line {line} of kernel {kernel!r} ({share:.0%})" for line, kernel, share in top)
+    return [(f"global {kind}s", top[0][0], kind, f"global {kind}s by line (share of warp requests): {listed}")]
 
 
 def _atomics(launches: list[dict]) -> list[tuple]:

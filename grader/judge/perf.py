@@ -16,7 +16,7 @@ from typing import Iterable
 from .. import perf_model
 from ..course.manifest import Criterion, Stage
 from .correctness import WrongAnswer
-from .hotspots import EXPLAINED_BY, hotspots
+from .hotspots import EXPLAINED_BY, busiest_lines, hotspots
 
 # Counters that are ratios: recomputed from the sums of their parts over all launches.
 RATIOS = {
@@ -202,32 +202,38 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         launches = (f"{len(student_launches)} kernel launches against the reference's {len(reference_launches)}; "
                     if len(student_launches) > len(reference_launches) else "")
         raise PartialCredit(f"slower than the reference{f' ({what})' if what else ''}: {launches}{speed}"
-                            f"{heaviest(got, ref)}; {credit:.0%} of the points", credit)
+                            f"{heaviest(got, ref, student_launches)}; {credit:.0%} of the points", credit)
     return got
 
 
-# what a kernel does more of than the reference, as the slow verdict says it (counter -> words)
-_WORK = (("global_loads", "load {r} the reference's elements from global memory"),
-         ("global_stores", "store {r} the reference's elements to global memory"),
-         ("global_load_sectors", "read {r} the reference's global memory sectors"),
-         ("global_store_sectors", "write {r} the reference's global memory sectors"),
-         ("atomics", "do {r} the reference's atomics"),
-         ("shared_loads", "load {r} the reference's shared memory words"),
-         ("barriers", "wait at {r} the reference's barriers"),
-         ("threads_launched", "launch {r} the reference's threads"))
+# what a kernel does more of than the reference, as the slow verdict says it (counter -> words, and
+# the per-line requests that show where: (space, kind), None where no line does)
+_WORK = (("global_loads", "load {r} the reference's elements from global memory", ("global", "load")),
+         ("global_stores", "store {r} the reference's elements to global memory", ("global", "store")),
+         ("global_load_sectors", "read {r} the reference's global memory sectors", ("global", "load")),
+         ("global_store_sectors", "write {r} the reference's global memory sectors", ("global", "store")),
+         ("atomics", "do {r} the reference's atomics", ("global", "atomic")),
+         ("shared_loads", "load {r} the reference's shared memory words", ("shared", "load")),
+         ("barriers", "wait at {r} the reference's barriers", None),
+         ("threads_launched", "launch {r} the reference's threads", None))
 HEAVIER = 1.5  # this much more of some work than the reference is named beside a slow time
 
 
-def heaviest(got: dict, ref: dict) -> str:
+def heaviest(got: dict, ref: dict, launches: list[dict] = ()) -> str:
     """Why a kernel whose criteria all hold is still slower: the work it does most more of than
-    the reference ("; its kernels load 32x the reference's elements from global memory (...)")."""
-    ratios = [(got.get(counter, 0) / ref[counter], counter, words) for counter, words in _WORK
+    the reference, and the lines of `launches` that do most of it, with their shares of its warp
+    requests, as hotspots names lines ("; its kernels load 1.5x the reference's elements from
+    global memory (...), by line: line 19 of kernel 'add_kernel' (67%), line 18 of ... (33%)")."""
+    ratios = [(got.get(counter, 0) / ref[counter], counter, words, lines) for counter, words, lines in _WORK
               if ref.get(counter, 0) > 0 and got.get(counter, 0) >= HEAVIER * ref[counter]]
     if not ratios:
         return ""
-    ratio, counter, words = max(ratios, key=lambda r: r[0])
+    ratio, counter, words, lines = max(ratios, key=lambda r: r[0])
+    top = busiest_lines(launches, *lines) if lines else []
+    at = ", by line: " + ", ".join(f"line {line} of kernel {kernel!r} ({share:.0%})" for line, kernel, share in top) \
+        if top else ""
     return (f"; its kernels {words.format(r=f'{ratio:.1f}x')} "
-            f"({got[counter]:,.0f} against {ref[counter]:,.0f})")
+            f"({got[counter]:,.0f} against {ref[counter]:,.0f}){at}")
 
 
 # A kernel cannot move its minimal traffic faster than the GPU's copy engine moves the same bytes
