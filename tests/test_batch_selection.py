@@ -14,7 +14,7 @@ from grader.errors import UsageError
 from grader.report.results import Results, Status, TestResult
 
 ROOT = Path(__file__).resolve().parents[1]
-COURSE = Course(ROOT)  # the course's four exercises: allreduce, matmul, reduction, vector_add
+COURSE = Course(ROOT)  # the course's four exercises, in its order: vector_add, matmul, reduction, allreduce
 
 
 def _graded(store: Store, student: str, assignment: str = "hw") -> None:
@@ -36,26 +36,26 @@ def store(tmp_path):
 
 def test_the_first_batch_records_its_exercises_and_later_ones_keep_them(store, tmp_path):
     assert graded_on(store, "hw", COURSE.exercises) is None  # a new assignment: nothing chosen yet
-    assert for_batch(store, "hw", ["vector_add", "matmul", "vector_add"], COURSE, tmp_path) == ["matmul", "vector_add"]
-    assert store.selection("hw") == ["matmul", "vector_add"]
-    assert for_batch(store, "hw", [], COURSE, tmp_path) == ["matmul", "vector_add"]  # none named: the recorded
-    assert for_batch(store, "hw", ["vector_add", "matmul"], COURSE, tmp_path) == ["matmul", "vector_add"]
+    assert for_batch(store, "hw", ["vector_add", "matmul", "vector_add"], COURSE, tmp_path) == ["vector_add", "matmul"]
+    assert store.selection("hw") == ["vector_add", "matmul"]
+    assert for_batch(store, "hw", [], COURSE, tmp_path) == ["vector_add", "matmul"]  # none named: the recorded
+    assert for_batch(store, "hw", ["vector_add", "matmul"], COURSE, tmp_path) == ["vector_add", "matmul"]
     assert for_batch(store, "other", [], COURSE, tmp_path) == COURSE.exercises()  # none named, new: all
-    assert graded_on(store, "hw", COURSE.exercises) == ["matmul", "vector_add"]
+    assert graded_on(store, "hw", COURSE.exercises) == ["vector_add", "matmul"]
 
 
 def test_another_selection_is_refused_saying_what_the_folder_holds_and_stores_nothing(store, tmp_path):
     for_batch(store, "hw", ["vector_add"], COURSE, tmp_path)
     _graded(store, "alice")
     before = _dump(tmp_path / "store.sqlite")
-    with pytest.raises(UsageError, match=r"graded on vector_add, not on matmul, vector_add.*another folder"):
+    with pytest.raises(UsageError, match=r"graded on vector_add, not on vector_add, matmul.*another folder"):
         for_batch(store, "hw", ["matmul", "vector_add"], COURSE, tmp_path)
     assert _dump(tmp_path / "store.sqlite") == before
 
 
 def test_an_unknown_exercise_is_a_usage_error_naming_the_course_s(store, tmp_path):
-    with pytest.raises(UsageError, match=r"unknown exercise 'matmull' \(this course has: allreduce, matmul, "
-                                         r"reduction, vector_add\)"):
+    with pytest.raises(UsageError, match=r"unknown exercise 'matmull' \(this course has: vector_add, matmul, "
+                                         r"reduction, allreduce\)"):
         for_batch(store, "hw", ["matmull"], COURSE, tmp_path)
     assert store.selection("hw") is None
 
@@ -69,7 +69,7 @@ def test_a_store_made_before_selections_were_recorded_is_graded_on_all_exercises
     with Store(path) as store:  # opening it adds the table, its rows untouched
         assert [r.key.student_id for r in store.latest("hw")] == ["alice"]
         assert graded_on(store, "hw", COURSE.exercises) == COURSE.exercises()
-        with pytest.raises(UsageError, match="graded on allreduce, matmul, reduction, vector_add, not on vector_add"):
+        with pytest.raises(UsageError, match="graded on vector_add, matmul, reduction, allreduce, not on vector_add"):
             for_batch(store, "hw", ["vector_add"], COURSE, tmp_path)
         assert store.selection("hw") is None  # refused: nothing recorded
         assert for_batch(store, "hw", [], COURSE, tmp_path) == COURSE.exercises()

@@ -260,6 +260,34 @@ def test_check_grades_the_students_own_exercises_folder(tmp_path):
     assert "your exercises/" in done.stdout and re.search(r"Total: (\d+)/\1 ", done.stdout)
 
 
+def test_check_lists_the_exercises_in_the_courses_order_and_starts_with_the_first_one(tmp_path):
+    """Regression (learner audit): the first failing test shown was allreduce's, the hardest, because
+    exercises were taken by name; the course's order is course.toml's (vector_add first)."""
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
+    shutil.copytree(ROOT / "exercises", course / "exercises")
+    shutil.copy(ROOT / "course.toml", course / "course.toml")
+    done = gpugrade("check", "--backend", "sim", cwd=course)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = re.findall(r"^│ (\w+) stage 1 ", done.stdout, re.M)
+    assert rows == ["vector_add", "matmul", "reduction", "allreduce"], done.stdout
+    assert "First failing test: vector_add::" in done.stdout, done.stdout
+
+
+def test_exercises_the_manifest_does_not_list_come_after_those_it_does_by_name(tmp_path):
+    from grader.course import Course
+
+    (tmp_path / "tests" / "exercises").mkdir(parents=True)
+    for name in ("zeta", "alpha", "beta", "extra"):
+        (tmp_path / "tests" / "exercises" / f"test_{name}.py").write_text("")
+    assert Course(tmp_path).exercises() == ["alpha", "beta", "extra", "zeta"]  # no course.toml: by name
+    stage = ('[[exercises.{0}.stages]]\ntitle = "s"\nfunction = "f"\nhints = ["a", "b", "c"]\n'
+             '[exercises.{0}.stages.gpu]\nbaseline = "reference"\nmax_time_ratio = 1.2\n')
+    (tmp_path / "course.toml").write_text("".join(f'[exercises.{n}]\ntitle = "{n}"\n' + stage.format(n)
+                                                  for n in ("zeta", "beta", "gone")))
+    assert Course(tmp_path).exercises() == ["zeta", "beta", "alpha", "extra"]
+
+
 def test_a_grader_folder_in_the_course_does_not_shadow_the_installed_grader(tmp_path):
     """A course folder that holds a copy of the grader (a clone of this repository graded by
     gpugrade installed elsewhere): the judge runs in it, yet imports the grader its runners

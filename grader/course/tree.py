@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CourseError, UsageError
-from . import notebooks
+from . import manifest, notebooks
 
 GRADING_TESTS = Path("tests") / "exercises"
 
@@ -37,7 +37,15 @@ class Course:
         return self.root / GRADING_TESTS
 
     def exercises(self) -> list[str]:
-        return sorted(p.stem[len("test_"):] for p in self.tests_dir.glob("test_*.py"))
+        """The exercises with grading tests, in the course's order: as course.toml lists them (the
+        easiest first: results, "the first failing test" and hints follow it), then any it does not
+        list, by name. Without a readable manifest, by name."""
+        found = sorted(p.stem[len("test_"):] for p in self.tests_dir.glob("test_*.py"))
+        try:
+            listed = list(manifest.find(self.root).exercises)
+        except CourseError:  # no course.toml, or a broken one: said where the manifest is needed
+            listed = []
+        return [e for e in listed if e in found] + [e for e in found if e not in listed]
 
     def test_file(self, exercise: str) -> Path:
         path = self.tests_dir / f"test_{exercise}.py"
