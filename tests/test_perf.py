@@ -27,6 +27,10 @@ def test_hotspot_names_the_worst_line_of_the_missed_criterion():
         ("global", 8, "load", "uncoalesced access at line 8 of kernel 'k' (load): 32.0 sectors per request "
          "(4 for a warp reading consecutive float32)")]
     assert hotspots([STRIDED], ["atomics"]) == []
+    stores = launch(0, 0, [{"line": 9, "space": "global", "kind": "store", "requests": 32, "sectors": 1024,
+                            "sample": {"itemsize": 8}}])
+    assert hotspots([stores], ["sectors_per_request"])[0][3].endswith(  # learner audit: it said "reading" here
+        "(store): 32.0 sectors per request (8 for a warp writing consecutive 8-byte elements)")
 
 
 def test_a_conflicted_load_is_named_beside_the_worse_store_and_a_clean_one_is_not():

@@ -29,7 +29,8 @@ EXPLAINED_BY = {
     "wavefronts_per_shared_request": "shared", "bank_conflict_wavefronts": "shared", "atomics": "atomic",
     "global_loads": "global loads", "global_stores": "global stores",
 }
-_IDEAL = {"global": "4 for a warp reading consecutive float32", "shared": "1 without bank conflicts"}
+_IDEAL = {"global": "4 for a warp {accessing} consecutive float32", "shared": "1 without bank conflicts"}
+_ACCESSING = {"load": "reading", "store": "writing"}  # a line's kind, as the ideal says it
 _IDEAL_COST = {"global": 4.0, "shared": 1.0}
 
 
@@ -89,7 +90,7 @@ def _costliest(launches: list[dict], space: str) -> list[tuple]:
             keep_request({**sample, "space": space, "kind": kind, "line": line, "kernel": kernel,
                           "per_request": round(cost, 2)})
         notes.append((space, line, kind, f"{what} at line {line} of kernel {kernel!r} ({kind}): "
-                      f"{cost:.1f} {unit} per request ({_ideal_text(space, sample)})"))
+                      f"{cost:.1f} {unit} per request ({_ideal_text(space, sample, kind)})"))
     return notes
 
 
@@ -103,11 +104,11 @@ def _ideal_cost(space: str, sample) -> float:
     return max(1.0, float(_itemsize(sample))) if space == "global" else _IDEAL_COST[space]
 
 
-def _ideal_text(space: str, sample) -> str:
-    size = _itemsize(sample)
+def _ideal_text(space: str, sample, kind: str) -> str:
+    size, accessing = _itemsize(sample), _ACCESSING.get(kind, "accessing")
     if space != "global" or size == 4:
-        return _IDEAL[space]
-    return f"{max(1, size)} for a warp reading consecutive {size}-byte elements"
+        return _IDEAL[space].format(accessing=accessing)
+    return f"{max(1, size)} for a warp {accessing} consecutive {size}-byte elements"
 
 
 def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
