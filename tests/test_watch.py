@@ -23,8 +23,10 @@ def _results(score_a: float, message: str = "") -> Results:
 
 def test_changes_names_only_the_stages_that_changed():
     first = _results(0, "out-of-bounds access at index 33")
-    assert changes(None, first) == ["ex stage 1: 0/1: out-of-bounds access at index 33", "ex stage 2: 1/1: ok (1 test)"]
-    assert changes(first, _results(1)) == ["ex stage 1: 1/1 (was 0/1): ok (1 test)"]
+    assert changes(None, first) == ["ex stage 1: 0/1: out-of-bounds access at index 33", "ex stage 2: 1/1: ok (1 test)",
+                                     "total: 1/2"]
+    # the total after every regrade (learner audit: only "no change: 1/2" said it)
+    assert changes(first, _results(1)) == ["ex stage 1: 1/1 (was 0/1): ok (1 test)", "total: 2/2 (was 1/2)"]
     assert changes(first, first) == ["no change: 1/2"]
 
 
@@ -42,7 +44,7 @@ def test_a_save_grades_again(tmp_path):
 
     watch(tmp_path, ["ex"], grade, shown.append, interval=0, settle=0, sleep=sleep, stop=lambda: len(graded) >= 2)
     assert graded == ["x = 1\n", "x = 2\n"]
-    assert shown[-1] == ["ex stage 1: 1/1 (was 0/1): ok (1 test)"]
+    assert shown[-1] == ["ex stage 1: 1/1 (was 0/1): ok (1 test)", "total: 2/2 (was 1/2)"]
 
 
 def test_the_command_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
@@ -65,7 +67,7 @@ def test_the_command_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     text = log.read_text()
-    assert "vector_add stage 1: 11/11 (was 0/11)" in text, text
+    assert "vector_add stage 1: 11/11 (was 0/11)" in text and "\ntotal: 11/11 (was 0/11)\n" in text, text
     assert proc.returncode == 0
 
 

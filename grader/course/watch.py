@@ -44,7 +44,8 @@ def _stages(results: Results) -> dict[tuple[str, int], tuple[float, float, str]]
 
 
 def changes(before: Results | None, after: Results) -> list[str]:
-    """What differs, stage by stage: every stage the first time, then only the changed ones."""
+    """What differs, stage by stage: every stage the first time, then only the changed ones; then
+    the total."""
     old = _stages(before) if before is not None else {}
     lines = []
     for key, (got, out_of, verdict) in _stages(after).items():
@@ -54,9 +55,11 @@ def changes(before: Results | None, after: Results) -> list[str]:
         was = f" (was {num(old[key][0])}/{num(old[key][1])})" if key in old and old[key][0] != got else ""
         first = verdict.splitlines()[0] if verdict else ""
         lines.append(f"{exercise} stage {stage}: {num(got)}/{num(out_of)}{was}: {first}")
+    total = f"{num(after.score)}/{num(after.max_score)}"
     if before is not None and not lines:
-        lines.append(f"no change: {num(after.score)}/{num(after.max_score)}")
-    return lines
+        return [f"no change: {total}"]
+    was = f" (was {num(before.score)}/{num(before.max_score)})" if before and before.score != after.score else ""
+    return [*lines, f"total: {total}{was}"]  # after every grading, not only when nothing changed
 
 
 def watch(exercises_dir: Path, exercises: list[str], grade: Callable[[], Results],
