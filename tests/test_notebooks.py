@@ -19,7 +19,7 @@ nbformat = pytest.importorskip("nbformat")
 
 from grader.course import make_workspace, submission_modules  # noqa: E402
 from grader.course.notebooks import MAX_NOTEBOOK_BYTES, NotebookRefused, module_source, notebook_from_source  # noqa: E402
-from grader.report.results import Results, Status  # noqa: E402
+from grader.report.results import Results, Status, TestResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUGRADE = [sys.executable, "-m", "grader"]
@@ -474,3 +474,13 @@ def test_only_the_notebooks_module_lines_are_retold():
         'File "/usr/lib/numpy/core.py", line 12, in f; matmul.py:3; numpy.py:2; vector_add.ipynb, cell 5, line 1; '
         'with no barrier between lines 1 and 2 of cell 2; cell 5, line 1 does both; cell 2, line 2 and cell 5, '
         'line 1; vector_add.ipynb')
+
+
+def test_failures_at_two_lines_of_a_cell_are_two_failures_and_one_at_two_sizes_is_one():
+    from grader.report.text import grouped
+
+    def failed(n, line):
+        return TestResult(f"vector_add::t[n={n}]", "vector_add", 1, 1, 0, Status.FAILED,
+                          f"IndexError (vector_add.ipynb, cell 6, line {line} in f): index {n} is out of bounds")
+
+    assert [len(g) for g in grouped([failed(33, 8), failed(1025, 8), failed(33, 9)]).values()] == [2, 1]

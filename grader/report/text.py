@@ -14,7 +14,8 @@ def num(x: float) -> str:
     return f"{x:g}"
 
 
-_NUMBERS = re.compile(r"(?<![:\w])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # not a line number, not in a name
+# not a line number (`vector_add.py:70`, a notebook's `cell 3, line 7`), not in a name
+_NUMBERS = re.compile(r"(?<![:\w])(?<!cell )(?<!line )[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def first_line(text: str) -> str:
@@ -26,7 +27,7 @@ def grouped(failed: list) -> dict[str, list]:
     finding (the same kind, line and array, whatever the thread or index) or with first lines
     that differ only in their numbers (one bug at several sizes: "with n=1000: 744 of 1000
     elements wrong", "with n=1025: 769 of 1025 ...") are one group, shown by its first test's
-    first line. Numbers after a colon stay (a file's line: vector_add.py:70)."""
+    first line. Line numbers stay (a file's line: vector_add.py:70; a notebook's: cell 3, line 7)."""
     keys: dict = {}
     groups: dict[str, list] = {}
     for t in failed:
