@@ -474,6 +474,9 @@ def test_only_the_notebooks_module_lines_are_retold():
         'File "/usr/lib/numpy/core.py", line 12, in f; matmul.py:3; numpy.py:2; vector_add.ipynb, cell 5, line 1; '
         'with no barrier between lines 1 and 2 of cell 2; cell 5, line 1 does both; cell 2, line 2 and cell 5, '
         'line 1; vector_add.ipynb')
+    printed = "failed at vector_add.py:6\n\nwhat your kernels printed:\n  kernel> vector_add.py:6 line 6"
+    assert retell_text(printed, {"vector_add.py": cells}, cells) == (
+        "failed at vector_add.ipynb, cell 5, line 1\n\nwhat your kernels printed:\n  kernel> vector_add.py:6 line 6")
 
 
 def test_failures_at_two_lines_of_a_cell_are_two_failures_and_one_at_two_sizes_is_one():

@@ -10,7 +10,7 @@ line 3`. The map comes from the module text's markers alone.
 Words: a `<module>.py:N` or `File "<module>.py", line N` names the file, so it is rewritten for
 any notebook-graded module; a bare `line N` / `lines N and M` is the test's own exercise's (the
 judge names a kernel's lines so). A line in no cell (the stand-in module of a refused notebook) is
-told as the notebook alone.
+told as the notebook alone. What the kernels printed (grader.judge.printed) stays as printed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from ..judge.printed import MARK as KERNEL_OUTPUT
 from ..report.results import Results, TestResult
 from .notebooks import CELL_MARKER
 
@@ -117,7 +118,9 @@ def retell_text(text: str, by_module: dict[str, CellLines], own: CellLines | Non
             return f"lines {where_a[1]} and {where_b[1]} of cell {where_a[0]}"
         return f"{own.in_cell(a)} and {own.in_cell(int(b))}"
 
-    return _FILE_LINE.sub(told, text)
+    # (what the kernels printed is the student's text, shown as printed)
+    return "\n".join(line if line.startswith(KERNEL_OUTPUT) else _FILE_LINE.sub(told, line)
+                      for line in text.split("\n"))
 
 
 def _excerpt(cells: CellLines, source: list, cell: int) -> list | None:
