@@ -30,7 +30,8 @@
 #                      which lose their points on real hardware (the counter criteria and the
 #                      data-flow proof are the simulator's). Each grade is a line as it ends, so a
 #                      run stopped at the limit still says what it found
-# Something failed there? The output tail has each step's last lines; fix it here and rerun at
+# Grading the solutions broke (an exit other than 0 or 1)? noise and validate are skipped, saving
+# the device time for a rerun. Something failed there? The output tail has each step's last lines; fix it here and rerun at
 # once with a smaller budget (GPU_CHECK_BUDGET_S=200 bash benchmarks/gpu_check.sh), since a
 # machine stays warm only 30 s and none starts with under 4 minutes of device time left.
 # Commit summary.md to docs/BENCHMARKS.md ("On a GPU"). The device image has numba, numba-cuda,
@@ -47,6 +48,7 @@ deadline=$((SECONDS + ${GPU_CHECK_BUDGET_S:-500}))
 backend=${GPU_CHECK_BACKEND:-gpu}
 export PYTHONUNBUFFERED=1
 status=0
+last_rc=0
 pack() {  # the summary and the archive as they stand: after every step, so a run killed at the
           # tool's limit still brings back what it measured
     "$py" benchmarks/gpu_summary.py "$work" >"$work/summary.md" 2>&1 || status=1
@@ -83,6 +85,7 @@ step() {  # step NAME LIMIT_S COMMAND...: within its limit and the time left; ou
     local t0=$SECONDS
     timeout "$limit" "$@" >"$work/$name.txt" 2>&1
     local rc=$?
+    last_rc=$rc
     echo "   exit $rc after $((SECONDS - t0)) s (limit $limit s)"
     [ "$rc" -eq 0 ] || status=1
     tail -n 8 "$work/$name.txt"
@@ -91,15 +94,30 @@ step() {  # step NAME LIMIT_S COMMAND...: within its limit and the time left; ou
 step doctor 60 "${gpugrade[@]}" doctor
 step solutions 200 "${gpugrade[@]}" grade solutions --backend "$backend" --sandbox none \
     --format json --output "$work/solutions.json"
+# exit 1 is "graded, points lost": data. Any other exit (the grader failed, or ran past its limit)
+# would fail the same way in the grader's later steps, so they are skipped and the device time is
+# left for a rerun after a fix; bench_gpu.py and allreduce_gpus.py do not grade and still run.
+grading_broke=0
+solutions_rc=$last_rc
+case $last_rc in 0|1) ;; *) grading_broke=1 ;; esac
 sim=()
 [ "$backend" = sim ] && sim=(--sim)
 step bench_gpu 120 "$py" benchmarks/bench_gpu.py "${sim[@]}" --json "$work/bench_gpu.json" \
     --markdown "$work/bench_gpu.md"
-step noise 150 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 --budget-s 130 --out "$work"
+graded() {  # graded STEP LIMIT COMMAND...: a grader step, skipped once grading broke
+    if [ "$grading_broke" -eq 1 ]; then
+        echo "== $1"
+        echo "skipped: grading the solutions failed (exit $solutions_rc), so this would too" | tee "$work/$1.txt"
+        status=1
+        return
+    fi
+    step "$@"
+}
+graded noise 150 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 --budget-s 130 --out "$work"
 step allreduce_gpus 60 "$py" benchmarks/allreduce_gpus.py --json "$work/allreduce_gpus.json"
 jobs=$(($(nproc) / 2))  # grades at once: half the cores, 1 to 8 (each grade runs several processes)
 [ "$jobs" -lt 1 ] && jobs=1
 [ "$jobs" -gt 8 ] && jobs=8
-step validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs "$jobs"
+graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs "$jobs"
 finish
 exit $status
