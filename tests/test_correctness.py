@@ -151,3 +151,22 @@ def test_a_large_output_is_compared_in_chunks_with_the_same_verdict():
     with pytest.raises(WrongAnswer, match=rf"^output: 2 of {expected.size} elements wrong; first at index "
                                           rf"{correctness.CHUNK + 1}: "):
         expect_close(got, expected, rtol=1e-6)
+
+
+def test_a_tolerance_per_element_holds_past_the_chunked_comparison():
+    """A matrix product's tolerance is a matrix (it grows with the terms); an answer past CHUNK
+    elements is compared in pieces, and each piece takes its piece of the tolerance (a 1024 x 1024
+    product, the size timed on a GPU, once raised NumPy's broadcast error instead of grading)."""
+    from grader.judge.correctness import CHUNK
+
+    side = 1024
+    assert side * side > CHUNK
+    expected = np.ones((side, side), np.float32)
+    atol = np.full((side, side), 1e-6)
+    atol[-1, -1] = 1.0  # only the last element may be that far off
+    got = expected.copy()
+    got[-1, -1] += 0.5
+    expect_close(got, expected, atol=atol)
+    got[0, 0] += 0.5
+    with pytest.raises(WrongAnswer, match=r"1 of 1048576 elements wrong; first at index \(0, 0\)"):
+        expect_close(got, expected, atol=atol)

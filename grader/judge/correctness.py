@@ -66,10 +66,14 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
     elif got.dtype.kind == "f" and got.size > CHUNK:  # (a GPU timing's answers: 2^24 elements a call)
         bad = np.empty(got.shape, bool)
         flat_got, flat_expected, flat_bad = got.reshape(-1), expected.reshape(-1), bad.reshape(-1)
+        # a tolerance per element (a matrix product's grows with its terms) is cut like the arrays
+        rtols, atols = (np.broadcast_to(t, got.shape).reshape(-1) if np.ndim(t) else t for t in (rtol, atol))
 
         def part(start: int) -> None:
             stop = start + CHUNK
-            flat_bad[start:stop] = _beyond(flat_got[start:stop], flat_expected[start:stop], rtol, atol)
+            flat_bad[start:stop] = _beyond(flat_got[start:stop], flat_expected[start:stop],
+                                           rtols[start:stop] if np.ndim(rtols) else rtols,
+                                           atols[start:stop] if np.ndim(atols) else atols)
 
         spread(part, range(0, got.size, CHUNK))
     else:
@@ -84,7 +88,7 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         )
 
 
-def _beyond(got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+def _beyond(got: np.ndarray, expected: np.ndarray, rtol, atol) -> np.ndarray:
     """Which elements are beyond the tolerance (in float64), or not finite where the reference is."""
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
