@@ -6,11 +6,13 @@ from grader import perf_model
 from grader.course.manifest import GpuThreshold
 
 
-def _launch(sectors=0, wavefronts=0, atomics=0, warp_ops=0, barriers=0, grid=4096, block=256, shared=0):
+def _launch(sectors=0, wavefronts=0, atomics=0, warp_ops=0, barriers=0, grid=4096, block=256, shared=0,
+            same_address=0, reads_grid_size=0):
     return {"grid": [grid, 1, 1], "block": [block, 1, 1], "shared_bytes": shared,
             "counters": {"global_load_sectors": sectors, "global_store_sectors": 0,
                          "bank_conflict_wavefronts": wavefronts, "atomics": atomics, "warp_ops": warp_ops,
-                         "barriers": barriers}}
+                         "barriers": barriers, "atomic_same_address": same_address,
+                         "reads_grid_size": reads_grid_size}}
 
 
 def test_the_presets_are_data_with_the_published_bandwidths():
@@ -38,6 +40,34 @@ def test_uncoalesced_conflicted_and_serialised_work_is_slower():
     assert shared.bound == "shared memory"
     atomics = perf_model.launch_time(_launch(sectors=1 << 10, atomics=1 << 24), g, steady=True)
     assert atomics.bound == "atomics"
+
+
+def test_atomics_on_one_address_queue_as_measured_on_an_h200():
+    """The shuffle reduction's reference on an H200 (2026-12-04): one float atomic per warp to one
+    address, 2^24 floats: 2^19 atomics, 929 us measured, where the same kernel's bytes alone take
+    14 us. Queued at one address, the model says so within 5%; spread over addresses (one per
+    warp to its own element), the same atomics cost their throughput only."""
+    g = perf_model.gpu("H200")
+    n = 1 << 24
+    one_address = perf_model.launch_time(_launch(sectors=4 * n // 32, atomics=n // 32, same_address=n // 32,
+                                                 grid=n // 256), g, steady=True)
+    assert one_address.bound == "atomics" and one_address.seconds == pytest.approx(929e-6, rel=0.05)
+    spread = perf_model.launch_time(_launch(sectors=4 * n // 32, atomics=n // 32, same_address=1, grid=n // 256),
+                                    g, steady=True)
+    assert spread.bound == "memory" and spread.seconds < one_address.seconds / 50
+
+
+def test_a_grid_stride_loop_keeps_its_grid_at_full_load_as_measured_on_an_h200():
+    """Vector add's grid-stride reference (32 blocks of 256, 2^26 floats) streamed at 227 GB/s on
+    an H200 (2026-12-04), the reduction's (16 blocks) at 128 GB/s: at full load a grid that reads its
+    own size stays as launched; the same grid sized to the data fills the GPU."""
+    g = perf_model.gpu("H200")
+    n = 1 << 26
+    for blocks, nbytes, measured_gbs in ((32, 12 * n, 227), (16, 4 * n, 128)):
+        fixed = perf_model.launch_time(_launch(sectors=nbytes // 32, grid=blocks, reads_grid_size=1), g, steady=True)
+        assert nbytes / fixed.seconds / 1e9 == pytest.approx(measured_gbs, rel=0.1)
+        sized = perf_model.launch_time(_launch(sectors=nbytes // 32, grid=blocks), g, steady=True)
+        assert sized.bandwidth_fraction(g) == pytest.approx(1.0)
 
 
 def test_a_small_grid_is_launch_bound_and_leaves_bandwidth_unused():

@@ -31,7 +31,7 @@ COUNTERS = frozenset({
     "global_load_sectors", "global_store_sectors", "sectors_per_request", "max_global_loads_per_thread",
     "max_global_stores_per_thread", "shared_loads", "shared_stores", "shared_requests",
     "bank_conflict_wavefronts", "wavefronts_per_shared_request", "atomics", "barriers", "warp_ops",
-    "threads_launched",
+    "threads_launched", "atomic_same_address",
 })
 
 

@@ -14,6 +14,7 @@ from . import cooperative as _cooperative, devices as _devices
 from .argtypes import launch_scalar
 from .errors import (Checks, CompileError, LaunchConfigError, NotSimulatedError, OutOfBoundsError,
                      UninitialisedReadError, WrongDeviceError)
+from .grid_aware import reads_grid_size
 from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
@@ -295,6 +296,7 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         if isinstance(buf, DeviceBuffer) and buf.host is not None:
             buf.array.copy_to_host(buf.host)
     counters = inst.finish()
+    counters["reads_grid_size"] = int(reads_grid_size(kernel.py_func))  # (a grid-stride loop)
     threads = counters.pop("threads")
     lines = counters.pop("lines")
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (

@@ -190,6 +190,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             if space == "global" and self.races:
                 self._acquired(block, g)
             self.counts["atomics"] += 1
+            if space == "global":
+                a = handle.address + flat * handle.dtype.itemsize
+                self._atomic_hits[a] = self._atomic_hits.get(a, 0) + 1
             self._note_atomics(space, line, 1)
             return
         slot = self.slot(space, handle)
@@ -324,6 +327,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         c["max_global_loads_per_thread"] = int(self.per_thread["global_loads"].max(initial=0))
         c["max_global_stores_per_thread"] = int(self.per_thread["global_stores"].max(initial=0))
         c["threads_launched"] = self.config.n_blocks * self.tpb
+        c["atomic_same_address"] = max(self._atomic_hits.values(), default=0)
         shape = (self.config.n_blocks, self.tpb)
         c["threads"] = {k: v.reshape(shape) for k, v in self.per_thread.items()}
         c["lines"] = self._line_report()

@@ -28,7 +28,7 @@ COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "a
             "barriers", "warp_ops", "threads_launched", "max_global_loads_per_thread",
             "max_global_stores_per_thread", "global_load_requests", "global_store_requests",
             "global_load_sectors", "global_store_sectors", "shared_requests",
-            "bank_conflict_wavefronts")
+            "bank_conflict_wavefronts", "atomic_same_address")
 
 
 def run_both(kernel, grid, block, make_args, shared=0):
@@ -164,6 +164,24 @@ def test_shuffle_reduction_with_atomics():
     a = np.arange(100, dtype=np.int64)
     out = assert_agree(run_both(shuffle_sum, 2, 64, lambda: [dev(a), dev(np.zeros(1, np.int64))]))
     assert out[-1][0] == a.sum()
+
+
+def test_atomics_on_one_address_are_counted_per_address():
+    """One atomic per warp, all to out[0]: 4 warps' 4 atomics queue at one address (what a GPU
+    serialises: `atomic_same_address`), on every executor; per-lane atomics to their own element
+    (a histogram of distinct bins) queue one deep."""
+    a = np.arange(100, dtype=np.int64)
+    results = run_both(shuffle_sum, 2, 64, lambda: [dev(a), dev(np.zeros(1, np.int64))])
+    assert {name: record.counters["atomic_same_address"] for name, (_, record) in results.items()} == \
+        dict.fromkeys(results, 4)
+    spread = run_both(atomic_own_bin, 2, 64, lambda: [dev(np.zeros(128, np.int64))])
+    assert {name: record.counters["atomic_same_address"] for name, (_, record) in spread.items()} == \
+        dict.fromkeys(spread, 1)
+
+
+@cuda.jit
+def atomic_own_bin(bins):
+    cuda.atomic.add(bins, cuda.grid(1), 1)
 
 
 @cuda.jit
@@ -585,3 +603,27 @@ def test_device_function_keywords_and_defaults_under_the_per_thread_executor():
     assert records[0].typing_note is None
     np.testing.assert_array_equal(out.copy_to_host()[:, 0], a.astype(np.float64) * 2 + 1)
     np.testing.assert_array_equal(out.copy_to_host()[:, 1], a.astype(np.float64) * 2)
+
+
+@cuda.jit
+def grid_stride_copy(src, dst):
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
+@cuda.jit
+def grid_dim_copy(src, dst):
+    stride = cuda.blockDim.x * cuda.gridDim.x  # (spelled out: the same loop)
+    for i in range(cuda.grid(1), src.size, stride):
+        dst[i] = src[i]
+
+
+def test_a_kernel_that_reads_its_grid_size_is_marked_so_the_model_keeps_its_grid():
+    """`reads_grid_size`: the grid-stride loop's mark (grader/sim/grid_aware.py); a kernel sized to
+    its data (one element per thread) has none, on every executor."""
+    a = np.arange(1000, dtype=np.float32)
+    for kernel, mark in ((grid_stride_copy, 1), (grid_dim_copy, 1), (atomic_own_bin, 0)):
+        make = (lambda: [dev(a), dev(np.zeros_like(a))]) if mark else (lambda: [dev(np.zeros(128, np.int64))])
+        results = run_both(kernel, 2, 64, make)
+        assert {name: record.counters["reads_grid_size"] for name, (_, record) in results.items()} == \
+            dict.fromkeys(results, mark), kernel
