@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     common(bench)
 
     val = sub.add_parser("validate", help="references score full marks, stubs 0, known-wrong submissions what they should")
+    val.add_argument("submissions", nargs="*", metavar="SUBMISSION",
+                     help="only these known-wrong submissions (tests/submissions/<name>), in this order "
+                          "(default: every one); the references and stubs are graded either way")
     val.add_argument("--jobs", type=int, default=None, help="submissions graded at once (default: up to 4)")
     common(val)
 
@@ -432,7 +435,8 @@ def run(argv: list[str] | None = None) -> int:
         from .course import validate
 
         validation = validate.validate(course, backend=backend, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
-                                       sandbox=sandbox, progress=lambda line: print(line, file=sys.stderr, flush=True))
+                                       sandbox=sandbox, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                       only=args.submissions or None)
         _emit(validate.render(validation), None)
         return validation.exit_code
     if args.command == "check":

@@ -143,3 +143,22 @@ def test_a_mutation_that_no_longer_matches_the_solution_is_a_named_course_error(
     stale = KnownWrong("stale", "", set(), [{"file": "ex.py", "old": "return 3", "new": "return 2"}])
     with pytest.raises(CourseError, match="stale: the mutation of ex.py must match exactly once"):
         stale.materialize(course, tmp_path / "out2")
+
+
+def test_validate_grades_only_the_named_submissions_and_refuses_an_unknown_name(tmp_path):
+    """`gpugrade validate NAME...`: the references, the stubs and those known-wrong submissions
+    alone (the one just edited; on a GPU, the ones that matter in the time there is)."""
+    from grader.errors import CourseError
+
+    course = make_course(tmp_path, {"bad_triple": (WRONG_TRIPLE, ["toy::triple"]),
+                                    "sums": ("def double(x):\n    return x + x\n\ndef triple(x):\n    return x + x + x\n",
+                                             [])})
+    v = validate(course, backend="sim", only=["sums"])
+    assert v.ok, v.problems
+    assert [kw.name for kw in v.known_wrong] == ["sums"] and "bad_triple" not in render(v)
+    with pytest.raises(CourseError, match=r"no known-wrong submission 'nope' .*there are: bad_triple, sums"):
+        validate(course, backend="sim", only=["nope"])
+    done = subprocess.run([sys.executable, "-m", "grader", "validate", "bad_triple", "--course", str(course.root),
+                           "--backend", "sim"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "validate: bad_triple:" in done.stderr and "validate: sums" not in done.stderr
