@@ -18,24 +18,27 @@
 #                      median, spread, repeats, GB/s and fraction of the measured copy bandwidth)
 #   3. bench_gpu.*     benchmarks/bench_gpu.py: the course kernels timed with CUDA events,
 #                      beside CuPy's
-#   4. noise.*         `gpugrade bench --reference` up to 10 times within 150 s: per perf test,
-#                      the coefficient of variation of the harness's median over the runs (<= 2%)
+#   4. noise.*         `gpugrade bench --reference vector_add --stage 1` up to 10 times within 150 s
+#                      (all the perf tests took 65 s a run on an H200): the coefficient of variation
+#                      of the harness's median over the runs (<= 2%)
 #   5. allreduce_gpus.* benchmarks/allreduce_gpus.py: the all-reduce references on N GPUs beside
 #                      NCCL (algbw, busbw, ratio to NCCL); on one GPU it only reports the GPU and
 #                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
 #                      without a GPU, as in the dry run, it says so and exits 0)
-#   6. validate.txt    every known-wrong submission (tests/submissions) graded on --backend gpu in
-#                      the time left (one grade per two cores, at most 8 at once; their timings take
-#                      turns: grader/judge/gpu_lock.py):
+#   6. validate.txt    the known-wrong submissions that tell most on a GPU (12 of tests/submissions,
+#                      named below) graded on --backend gpu in the time left (one grade per two
+#                      cores, at most 8 at once; their timings take turns: grader/judge/gpu_lock.py):
 #                      which lose their points on real hardware (the counter criteria and the
 #                      data-flow proof are the simulator's). Each grade is a line as it ends, so a
 #                      run stopped at the limit still says what it found
 # Grading the solutions broke (an exit other than 0 or 1)? noise and validate are skipped, saving
-# the device time for a rerun. Something failed there? The output tail has each step's last lines; fix it here and rerun at
+# the device time for a rerun. Something failed there? The output tail has each step's last
+# lines; fix it here and rerun at
 # once with a smaller budget (GPU_CHECK_BUDGET_S=200 bash benchmarks/gpu_check.sh), since a
 # machine stays warm only 30 s and none starts with under 4 minutes of device time left.
 # Commit summary.md to docs/BENCHMARKS.md ("On a GPU"). The device image has numba, numba-cuda,
-# numpy, pytest, rich and CuPy, not greenlet; --sandbox none (the code graded is the course's own).
+# numpy, pytest, rich and CuPy, not greenlet, and its numpy 2.5 breaks numba-cuda 0.30 (the wheels
+# carry 2.4); --sandbox none (the code graded is the course's own).
 #
 # Without a GPU, `GPU_CHECK_BACKEND=sim PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh`
 # runs the same steps on the simulator (a dry run of this script).
@@ -113,11 +116,19 @@ graded() {  # graded STEP LIMIT COMMAND...: a grader step, skipped once grading 
     fi
     step "$@"
 }
-graded noise 150 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 --budget-s 130 --out "$work"
+graded noise 150 "$py" benchmarks/harness_noise.py --backend "$backend" --runs 10 --budget-s 135 --out "$work" \
+    --exercise vector_add --stage 1
 step allreduce_gpus 60 "$py" benchmarks/allreduce_gpus.py --json "$work/allreduce_gpus.json"
 jobs=$(($(nproc) / 2))  # grades at once: half the cores, 1 to 8 (each grade runs several processes)
 [ "$jobs" -lt 1 ] && jobs=1
 [ "$jobs" -gt 8 ] && jobs=8
-graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none --jobs "$jobs"
+# the known-wrong submissions that tell most on a GPU, in that order: the speed criteria's (each
+# grade's timings take turns on the GPU: all 52 took over 291 s on an H200, 2026-12-04) and the
+# host-computed answers' (what the data flow must refuse there too)
+graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none \
+    --jobs "$jobs" vector_add_two_passes reduction_per_thread_atomics matmul_uncoalesced matmul_bank_conflicts \
+    reduction_tree_bank_conflicts vector_add_numpy_on_the_host matmul_host_answer_as_kernel_constant \
+    reduction_final_sum_on_the_host vector_add_saxpy_extra_traffic reduction_shuffle_one_atomic_per_block \
+    vector_add_chunked_grid_stride reduction_shuffle_in_float64
 finish
 exit $status

@@ -28,6 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=None, help="stop starting runs that would end after this")
     ap.add_argument("--out", default=None, help="folder for each run's JSON (default: a temporary one)")
+    ap.add_argument("--exercise", default=None, help="only this exercise's perf tests (a run of all of them took "
+                                                     "65 s on an H200: ten do not fit a device check)")
+    ap.add_argument("--stage", type=int, default=None, help="only this stage's")
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="harness-noise-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -38,8 +41,9 @@ def main(argv=None) -> int:
             print(f"stopped after {len(runs)} runs: another would end past the {args.budget_s:g} s budget")
             break
         path = out / f"noise.{i + 1}.json"
-        done = subprocess.run([sys.executable, "-m", "grader", "bench", "--reference", "--backend", args.backend,
-                               "--sandbox", "none", "--json", str(path)], cwd=ROOT)
+        chosen = ([args.exercise] if args.exercise else []) + (["--stage", str(args.stage)] if args.stage else [])
+        done = subprocess.run([sys.executable, "-m", "grader", "bench", *chosen, "--reference", "--backend",
+                               args.backend, "--sandbox", "none", "--json", str(path)], cwd=ROOT)
         if done.returncode != 0:
             return done.returncode
         runs.append(json.loads(path.read_text()))
