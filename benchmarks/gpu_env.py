@@ -162,7 +162,12 @@ def main(argv=None) -> int:
     except (OSError, subprocess.CalledProcessError) as exc:  # no venv module there, say
         print(f"no environment of its own ({exc}): into this Python's own site-packages instead")
         python = into_this_python(chosen)
+    # a kernel compiled too, not only imported: the image's numpy 2.5 let numba-cuda import and
+    # then failed every kernel's typing (np.row_stack), which a grade found 130 s later
     probe = (f"{CHECK}; import importlib.metadata as m\n"
+             "from numba import cuda, float32\n"
+             "def _k(a):\n    a[0] = 1.0\n"
+             "cuda.compile_ptx(_k, (float32[:],), cc=(9, 0))\n"
              "def v(n):\n    try: return m.version(n)\n    except m.PackageNotFoundError: return 'missing'\n"
              "print('grading with', ', '.join(f'{n} {v(n)}' for n in ('numba', 'numba-cuda', 'llvmlite', "
              "'numpy', 'greenlet', 'cuda-bindings', 'cuda-core', 'cupy-cuda13x')))")
