@@ -577,7 +577,10 @@ def test_bench_times_the_performance_tests_kernels_on_a_chosen_gpu(tmp_path):
     rows = json.loads(rows_file.read_text())
     assert [r["stage"] for r in rows] == [1, 2, 3], "one row per performance test, nothing else run"
     assert all(r["source"] == "modelled" and r["gpu"] == "T4" and r["ratio"] == 1.0 for r in rows)
-    assert all(r["bound"] == "memory" and r["bandwidth_fraction"] > 0.9 for r in rows), rows
+    assert all(r["bound"] == "memory" for r in rows), rows
+    # grids sized to the data fill the GPU at full load; the grid-stride stage keeps its 32 blocks of
+    # 8 warps: a third of what saturates a T4's 40 SMs (as such grids ran on an H200: docs/PERF_MODEL.md)
+    assert [round(r["bandwidth_fraction"], 2) for r in rows] == [1.0, 0.33, 1.0], rows
     assert "kernel times (modelled on T4" in done.stdout
     assert gpugrade("bench", "--model-gpu", "GTX480").returncode == 2
 
