@@ -67,13 +67,14 @@ def targets(rows: list[dict], noise: dict | None) -> list[str]:
                 if n.startswith(exercise + "::") and m.get("source") == "measured" and m.get("global_bytes")]
 
     out = []
+    timed = ", ".join(noise.get("tests", {})) if noise else ""
     if noise and noise.get("runs", 0) < 2:
         out.append(f"- harness noise: not measured ({noise.get('runs', 0)} run of `gpugrade bench --reference` "
                    f"within the step's limit; the CV needs 2 or more)")
     elif noise:
         worst = noise.get("worst_cv", 0.0)
         out.append(f"- harness noise: worst coefficient of variation of the median over {noise.get('runs')} runs "
-                   f"of `gpugrade bench --reference`: {worst:.2%} (target <= 2%: {_target(worst <= 0.02)})")
+                   f"of `gpugrade bench --reference` ({timed}): {worst:.2%} (target <= 2%: {_target(worst <= 0.02)})")
     else:
         out.append("- harness noise: not measured (the noise step did not finish)")
     for exercise, need in (("vector_add", 0.85), ("reduction", 0.80)):
