@@ -191,7 +191,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 self._acquired(block, g)
             self.counts["atomics"] += 1
             if space == "global":
-                a = handle.address + flat * handle.dtype.itemsize
+                a = self._byte_addr(space, handle, flat)
                 self._atomic_hits[a] = self._atomic_hits.get(a, 0) + 1
             self._note_atomics(space, line, 1)
             return

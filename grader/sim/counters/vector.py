@@ -31,7 +31,7 @@ class VectorCounts:
 
     def _note_atomic_addresses(self, handle, flat) -> None:
         """Count one instruction's global atomics per address (`flat`: the lanes' positions)."""
-        addresses = handle.address + np.asarray(flat, np.int64).reshape(-1) * handle.dtype.itemsize
+        addresses = self._byte_addr("global", handle, np.asarray(flat, np.int64).reshape(-1))
         hits = self._atomic_hits
         if addresses.size and addresses[0] == addresses[-1] and (addresses == addresses[0]).all():
             a = int(addresses[0])  # (the usual case: one address for every lane)
