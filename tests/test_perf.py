@@ -187,3 +187,22 @@ def test_counts_are_told_in_digits_not_scientific_notation():
 
     failed = TestResult("ex::t", "ex", 1, 1, 0, Status.FAILED, shortfall(loads, 1179648.0, 737280.0))
     assert _criterion(failed) == ("shared memory loads", 1179648.0, 737280.0, 921600.0)
+
+
+def test_a_grid_stride_stage_models_the_students_grid_as_fixed_however_the_stride_is_spelled():
+    """The reference's grid-stride kernel reads its grid's size, so its grid stays as launched at
+    full load. A student's kernel with the same grid and twice the loads, its stride written from a
+    module constant (no `cuda.gridsize` to see), is modelled with its grid fixed too: twice the
+    reference's time, not sixteen times faster for filling a GPU its grid never fills."""
+    from grader.judge.perf import modelled_speed
+
+    def grid_stride(sectors, reads_grid_size):
+        return {"kernel": "k", "grid": [16, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
+                "counters": {"global_load_sectors": sectors, "global_store_sectors": 0,
+                             "reads_grid_size": reads_grid_size}}
+
+    stage = Stage("ex", 3, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2))
+    ratio, _ = modelled_speed(stage, [grid_stride(2 << 20, 0)], [grid_stride(1 << 20, 1)])
+    assert ratio == pytest.approx(2.0)
+    ratio, _ = modelled_speed(stage, [grid_stride(1 << 20, 1)], [grid_stride(1 << 20, 1)])
+    assert ratio == pytest.approx(1.0)
