@@ -62,7 +62,7 @@ def test_mistakes_are_course_errors_naming_the_entry(change, message):
     ('counter = "atomics"', "exactly one of 'max_ratio' and 'min_ratio'"),
     ('counter = "atomics"\nmax_ratio = 1.0\nmin_ratio = 0.5', "exactly one of"),
     ('counter = "atomics"\nmax_ratio = -1', "finite number >= 0"),
-    ('counter = "atomics"\nmax_ratio = 1.0\nper = "block"', "'per' must be \"warp\""),
+    ('counter = "atomics"\nmax_ratio = 1.0\nper = "thread"', "'per' must be \"warp\" or \"block\""),
 ])
 def test_criteria_are_validated(criterion, message):
     text = '[exercises.ex]\ntitle = "Ex"\n' + STAGE + "[[exercises.ex.stages.criteria]]\n" + criterion + "\n"

@@ -173,6 +173,22 @@ def test_a_criterion_per_warp_divides_both_sides_by_the_warps_launched():
                            [atomics(79 * 16, 79, 512)], reference, modelled=False)
 
 
+def test_a_criterion_per_block_divides_both_sides_by_the_blocks_launched():
+    """One atomic per block (the grid-stride reduction): 512-thread blocks keep it; one per warp,
+    8 a block of 256, fails."""
+    def atomics(count, grid, block):
+        return {"kernel": "k", "grid": [grid, 1, 1], "block": [block, 1, 1], "counters": {"atomics": count},
+                "lines": []}
+
+    criterion = Criterion(counter="atomics", max_ratio=1.0, label="atomic operations per block", per="block")
+    stage = Stage("ex", 3, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
+    reference = [atomics(1056, 1056, 256)]
+    expect_performance(stage, [atomics(528, 528, 512)], reference, modelled=False)
+    assert totals([atomics(1, 79, 512), atomics(1, 3, 33)])["blocks_launched"] == 82
+    with pytest.raises(PerformanceShortfall, match=r"^atomic operations per block: 8 against the reference's 1 "):
+        expect_performance(stage, [atomics(1056 * 8, 1056, 256)], reference, modelled=False)
+
+
 def test_counts_are_told_in_digits_not_scientific_notation():
     """The audit: 'shared memory loads ... 1.17965e+06 against the reference's 737280'."""
     from grader.judge.perf import shortfall

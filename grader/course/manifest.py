@@ -43,8 +43,9 @@ class Criterion:
     max_ratio: float | None = None   # student <= max_ratio * reference + slack
     min_ratio: float | None = None   # student >= min_ratio * reference
     slack: float = 0.0
-    # "warp": the counter per warp launched, on both sides (one atomic per warp is the idea,
-    # whatever the block size: 512 threads a block launch more warps than the reference's 256)
+    # "warp" ("block"): the counter per warp (block) launched, on both sides (one atomic per warp
+    # is the idea, whatever the block size: 512 threads a block launch more warps than the
+    # reference's 256)
     per: str | None = None
 
     def describe(self) -> str:
@@ -291,6 +292,6 @@ def _criterion(r: _Reader) -> Criterion:
         raise r.fail("give exactly one of 'max_ratio' and 'min_ratio'")
     if (max_ratio if max_ratio is not None else min_ratio) <= 0:
         raise r.fail("the ratio must be > 0")
-    if per not in (None, "warp"):
-        raise r.fail(f"'per' must be \"warp\" (the counter per warp launched), not {per!r}")
+    if per not in (None, "warp", "block"):
+        raise r.fail(f"'per' must be \"warp\" or \"block\" (the counter per warp or block launched), not {per!r}")
     return Criterion(counter=counter, label=label, max_ratio=max_ratio, min_ratio=min_ratio, slack=slack, per=per)

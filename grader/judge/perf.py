@@ -60,29 +60,32 @@ def totals(launches: Iterable[dict]) -> dict[str, float]:
     for key, (num, den) in RATIOS.items():
         denominator = sum(summed.get(k, 0) for k in den)
         summed[key] = sum(summed.get(k, 0) for k in num) / denominator if denominator else 0.0
-    summed[WARPS] = float(sum(_warps(launch) for launch in launches if isinstance(launch, dict)))
+    summed[WARPS] = float(sum(_launched(launch)[1] for launch in launches if isinstance(launch, dict)))
+    summed[BLOCKS] = float(sum(_launched(launch)[0] for launch in launches if isinstance(launch, dict)))
     return summed
 
 
-WARPS = "warps_launched"  # (a total of `totals`: what a criterion `per = "warp"` divides by)
+# (totals of `totals`: what a criterion `per = "warp"` or `per = "block"` divides by)
+WARPS, BLOCKS = "warps_launched", "blocks_launched"
 
 
-def _warps(launch: dict) -> int:
-    """The warps a launch ran: its blocks times the warps of a block (a partial warp is one)."""
+def _launched(launch: dict) -> tuple[int, int]:
+    """(blocks, warps) a launch ran: its blocks, times the warps of a block (a partial warp is one)."""
     try:
         blocks = math.prod(int(d) for d in launch["grid"])
         threads = math.prod(int(d) for d in launch["block"])
     except (KeyError, TypeError, ValueError):
-        return 0
-    return blocks * -(-threads // 32)
+        return 0, 0
+    return blocks, blocks * -(-threads // 32)
 
 
 def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]) -> tuple[float, float]:
-    """(the student's value, the reference's) of a criterion's counter: per warp launched, with
-    `per = "warp"`."""
+    """(the student's value, the reference's) of a criterion's counter: per warp (block) launched,
+    with `per = "warp"` ("block")."""
     mine, theirs = float(got.get(criterion.counter, 0.0)), float(ref[criterion.counter])
-    if criterion.per == "warp":
-        mine, theirs = mine / max(got.get(WARPS, 0.0), 1.0), theirs / max(ref.get(WARPS, 0.0), 1.0)
+    per = {"warp": WARPS, "block": BLOCKS}.get(criterion.per or "")
+    if per:
+        mine, theirs = mine / max(got.get(per, 0.0), 1.0), theirs / max(ref.get(per, 0.0), 1.0)
     return mine, theirs
 
 
