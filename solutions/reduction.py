@@ -34,29 +34,41 @@ Stage 2: warp shuffles and one atomic per warp (`reduce_shuffle_kernel`, `reduce
     How it is graded: the same sizes as stage 1; on the simulator: warp shuffles used, and no
     more atomics per warp launched than the reference (one per warp, whatever the block size).
 
-Stage 3: grid-stride accumulation + warp shuffle, any dtype (`reduce_grid_stride_kernel`, `reduce_grid_stride`).
-    Launch a fixed grid of GRID_BLOCKS x THREADS_PER_BLOCK threads whatever n is. Each thread
-    first sums x[i], x[i + stride], ... into a register (grid-stride loop, coalesced), then the
-    warp reduces with shuffles and lane 0 adds the warp's sum to out[0] with one atomic. Works for
-    float32 (result float32) and int32 (result int32, exact).
+Stage 3: grid-stride accumulation, one atomic per block, any dtype (`reduce_grid_stride_kernel`, `reduce_grid_stride`).
+    Launch `grid_blocks()` blocks of THREADS_PER_BLOCK threads whatever n is (given: as many
+    threads as the GPU's SMs hold at once). Each thread first sums x[i], x[i + stride], ... into a
+    register (grid-stride loop, coalesced); each warp reduces with shuffles, lane 0 writes the
+    warp's sum to a shared array of WARPS_PER_BLOCK values (`cuda.shared.array(WARPS_PER_BLOCK,
+    x.dtype)`), a barrier, then the first warp reduces those with shuffles and thread 0 adds the
+    block's sum to out[0] with one atomic. Works for float32 (result float32) and int32 (result
+    int32, exact).
 
-    The idea: most of the work becomes plain, coalesced, register-only adds; the shuffle tree and
-    the atomics cost the same whatever n is (GRID_BLOCKS * THREADS_PER_BLOCK / 32 atomics in all).
-    Numba types a scalar accumulator from what you add to it: start it from the right type
-    (`acc = 0` then adding int32 gives an integer, adding float32 gives a float).
+    The idea: most of the work becomes plain, coalesced, register-only adds, and the atomics do
+    not grow with n. A grid that fills the GPU has thousands of warps: one atomic each, all at the
+    end and all on one address, is a queue as long as the loads (on an H100, 8,448 atomics take
+    about 15 us, the loads of 2^24 floats about 20 us); one per block is 8x shorter. Numba types
+    a scalar accumulator from what you add to it: start it from the right type (`acc = 0` then
+    adding int32 gives an integer, adding float32 gives a float).
 
     How it is graded: float32 sizes from 1 to many times the grid with a tolerance growing with
-    sqrt(n), int32 exactly; the grid must not depend on n; on the simulator: no more atomics per
-    warp launched than the reference, coalesced loads, warp shuffles used.
+    sqrt(n), int32 exactly; the grid must not depend on n; no more atomics per block launched
+    than the reference (one), coalesced loads, warp shuffles used, and the time (modelled on the
+    simulator, measured on a GPU) against the reference's.
 """
 
 import numpy as np
 from numba import cuda, float32
 
 THREADS_PER_BLOCK = 256
-GRID_BLOCKS = 16        # stage 3: the fixed grid size, whatever n is
+BLOCKS_PER_SM = 8       # stage 3: 8 blocks of 256 threads = 2048, the most threads one SM holds at once
 FULL_MASK = 0xFFFFFFFF
 WARP_SIZE = 32
+WARPS_PER_BLOCK = THREADS_PER_BLOCK // WARP_SIZE
+
+
+def grid_blocks() -> int:
+    """Stage 3's grid, whatever n is: enough blocks to fill every SM of the current GPU once."""
+    return BLOCKS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 # -- stage 1 ----------------------------------------------------------------------------------
@@ -129,27 +141,38 @@ def reduce_shuffle(x: np.ndarray) -> np.float32:
 # -- stage 3 ----------------------------------------------------------------------------------
 @cuda.jit
 def reduce_grid_stride_kernel(x, out):
-    """out[0] += the sum of x: grid-stride accumulation, then one shuffle tree and atomic per warp."""
+    """out[0] += the sum of x: grid-stride accumulation, shuffles per warp, then one atomic per block."""
     ### BEGIN SOLUTION
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
+    warp_sums = cuda.shared.array(WARPS_PER_BLOCK, x.dtype)
     acc = 0  # numba types it from what is added: int64 for int32 input, float64 for float32
-    for i in range(start, x.size, stride):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         acc += x[i]
     offset = WARP_SIZE // 2
     while offset > 0:
         acc += cuda.shfl_down_sync(FULL_MASK, acc, offset)
         offset //= 2
+    warp = cuda.threadIdx.x // WARP_SIZE
     if cuda.laneid == 0:
-        cuda.atomic.add(out, 0, acc)
+        warp_sums[warp] = acc
+    cuda.syncthreads()
+    if warp == 0:
+        block_sum = 0
+        if cuda.laneid < WARPS_PER_BLOCK:
+            block_sum += warp_sums[cuda.laneid]
+        offset = WARP_SIZE // 2
+        while offset > 0:
+            block_sum += cuda.shfl_down_sync(FULL_MASK, block_sum, offset)
+            offset //= 2
+        if cuda.laneid == 0:
+            cuda.atomic.add(out, 0, block_sum)
     ### END SOLUTION
 
 
 def reduce_grid_stride(x: np.ndarray):
-    """Return x.sum() as x's dtype (x: 1-D float32 or int32, size >= 1) on a fixed grid."""
+    """Return x.sum() as x's dtype (x: 1-D float32 or int32, size >= 1) on the grid_blocks() grid."""
     ### BEGIN SOLUTION
     d_x = cuda.to_device(x)
     d_out = cuda.to_device(np.zeros(1, dtype=x.dtype))
-    reduce_grid_stride_kernel[GRID_BLOCKS, THREADS_PER_BLOCK](d_x, d_out)
+    reduce_grid_stride_kernel[grid_blocks(), THREADS_PER_BLOCK](d_x, d_out)
     return d_out.copy_to_host()[0]
     ### END SOLUTION

@@ -16,18 +16,22 @@ Stage 1: one thread per element (`add_kernel`, `vector_add`).
     that are not a multiple of your block size), compared elementwise with NumPy; the inputs must
     be left unchanged. On the simulator every out-of-bounds access is an error that names the line.
 
-Stage 2: a grid-stride loop on a fixed-size grid (`add_grid_stride_kernel`, `vector_add_grid_stride`).
-    Launch exactly GRID_BLOCKS blocks of THREADS_PER_BLOCK threads whatever the size of the input,
-    and let each thread loop over the elements i, i + stride, i + 2*stride, ... where stride is the
-    number of threads in the whole grid (`cuda.gridsize(1)`).
+Stage 2: a grid-stride loop on a grid sized for the GPU (`add_grid_stride_kernel`, `vector_add_grid_stride`).
+    Launch exactly `grid_blocks()` blocks of THREADS_PER_BLOCK threads whatever the size of the
+    input (given: as many threads as the GPU's SMs hold at once), and let each thread loop over
+    the elements i, i + stride, i + 2*stride, ... where stride is the number of threads in the
+    whole grid (`cuda.gridsize(1)`).
 
-    The idea: a grid sized for the machine (not for the data) handles any n, and because in every
-    iteration the 32 threads of a warp touch 32 consecutive elements, each warp-wide load is
-    "coalesced" into the fewest 32-byte memory sectors (4 for float32). Giving each thread its own
-    contiguous chunk instead looks natural but makes every warp touch 32 different sectors.
+    The idea: a grid sized for the machine (not for the data) handles any n and keeps every SM
+    full, whatever n is. Because in every iteration the 32 threads of a warp touch 32 consecutive
+    elements, each warp-wide load is "coalesced" into the fewest 32-byte memory sectors (4 for
+    float32). Giving each thread its own contiguous chunk instead looks natural but makes every
+    warp touch 32 different sectors. A small fixed grid (say 32 blocks) is correct too, but leaves
+    most SMs idle: the speed threshold sees it.
 
     How it is graded: sizes from 1 to many times the grid; the launch must use the same grid for
-    every size; on the simulator, global sectors per request must match the reference (coalescing).
+    every size; global sectors per request must match the reference (coalescing), and the time
+    (modelled on the simulator, measured on a GPU) the reference's.
 
 Stage 3: in-place SAXPY with minimal memory traffic (`saxpy_kernel`, `saxpy_inplace`).
     Compute y <- alpha * x + y in place: `saxpy_inplace(alpha, x, y)` must leave the result in the
@@ -47,7 +51,12 @@ import numpy as np
 from numba import cuda
 
 THREADS_PER_BLOCK = 256
-GRID_BLOCKS = 32  # stage 2: the fixed grid size, whatever n is
+BLOCKS_PER_SM = 8  # stage 2: 8 blocks of 256 threads = 2048, the most threads one SM holds at once
+
+
+def grid_blocks() -> int:
+    """Stage 2's grid, whatever n is: enough blocks to fill every SM of the current GPU once."""
+    return BLOCKS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 # -- stage 1 ----------------------------------------------------------------------------------
@@ -86,12 +95,12 @@ def add_grid_stride_kernel(a, b, out):
 
 
 def vector_add_grid_stride(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Return a + b computed by `add_grid_stride_kernel` launched on GRID_BLOCKS x THREADS_PER_BLOCK."""
+    """Return a + b computed by `add_grid_stride_kernel` launched on grid_blocks() x THREADS_PER_BLOCK."""
     ### BEGIN SOLUTION
     d_a = cuda.to_device(a)
     d_b = cuda.to_device(b)
     d_out = cuda.device_array_like(d_a)
-    add_grid_stride_kernel[GRID_BLOCKS, THREADS_PER_BLOCK](d_a, d_b, d_out)
+    add_grid_stride_kernel[grid_blocks(), THREADS_PER_BLOCK](d_a, d_b, d_out)
     return d_out.copy_to_host()
     ### END SOLUTION
 

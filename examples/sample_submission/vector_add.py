@@ -5,7 +5,11 @@ import numpy as np
 from numba import cuda
 
 THREADS_PER_BLOCK = 256
-GRID_BLOCKS = 32
+BLOCKS_PER_SM = 8
+
+
+def grid_blocks():
+    return BLOCKS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 @cuda.jit
@@ -33,7 +37,7 @@ def add_grid_stride_kernel(a, b, out):
 
 def vector_add_grid_stride(a, b):
     out = cuda.device_array_like(a)
-    add_grid_stride_kernel[GRID_BLOCKS, THREADS_PER_BLOCK](cuda.to_device(a), cuda.to_device(b), out)
+    add_grid_stride_kernel[grid_blocks(), THREADS_PER_BLOCK](cuda.to_device(a), cuda.to_device(b), out)
     return out.copy_to_host()
 
 

@@ -14,7 +14,7 @@ def expect_one_grid(launches_by_size: dict[int, list[dict]]) -> None:
         return
     told = "; ".join(f"n={n:,} launched " + ", ".join(dict.fromkeys(_in_words(r) for r in runs))
                      for n, runs in launches_by_size.items())
-    raise WrongAnswer("the grid must be the same for every n: launch GRID_BLOCKS blocks of THREADS_PER_BLOCK threads "
+    raise WrongAnswer("the grid must be the same for every n: launch grid_blocks() blocks of THREADS_PER_BLOCK threads "
                       f"whatever n is, and let each thread's loop cover the rest ({told})")
 
 
@@ -27,7 +27,7 @@ def _in_words(launch: dict) -> str:
         count = 1
         for d in kept:
             count *= int(d)
-        return "x".join(str(d) for d in kept), count
+        return "x".join(f"{int(d):,}" for d in kept), count
 
     (grid, blocks), (block, threads) = dims(launch["grid"]), dims(launch["block"])
     return f"{grid} block{'s' * (blocks != 1)} of {block} thread{'s' * (threads != 1)}"

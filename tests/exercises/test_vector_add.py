@@ -101,8 +101,8 @@ def _expect_ieee_sum(got, a, b):
     expect_close(got[finite], expected[finite], rtol=1e-6, what="vector_add(a, b) with inf and nan inputs")
 
 
-# -- stage 2: grid-stride loop on a fixed grid ------------------------------------------------
-GRID_THREADS = 32 * 256                  # the stub's GRID_BLOCKS x THREADS_PER_BLOCK
+# -- stage 2: grid-stride loop on a grid sized for the GPU---------------------------------------------
+GRID_THREADS = 8 * 132 * 256            # grid_blocks() x THREADS_PER_BLOCK on the simulator's 132 SMs
 STRIDE_SIZES = [1, 33, 1025, GRID_THREADS, 5 * GRID_THREADS + 7]
 
 
