@@ -126,7 +126,8 @@ jobs=$(($(nproc) / 2))  # grades at once: half the cores, 1 to 8 (each grade run
 # grade's timings take turns on the GPU: all 52 took over 291 s on an H200, 2026-12-04) and the
 # host-computed answers' (what the data flow must refuse there too)
 graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none \
-    --jobs "$jobs" vector_add_two_passes reduction_per_thread_atomics matmul_uncoalesced matmul_bank_conflicts \
+    --jobs "$jobs" vector_add_grid_stride_small_fixed_grid reduction_grid_stride_atomic_per_warp \
+    vector_add_two_passes reduction_per_thread_atomics matmul_uncoalesced matmul_bank_conflicts \
     reduction_tree_bank_conflicts vector_add_numpy_on_the_host matmul_host_answer_as_kernel_constant \
     reduction_final_sum_on_the_host vector_add_saxpy_extra_traffic reduction_shuffle_one_atomic_per_block \
     vector_add_chunked_grid_stride reduction_shuffle_in_float64

@@ -58,8 +58,8 @@ def test_atomics_on_one_address_queue_as_measured_on_an_h200():
 
 
 def test_a_grid_stride_loop_keeps_its_grid_at_full_load_as_measured_on_an_h200():
-    """Vector add's grid-stride reference (32 blocks of 256, 2^26 floats) streamed at 227 GB/s on
-    an H200 (2026-12-04), the reduction's (16 blocks) at 128 GB/s: at full load a grid that reads its
+    """Vector add's grid-stride reference as it was then (32 blocks of 256, 2^26 floats) streamed at
+    227 GB/s on an H200 (2026-12-04), the reduction's (16 blocks) at 128 GB/s: at full load a grid that reads its
     own size stays as launched; the same grid sized to the data fills the GPU."""
     g = perf_model.gpu("H200")
     n = 1 << 26
