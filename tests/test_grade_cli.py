@@ -569,6 +569,20 @@ def test_a_test_that_cannot_run_here_keeps_its_points_in_the_maximum(tmp_path):
     assert "<skipped" in junit(results) and "not gradable" in render(results, "table")
 
 
+def test_the_registers_ptxas_reports_set_the_occupancy_the_model_times_on_both_sides():
+    """The compile check's registers reach the model for the student and the reference alike: the
+    coarsened matmul's (50 a thread with this toolchain) hold 4 blocks of 256, half the warps; the
+    tiled one's 32 all 8."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    results = grade(ROOT / "solutions", ["matmul"], backend="sim", course=Course(ROOT), stages=[2, 3])
+    timed = {t.name.split("::")[1]: t.timing for t in results.tests if t.timing}
+    coarsened, tiled = timed["coarsened_reuses_registers_without_bank_conflicts"], timed["tiled_reuses_shared_memory"]
+    assert coarsened["occupancy"] == coarsened["reference_occupancy"] < 1.0 and coarsened["ratio"] == 1.0, coarsened
+    assert coarsened["registers"] > 32 >= tiled["registers"] and tiled["occupancy"] == 1.0, (coarsened, tiled)
+
+
 def test_bench_times_the_performance_tests_kernels_on_a_chosen_gpu(tmp_path):
     rows_file = tmp_path / "bench.json"
     done = gpugrade("bench", "vector_add", "--reference", "--backend", "sim", "--model-gpu", "T4",

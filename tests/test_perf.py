@@ -8,7 +8,7 @@ from grader.judge.perf import PerformanceShortfall, expect_performance, totals
 
 
 def launch(sectors, requests, lines):
-    return {"kernel": "k", "counters": {"global_load_sectors": sectors, "global_load_requests": requests,
+    return {"kernel": "k", "block": [256, 1, 1], "counters": {"global_load_sectors": sectors, "global_load_requests": requests,
                                         "global_store_sectors": 0, "global_store_requests": 0},
             "lines": lines}
 
@@ -222,3 +222,14 @@ def test_a_grid_stride_stage_models_the_students_grid_as_fixed_however_the_strid
     assert ratio == pytest.approx(2.0)
     ratio, _ = modelled_speed(stage, [grid_stride(1 << 20, 1)], [grid_stride(1 << 20, 1)])
     assert ratio == pytest.approx(1.0)
+
+
+def test_the_feedback_names_an_occupancy_lower_than_the_references():
+    from grader.judge.perf import timing_sentence
+
+    t = {"source": "modelled", "gpu": "H100", "seconds": 1.2e-6, "bound": "memory", "bandwidth_fraction": 0.83,
+         "reference_seconds": 1e-6, "ratio": 1.2, "max_time_ratio": 1.2, "occupancy": 0.5,
+         "reference_occupancy": 1.0, "registers": 64}
+    assert ", 83% of its memory bandwidth, occupancy 50% (64 registers a thread; the reference's: 100%); " \
+           "the reference: 1 us" in timing_sentence(t)
+    assert "occupancy" not in timing_sentence({**t, "occupancy": 1.0})

@@ -92,3 +92,42 @@ def test_speed_credit_is_full_up_to_the_threshold_and_its_margin_then_linear_to_
     assert t.credit(2.4) == t.credit(5.0) == 0.0
     assert 0 < t.credit(2.0) < t.credit(1.5) < 1
     assert GpuThreshold("reference", 1.2, zero_time_ratio=3.0).credit(2.4) > t.credit(2.4)
+
+
+def test_registers_limit_the_blocks_an_sm_holds_as_ptxas_reports_them():
+    """Registers are allocated per warp in units of 256 from each of 4 sub-partitions (64 K a SM on
+    every preset): the coarsened matmul reference's 50 registers hold 4 blocks of 256 threads, the
+    tiled one's 32 hold 8; unknown (0) leaves the warp and shared-memory limits."""
+    g = perf_model.gpu("H100")
+    assert perf_model.resident_blocks(g, 256, 8192, registers=50) == 4
+    assert perf_model.resident_blocks(g, 256, 2048, registers=32) == 8
+    assert perf_model.resident_blocks(g, 256, 2048) == 8
+    assert perf_model.resident_blocks(g, 1024, 0, registers=255) == 1  # does not fit: one, as the launch reports
+    assert perf_model.registers({"compiled": {"available": True, "registers": 50}}) == 50
+    assert perf_model.registers({"registers": 40}) == 40 and perf_model.registers({"compiled": {}}) == 0
+
+
+def test_an_occupancy_registers_limit_leaves_bandwidth_unused_at_full_load():
+    """Half the warps resident (64 registers a thread: 32 of 64 warps) is short of the 60% that
+    saturates DRAM: the same traffic takes 1.2x as long, and the model says why."""
+    g = perf_model.gpu("H100")
+    full = perf_model.launch_time(_launch(sectors=1 << 20), g, steady=True)
+    heavy = perf_model.launch_time({**_launch(sectors=1 << 20), "registers": 64}, g, steady=True)
+    assert (full.occupancy, heavy.occupancy, heavy.registers) == (1.0, 0.5, 64)
+    assert heavy.seconds == pytest.approx(full.seconds * 0.6 / 0.5)
+    light = perf_model.launch_time({**_launch(sectors=1 << 20), "registers": 40}, g, steady=True)
+    assert light.seconds == pytest.approx(full.seconds) and light.occupancy == 0.75
+
+
+def test_registers_count_on_both_sides_or_on_neither():
+    """A reference recorded without registers (or a machine without the toolchain) against a
+    student's with them: neither side's occupancy counts them, so the student is not judged by a
+    limit the reference escaped."""
+    from grader.judge.perf import _comparable
+
+    mine, theirs = [{**_launch(sectors=1 << 20), "registers": 128}], [_launch(sectors=1 << 20)]
+    a, b = _comparable(mine, theirs)
+    assert perf_model.registers(a[0]) == 0 and a[0]["counters"] == mine[0]["counters"]
+    both = [{**_launch(sectors=1 << 20), "compiled": {"registers": 32}}]
+    a, b = _comparable(mine, both)
+    assert perf_model.registers(a[0]) == 128 and perf_model.registers(b[0]) == 32

@@ -134,15 +134,24 @@ def take_timing() -> dict | None:
 _beside: tuple[list[dict], list[dict]] | None = None
 
 
-def _with_the_references_grid(student_launches: list[dict], reference_launches: list[dict]) -> list[dict]:
-    """The student's launches, each modelled with a fixed grid where the reference's grid is fixed
-    (it reads its grid's size: a grid-stride stage, whose tests require a grid that does not depend
-    on n): whether the student's kernel names `cuda.gridsize` is its spelling, not the judge's
-    decision (a stride from a module constant would otherwise be modelled as filling the GPU)."""
-    if not any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches):
-        return student_launches
-    return [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
-            for launch in student_launches]
+def _comparable(student_launches: list[dict], reference_launches: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Both sides' launches as the model compares them:
+    - the student's modelled with a fixed grid where the reference's grid is fixed (it reads its
+      grid's size: a grid-stride stage, whose tests require a grid that does not depend on n):
+      whether the student's kernel names `cuda.gridsize` is its spelling, not the judge's decision
+      (a stride from a module constant would otherwise be modelled as filling the GPU);
+    - registers (occupancy) on both sides or on neither: where one side's compile check did not
+      report them (no toolchain, a recording without them), neither side's occupancy counts them."""
+    if any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches):
+        student_launches = [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
+                            for launch in student_launches]
+    if not all(perf_model.registers(launch) for launch in [*student_launches, *reference_launches]):
+        student_launches, reference_launches = _without_registers(student_launches), _without_registers(reference_launches)
+    return student_launches, reference_launches
+
+
+def _without_registers(launches: list[dict]) -> list[dict]:
+    return [{k: v for k, v in launch.items() if k not in ("registers", "compiled")} for launch in launches]
 
 
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
@@ -151,14 +160,18 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
     the floating-point operations of the call, for GFLOP/s."""
     global _last_timing
     gpu = perf_model.gpu(stage.gpu.model_gpu)
-    mine = perf_model.call_time(_with_the_references_grid(student_launches, reference_launches), gpu, steady=True)
+    student_launches, reference_launches = _comparable(student_launches, reference_launches)
+    mine = perf_model.call_time(student_launches, gpu, steady=True)
     ref = perf_model.call_time(reference_launches, gpu, steady=True)
     ratio = mine.seconds / ref.seconds if ref.seconds > 0 else 1.0
     _last_timing = {"source": "modelled", "gpu": gpu.key, "seconds": mine.seconds, "bound": mine.bound,
                     "bandwidth_fraction": round(mine.bandwidth_fraction(gpu), 4),
                     "global_bytes": mine.global_bytes, "reference_seconds": ref.seconds,
                     "ratio": round(ratio, 4), "max_time_ratio": stage.gpu.max_time_ratio,
-                    "credit": stage.gpu.credit(ratio)}
+                    "credit": stage.gpu.credit(ratio), "occupancy": round(mine.occupancy, 4),
+                    "reference_occupancy": round(ref.occupancy, 4)}
+    if mine.registers:
+        _last_timing["registers"] = mine.registers
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
@@ -172,9 +185,19 @@ def gflops(t: dict) -> float:
 def timing_sentence(t: dict) -> str:
     rate = f"{gflops(t):,.0f} GFLOP/s, " if t.get("flops") else ""
     return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, {rate}"
-            f"{t['bound']}-bound, {t['bandwidth_fraction']:.0%} of its memory bandwidth; the reference: "
+            f"{t['bound']}-bound, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
             f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
             f"{t['max_time_ratio']:g}x)")
+
+
+def _occupancy(t: dict) -> str:
+    """", occupancy 50% (50 registers a thread; the reference's: 100%)" where the student's kernel
+    holds fewer warps per SM than the reference's (what registers or shared memory cost it)."""
+    mine, theirs = t.get("occupancy", 1.0), t.get("reference_occupancy", 1.0)
+    if mine >= theirs:
+        return ""
+    registers = f"{t['registers']} registers a thread; " if t.get("registers") else ""
+    return f", occupancy {mine:.0%} ({registers}the reference's: {theirs:.0%})"
 
 
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
@@ -299,8 +322,8 @@ def model_beside(stage: Stage, device_name: str) -> dict | None:
     mine, theirs = _beside
     _beside = None
     g = perf_model.preset_for(device_name) or perf_model.gpu(stage.gpu.model_gpu)
-    a, b = perf_model.call_time(_with_the_references_grid(mine, theirs), g, steady=True), \
-        perf_model.call_time(theirs, g, steady=True)
+    mine, theirs = _comparable(mine, theirs)
+    a, b = perf_model.call_time(mine, g, steady=True), perf_model.call_time(theirs, g, steady=True)
     # the modelled bandwidth (steady state: independent of the simulator's smaller problem), for
     # the model's absolute error against the measured GB/s
     return {"gpu": g.key, "seconds": a.seconds, "reference_seconds": b.seconds,

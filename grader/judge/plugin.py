@@ -197,7 +197,7 @@ class GradingSession:
         key = f"{whose} {'gpu device' if gpu else 'simulator'}"
         if key not in self.sim_connections:
             self.sim_connections[key] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
-                                                         compile_check=not trusted, trusted=trusted,
+                                                         compile_check=True, trusted=trusted,
                                                          device_process=self.device_process, gpu_device=gpu)
         return self.sim_connections[key]
 
@@ -258,7 +258,8 @@ class GradingSession:
         return self.references[exercise]
 
     def _reference_connection(self) -> RunnerConnection:
-        """The reference solutions' runner: trusted course code, so no compile check."""
+        """The reference solutions' runner: trusted course code, compile-checked all the same for
+        the registers its kernels use (the performance model's occupancy, like the student's)."""
         if self.reference_connection is None:
             from ..course import make_workspace
 
@@ -267,7 +268,7 @@ class GradingSession:
             modules = {p.stem: p for p in Path(self.reference_dir).glob("*.py")}
             make_workspace(modules, Path(workspace))
             self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox,
-                                                         compile_check=False, trusted=True,
+                                                         compile_check=True, trusted=True,
                                                          device_process=self.device_process)
         return self.reference_connection
 

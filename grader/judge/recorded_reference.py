@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import wire
+from .. import perf_model, wire
 from .student import CallResult, Student
 
 RECORD = Path("tests") / "exercises" / "reference_counters.json"
@@ -60,7 +60,8 @@ class RecordingReference:
 def _launches(launches: list[dict]) -> list[dict]:
     """What the performance model and the criteria read of each launch: configuration and counters."""
     return [{"kernel": launch.get("kernel"), "grid": launch.get("grid"), "block": launch.get("block"),
-             "shared_bytes": launch.get("shared_bytes", 0), "counters": _numeric_counters(launch)}
+             "shared_bytes": launch.get("shared_bytes", 0), "counters": _numeric_counters(launch),
+             **({"registers": perf_model.registers(launch)} if perf_model.registers(launch) else {})}
             for launch in launches]
 
 

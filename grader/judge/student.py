@@ -152,7 +152,7 @@ class RunnerConnection:
         self.backend = backend
         self.sandbox = sandbox
         self.devices = devices
-        self.compile_check = compile_check  # off only for trusted course code (reference solutions)
+        self.compile_check = compile_check  # (registers for the model; refusals as a GPU would)
         self.trusted = trusted  # the reference runner: a uid and a view of its own, never a student's
         self.device_process = device_process  # False: the simulator inside the runner (debugging, measuring)
         # the device process on the machine's GPU (grader.device.gpu_server), the runner a client of

@@ -25,6 +25,8 @@ BARRIER_CYCLES = 20      # a block's __syncthreads() when every warp arrives tog
 # (2026-12-04), grid-stride loops on 16 and 32 blocks of 8 warps streamed at 125 and 228 GB/s of
 # 4,800, which 0.6 models within 6% (0.5 gave +16% and +28%)
 SATURATING_WARPS = 0.6
+REGISTER_UNIT = 256      # registers are allocated to a warp in units of 256 ...
+SUB_PARTITIONS = 4       # ... from one of the SM's 4 sub-partitions (a quarter of its register file each)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Modelled:
     bound: str                # "memory", "shared memory", "atomics", "warp ops" or "launch"
     parts: dict[str, float]   # seconds of each limit (they overlap; the largest is the bound)
     global_bytes: float
+    occupancy: float = 1.0    # the fraction of an SM's warps resident (of the longest launch)
+    registers: int = 0        # per thread, where the compile check reported them (of the longest launch)
 
     @property
     def ms(self) -> float:
@@ -100,13 +104,27 @@ def _prod(v) -> int:
     return int(v[0]) * int(v[1]) * int(v[2]) if isinstance(v, (list, tuple)) and len(v) == 3 else int(v or 1)
 
 
-def resident_blocks(g: Gpu, threads_per_block: int, shared_bytes: int) -> int:
-    """Blocks one SM holds at once (block-size, warp and shared-memory limits; registers are
-    not counted: the reference runs without the compile check that reports them)."""
+def resident_blocks(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int = 0) -> int:
+    """Blocks one SM holds at once: the block-size, warp, shared-memory and (when the compile check
+    reported them: `registers` per thread) register limits."""
     warps = max(1, -(-threads_per_block // WARP))
     by_warps = g.max_warps_per_sm // warps
     by_shared = int(g.shared_kib_per_sm * 1024 // shared_bytes) if shared_bytes > 0 else g.max_blocks_per_sm
-    return max(1, min(g.max_blocks_per_sm, by_warps, by_shared))
+    by_registers = g.max_blocks_per_sm
+    if registers > 0:
+        # allocated per warp in units of 256, from each of the SM's 4 sub-partitions' quarter of the file
+        per_warp = -(-registers * WARP // REGISTER_UNIT) * REGISTER_UNIT
+        by_registers = (g.registers_per_sm // SUB_PARTITIONS // per_warp) * SUB_PARTITIONS // warps
+    return max(1, min(g.max_blocks_per_sm, by_warps, by_shared, by_registers))
+
+
+def registers(launch: dict) -> int:
+    """Registers per thread of a launch's kernel: the compile check's (`compiled`) or a recording's
+    (`registers`); 0 when unknown (the toolchain absent, the check off)."""
+    value = launch.get("registers")
+    if value is None:
+        value = (launch.get("compiled") or {}).get("registers")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 255 else 0
 
 
 def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
@@ -117,18 +135,19 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     c = {k: float(v) for k, v in counters.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     blocks, tpb = _prod(launch.get("grid")), _prod(launch.get("block"))
     warps_per_block = max(1, -(-tpb // WARP))
-    resident = resident_blocks(g, tpb, int(launch.get("shared_bytes") or 0))
+    resident = resident_blocks(g, tpb, int(launch.get("shared_bytes") or 0), registers(launch))
     active_sms = max(1, min(g.sms, blocks))
     # Latency hiding: DRAM saturates with about 60% of the SM's warps in flight on every SM; a
-    # small grid (or large blocks of few warps) leaves bandwidth unused. At full load a grid sized
-    # to the data fills the GPU; a grid-stride loop's grid (it reads its grid's size) stays as
+    # small grid, large blocks of few warps, or an occupancy that registers or shared memory
+    # limit leave bandwidth unused. At full load a grid sized to the data fills every SM with as
+    # many blocks as it holds; a grid-stride loop's grid (it reads its grid's size) stays as
     # launched, whatever the problem's size.
     fixed_grid = bool(c.get("reads_grid_size"))
-    in_flight = min(blocks, g.sms * resident) * warps_per_block
-    utilisation = 1.0 if steady and not fixed_grid else \
-        min(1.0, in_flight / (g.sms * g.max_warps_per_sm * SATURATING_WARPS))
-    if steady and not fixed_grid:
+    filled = steady and not fixed_grid
+    if filled:
         active_sms = g.sms
+    in_flight = (g.sms * resident if filled else min(blocks, g.sms * resident)) * warps_per_block
+    utilisation = min(1.0, in_flight / (g.sms * g.max_warps_per_sm * SATURATING_WARPS))
     global_bytes = SECTOR_BYTES * (c.get("global_load_sectors", 0) + c.get("global_store_sectors", 0))
     parts = {
         "memory": global_bytes / (g.dram_bps * utilisation),
@@ -143,8 +162,9 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     bound = max(parts, key=parts.get)
     overhead = 0.0 if steady else g.launch_overhead_us * 1e-6
     busy = parts[bound] + barriers
+    occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
-                    {**parts, "barriers": barriers, "launch": overhead}, global_bytes)
+                    {**parts, "barriers": barriers, "launch": overhead}, global_bytes, occupancy, registers(launch))
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
@@ -157,8 +177,9 @@ def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelle
     for m in each:
         for k, v in m.parts.items():
             parts[k] = parts.get(k, 0.0) + v
-    return Modelled(sum(m.seconds for m in each), max(each, key=lambda m: m.seconds).bound, parts,
-                    sum(m.global_bytes for m in each))
+    longest = max(each, key=lambda m: m.seconds)
+    return Modelled(sum(m.seconds for m in each), longest.bound, parts, sum(m.global_bytes for m in each),
+                    longest.occupancy, longest.registers)
 
 
 def copy_time(nbytes: int, g: Gpu) -> float:
@@ -167,4 +188,4 @@ def copy_time(nbytes: int, g: Gpu) -> float:
 
 
 __all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "presets",
-           "resident_blocks"]
+           "registers", "resident_blocks"]
