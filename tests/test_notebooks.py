@@ -424,8 +424,8 @@ def _solved_with(*changes: tuple[str, str]) -> str:
 def test_a_notebooks_messages_name_its_cells_and_their_lines_not_the_module_graded(tmp_path):
     """Regression (learner audit): a notebook's findings, tracebacks, hotspots and policy refusals
     named `vector_add.py:53`, a line of the module generated from its cells that the student never
-    sees. Cell 3 is add_kernel, its line 7 the store; cell 4 vector_add; cell 6 the grid-stride
-    host function; cell 7 saxpy_kernel; cell 2 the imports."""
+    sees. Cell 3 is add_kernel, its line 7 the store; cell 4 vector_add; cell 7 the grid-stride
+    host function; cell 8 saxpy_kernel; cell 2 the imports."""
     from grader.report.html import html_page
 
     bugs = _solved_with(
@@ -448,12 +448,12 @@ def test_a_notebooks_messages_name_its_cells_and_their_lines_not_the_module_grad
                               "    ### END SOLUTION"]], oob.source
     assert "<code>vector_add.ipynb, cell 3</code>, line 7" in html_page(results)
     raised = by_name["vector_add::grid_stride_sizes[n=33]"].output
-    assert raised.startswith("IndexError (vector_add.ipynb, cell 6, line 8 in vector_add_grid_stride)"), raised
-    assert '  File "vector_add.ipynb", cell 6, line 8, in vector_add_grid_stride\n    x = [1][a.size]' in raised
+    assert raised.startswith("IndexError (vector_add.ipynb, cell 7, line 8 in vector_add_grid_stride)"), raised
+    assert '  File "vector_add.ipynb", cell 7, line 8, in vector_add_grid_stride\n    x = [1][a.size]' in raised
     slow = by_name["vector_add::saxpy_moves_the_fewest_bytes"]
-    assert slow.output.splitlines()[0].endswith("worst at cell 7, line 11 (load)"), slow.output
-    assert "uncoalesced access at cell 7, line 11 of kernel 'saxpy_kernel' (store)" in slow.output
-    assert (slow.request["cell"], slow.request["line"]) == (7, 11)
+    assert slow.output.splitlines()[0].endswith("worst at cell 8, line 11 (load)"), slow.output
+    assert "uncoalesced access at cell 8, line 11 of kernel 'saxpy_kernel' (store)" in slow.output
+    assert (slow.request["cell"], slow.request["line"]) == (8, 11)
     assert not any(re.search(r"vector_add\.py|\bline (?:[2-9]\d|1[2-9])\b", t.output) for t in results.tests)
 
     policy = _solved_with(("import numpy as np\n", "import numpy as np\nimport os\n"))

@@ -21,7 +21,7 @@ RECORD = Path("tests") / "exercises" / "reference_counters.json"
 
 
 def call_key(function: str, args: tuple) -> str:
-    """vector_add_grid_stride(<f4[1351687], <f4[1351687]): what determines a call's counters."""
+    """vector_add_grid_stride(<f4[540679], <f4[540679]): what determines a call's counters."""
     parts = [f"{a.dtype.str}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__ for a in args]
     return f"{function}({', '.join(parts)})"
 
