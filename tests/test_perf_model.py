@@ -104,7 +104,7 @@ def test_registers_limit_the_blocks_an_sm_holds_as_ptxas_reports_them():
     assert perf_model.resident_blocks(g, 256, 2048) == 8
     assert perf_model.resident_blocks(g, 1024, 0, registers=255) == 1  # does not fit: one, as the launch reports
     assert perf_model.registers({"compiled": {"available": True, "registers": 50}}) == 50
-    assert perf_model.registers({"registers": 40}) == 40 and perf_model.registers({"compiled": {}}) == 0
+    assert perf_model.registers({"compiled": {"registers": 40}}) == 40 and perf_model.registers({"compiled": {}}) == 0
 
 
 def test_an_occupancy_registers_limit_leaves_bandwidth_unused_at_full_load():
@@ -112,10 +112,10 @@ def test_an_occupancy_registers_limit_leaves_bandwidth_unused_at_full_load():
     saturates DRAM: the same traffic takes 1.2x as long, and the model says why."""
     g = perf_model.gpu("H100")
     full = perf_model.launch_time(_launch(sectors=1 << 20), g, steady=True)
-    heavy = perf_model.launch_time({**_launch(sectors=1 << 20), "registers": 64}, g, steady=True)
+    heavy = perf_model.launch_time({**_launch(sectors=1 << 20), "compiled": {"registers": 64}}, g, steady=True)
     assert (full.occupancy, heavy.occupancy, heavy.registers) == (1.0, 0.5, 64)
     assert heavy.seconds == pytest.approx(full.seconds * 0.6 / 0.5)
-    light = perf_model.launch_time({**_launch(sectors=1 << 20), "registers": 40}, g, steady=True)
+    light = perf_model.launch_time({**_launch(sectors=1 << 20), "compiled": {"registers": 40}}, g, steady=True)
     assert light.seconds == pytest.approx(full.seconds) and light.occupancy == 0.75
 
 
@@ -125,7 +125,7 @@ def test_registers_count_on_both_sides_or_on_neither():
     limit the reference escaped."""
     from grader.judge.perf import _comparable
 
-    mine, theirs = [{**_launch(sectors=1 << 20), "registers": 128}], [_launch(sectors=1 << 20)]
+    mine, theirs = [{**_launch(sectors=1 << 20), "compiled": {"registers": 128}}], [_launch(sectors=1 << 20)]
     a, b = _comparable(mine, theirs)
     assert perf_model.registers(a[0]) == 0 and a[0]["counters"] == mine[0]["counters"]
     both = [{**_launch(sectors=1 << 20), "compiled": {"registers": 32}}]

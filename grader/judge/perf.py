@@ -151,7 +151,7 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
 
 
 def _without_registers(launches: list[dict]) -> list[dict]:
-    return [{k: v for k, v in launch.items() if k not in ("registers", "compiled")} for launch in launches]
+    return [{k: v for k, v in launch.items() if k != "compiled"} for launch in launches]
 
 
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],

@@ -197,7 +197,7 @@ class GradingSession:
         key = f"{whose} {'gpu device' if gpu else 'simulator'}"
         if key not in self.sim_connections:
             self.sim_connections[key] = RunnerConnection(workspace or self.workspace, Kind.SIM, self.sandbox,
-                                                         compile_check=True, trusted=trusted,
+                                                         trusted=trusted,
                                                          device_process=self.device_process, gpu_device=gpu)
         return self.sim_connections[key]
 
@@ -267,8 +267,7 @@ class GradingSession:
             workspace = os.path.join(self._tmp.name, "reference")
             modules = {p.stem: p for p in Path(self.reference_dir).glob("*.py")}
             make_workspace(modules, Path(workspace))
-            self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox,
-                                                         compile_check=True, trusted=True,
+            self.reference_connection = RunnerConnection(workspace, self.backend_name, self.sandbox, trusted=True,
                                                          device_process=self.device_process)
         return self.reference_connection
 

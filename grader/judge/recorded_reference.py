@@ -61,7 +61,7 @@ def _launches(launches: list[dict]) -> list[dict]:
     """What the performance model and the criteria read of each launch: configuration and counters."""
     return [{"kernel": launch.get("kernel"), "grid": launch.get("grid"), "block": launch.get("block"),
              "shared_bytes": launch.get("shared_bytes", 0), "counters": _numeric_counters(launch),
-             **({"registers": perf_model.registers(launch)} if perf_model.registers(launch) else {})}
+             **({"compiled": {"registers": registers}} if (registers := perf_model.registers(launch)) else {})}
             for launch in launches]
 
 

@@ -119,11 +119,9 @@ def resident_blocks(g: Gpu, threads_per_block: int, shared_bytes: int, registers
 
 
 def registers(launch: dict) -> int:
-    """Registers per thread of a launch's kernel: the compile check's (`compiled`) or a recording's
-    (`registers`); 0 when unknown (the toolchain absent, the check off)."""
-    value = launch.get("registers")
-    if value is None:
-        value = (launch.get("compiled") or {}).get("registers")
+    """Registers per thread of a launch's kernel, as the compile check reported them (`compiled`,
+    kept by a recording too); 0 when unknown (the toolchain absent, the check off)."""
+    value = (launch.get("compiled") or {}).get("registers")
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 255 else 0
 
 
@@ -135,7 +133,8 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     c = {k: float(v) for k, v in counters.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     blocks, tpb = _prod(launch.get("grid")), _prod(launch.get("block"))
     warps_per_block = max(1, -(-tpb // WARP))
-    resident = resident_blocks(g, tpb, int(launch.get("shared_bytes") or 0), registers(launch))
+    regs = registers(launch)
+    resident = resident_blocks(g, tpb, int(launch.get("shared_bytes") or 0), regs)
     active_sms = max(1, min(g.sms, blocks))
     # Latency hiding: DRAM saturates with about 60% of the SM's warps in flight on every SM; a
     # small grid, large blocks of few warps, or an occupancy that registers or shared memory
@@ -164,7 +163,7 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     busy = parts[bound] + barriers
     occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
-                    {**parts, "barriers": barriers, "launch": overhead}, global_bytes, occupancy, registers(launch))
+                    {**parts, "barriers": barriers, "launch": overhead}, global_bytes, occupancy, regs)
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
