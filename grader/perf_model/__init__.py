@@ -21,6 +21,12 @@ SECTOR_BYTES = 32
 WARP = 32
 SCHEDULERS_PER_SM = 4    # each issues one warp instruction (a shuffle, a vote) per clock
 BARRIER_CYCLES = 20      # a block's __syncthreads() when every warp arrives together
+# A block's critical path waits a step at each barrier: the warps' shared-memory loads, adds and
+# stores of a tree's level wait on each other and on the barrier before the next level starts.
+# Fitted on an H200 (2026-12-04): the tree reduction's first pass over 2^26 floats (262,144 blocks
+# of 256, 9 barriers each, 8 blocks an SM) took 394.5 us, 1.59 us a block: one DRAM round trip
+# (`memory_latency_ns`, 433 ns) and 9 steps of 225 cycles at the preset's clock.
+BARRIER_STEP_CYCLES = 225
 # the fraction of an SM's warps in flight on every SM that saturates DRAM: measured on an H200
 # (2026-12-04), grid-stride loops on 16 and 32 blocks of 8 warps streamed at 125 and 228 GB/s of
 # 4,800, which 0.6 models within 6% (0.5 gave +16% and +28%)
@@ -44,6 +50,7 @@ class Gpu:
     registers_per_sm: int
     atomics_per_clock: float
     same_address_atomic_ns: float
+    memory_latency_ns: float
     launch_overhead_us: float
     peer_bandwidth_gbs: float
     peer_latency_us: float
@@ -85,7 +92,7 @@ class Modelled:
     """A modelled time and what bounds it."""
 
     seconds: float
-    bound: str                # "memory", "shared memory", "atomics", "warp ops" or "launch"
+    bound: str                # "memory", "shared memory", "atomics", "warp ops", "latency" or "launch"
     parts: dict[str, float]   # seconds of each limit (they overlap; the largest is the bound)
     global_bytes: float
     occupancy: float = 1.0    # the fraction of an SM's warps resident (of the longest launch)
@@ -158,12 +165,23 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     }
     barriers = c.get("barriers", 0) * BARRIER_CYCLES / (active_sms * min(resident, math.ceil(blocks / active_sms))
                                                         * g.clock_hz)
+    # Latency: the blocks an SM runs one after another (waves), each as long as its critical path:
+    # one DRAM round trip and a step per barrier. Throughput bounds a kernel whose blocks keep
+    # memory busy; this one bounds a block that mostly waits (a shared-memory tree: on an H200 it
+    # reached 15% of the copy bandwidth, where the throughput limits said memory-bound).
+    waves = blocks / (g.sms * resident) if filled else math.ceil(blocks / (active_sms * resident))
+    block_path = g.memory_latency_ns * 1e-9 + c.get("barriers", 0) / blocks * BARRIER_STEP_CYCLES / g.clock_hz
+    latency = waves * block_path
     bound = max(parts, key=parts.get)
+    throughput = parts[bound] + barriers
+    if latency > throughput:
+        bound = "latency"
     overhead = 0.0 if steady else g.launch_overhead_us * 1e-6
-    busy = parts[bound] + barriers
+    busy = max(throughput, latency)
     occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
-                    {**parts, "barriers": barriers, "launch": overhead}, global_bytes, occupancy, regs)
+                    {**parts, "barriers": barriers, "latency": latency, "launch": overhead}, global_bytes,
+                    occupancy, regs)
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
