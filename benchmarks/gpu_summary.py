@@ -98,11 +98,11 @@ def targets(rows: list[dict], noise: dict | None) -> list[str]:
                    f"largest error {worst[1] / worst[2] - 1:+.1%} ({worst[0]}: modelled {worst[1]:.3f}x, "
                    f"measured {worst[2]:.3f}x)")
     bandwidth = [(n, m["model"]["gbs"], m["global_bytes"] / m["seconds"] / 1e9) for n, m in by.items()
-                 if (m.get("model") or {}).get("bound") == "memory" and m["model"].get("gbs")
+                 if (m.get("model") or {}).get("bound") in ("memory", "latency") and m["model"].get("gbs")
                  and m.get("global_bytes") and m.get("seconds")]
     if bandwidth:
         worst = max(bandwidth, key=lambda e: abs(e[1] / e[2] - 1))
-        out.append(f"- the model's bandwidth against the measured (memory-bound tests, steady state): largest "
+        out.append(f"- the model's bandwidth against the measured (memory- and latency-bound tests, steady state): largest "
                    f"error {worst[1] / worst[2] - 1:+.1%} ({worst[0]}: modelled {worst[1]:,.0f} GB/s, measured "
                    f"{worst[2]:,.0f} GB/s)")
     return out

@@ -122,7 +122,7 @@ def test_gpu_summary_checks_issue_11s_targets(tmp_path):
     assert "grid_stride_atomics_and_coalescing 72% (target >= 80%: MISSED)" in text
     assert "tiled_reuses_shared_memory: 40% of cuBLAS SGEMM (CuPy)'s speed" in text
     assert "largest error +8.9% (matmul::tiled_reuses_shared_memory: modelled 1.100x, measured 1.010x)" in text
-    assert ("model's bandwidth against the measured (memory-bound tests, steady state): largest error +140.0% "
+    assert ("model's bandwidth against the measured (memory- and latency-bound tests, steady state): largest error +140.0% "
             "(vector_add::keeps_up_with_the_reference: modelled 4,800 GB/s, measured 2,000 GB/s)") in text
     assert "validate: ok" in text and "(bench_gpu did not finish)" in text
 
