@@ -141,17 +141,26 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
       whether the student's kernel names `cuda.gridsize` is its spelling, not the judge's decision
       (a stride from a module constant would otherwise be modelled as filling the GPU);
     - registers (occupancy) on both sides or on neither: where one side's compile check did not
-      report them (no toolchain, a recording without them), neither side's occupancy counts them."""
+      report them (no toolchain, a recording without them), neither side's occupancy counts them;
+      loop instructions (the issue limit) likewise."""
     if any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches):
         student_launches = [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
                             for launch in student_launches]
-    if not all(perf_model.registers(launch) for launch in [*student_launches, *reference_launches]):
+    both = [*student_launches, *reference_launches]
+    if not all(perf_model.registers(launch) for launch in both):
         student_launches, reference_launches = _without_registers(student_launches), _without_registers(reference_launches)
+    if not all("loop_warp_instructions" in (launch.get("counters") or {}) for launch in both):
+        student_launches, reference_launches = _without_issue(student_launches), _without_issue(reference_launches)
     return student_launches, reference_launches
 
 
 def _without_registers(launches: list[dict]) -> list[dict]:
     return [{k: v for k, v in launch.items() if k != "compiled"} for launch in launches]
+
+
+def _without_issue(launches: list[dict]) -> list[dict]:
+    return [{**launch, "counters": {k: v for k, v in (launch.get("counters") or {}).items() if k != "loop_warp_instructions"}}
+            for launch in launches]
 
 
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
@@ -172,9 +181,17 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
                     "reference_occupancy": round(ref.occupancy, 4)}
     if mine.registers:
         _last_timing["registers"] = mine.registers
+    if mine.bound == "issue":  # what the student cannot see: the compiler's instructions
+        theirs = _loop_instructions(reference_launches)
+        if theirs:
+            _last_timing["loop_instructions_ratio"] = round(_loop_instructions(student_launches) / theirs, 2)
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
+
+
+def _loop_instructions(launches: list[dict]) -> float:
+    return sum(float((launch.get("counters") or {}).get("loop_warp_instructions", 0)) for launch in launches)
 
 
 def gflops(t: dict) -> float:
@@ -185,9 +202,15 @@ def gflops(t: dict) -> float:
 def timing_sentence(t: dict) -> str:
     rate = f"{gflops(t):,.0f} GFLOP/s, " if t.get("flops") else ""
     return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, {rate}"
-            f"{t['bound']}-bound, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
+            f"{t['bound']}-bound{_issue(t)}, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
             f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
             f"{t['max_time_ratio']:g}x)")
+
+
+def _issue(t: dict) -> str:
+    ratio = t.get("loop_instructions_ratio")
+    return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
+            f"the compiler did not unroll, or more work a step)") if ratio else ""
 
 
 def _occupancy(t: dict) -> str:

@@ -19,7 +19,7 @@ from typing import Iterable
 DEFAULT_GPU = "H100"
 SECTOR_BYTES = 32
 WARP = 32
-SCHEDULERS_PER_SM = 4    # each issues one warp instruction (a shuffle, a vote) per clock
+SCHEDULERS_PER_SM = 4    # each issues one warp instruction (a shuffle, a vote, an add) per clock
 BARRIER_CYCLES = 20      # a block's __syncthreads() when every warp arrives together
 # A block's critical path waits a step at each barrier: the warps' shared-memory loads, adds and
 # stores of a tree's level wait on each other and on the barrier before the next level starts.
@@ -92,7 +92,7 @@ class Modelled:
     """A modelled time and what bounds it."""
 
     seconds: float
-    bound: str                # "memory", "shared memory", "atomics", "warp ops", "latency" or "launch"
+    bound: str                # "memory", "shared memory", "atomics", "warp ops", "issue", "latency" or "launch"
     parts: dict[str, float]   # seconds of each limit (they overlap; the largest is the bound)
     global_bytes: float
     occupancy: float = 1.0    # the fraction of an SM's warps resident (of the longest launch)
@@ -162,6 +162,12 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
         "atomics": max(c.get("atomics", 0) / (g.atomics_per_clock * g.clock_hz),
                        c.get("atomic_same_address", 0) * g.same_address_atomic_ns * 1e-9),
         "warp ops": c.get("warp_ops", 0) / (active_sms * SCHEDULERS_PER_SM * g.clock_hz),
+        # every warp instruction of the kernel's loops (estimated from the PTX: the compile check's
+        # instruction profile) takes a scheduler's clock: what bounds a loop the compiler left full
+        # of index arithmetic. Straight-line code is left out: once a thread, it stays behind the
+        # memory traffic on a GPU-sized problem, where at the simulator's sizes a grid-stride
+        # kernel's few iterations would make it look issue-bound
+        "issue": c.get("loop_warp_instructions", 0) / (active_sms * SCHEDULERS_PER_SM * g.clock_hz),
     }
     barriers = c.get("barriers", 0) * BARRIER_CYCLES / (active_sms * min(resident, math.ceil(blocks / active_sms))
                                                         * g.clock_hz)

@@ -242,7 +242,7 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     except (LaunchConfigError, NotSimulatedError) as exc:
         raise _at_launch_site(exc, kernel.name) from None
     args = sim.signatures.convert(dispatcher, args)  # to the declared types, as numba does
-    compiled = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else {}
+    compiled, instructions = _compile_check(kernel, dispatcher, args, config) if sim.compile_check else ({}, None)
     cooperative = _cooperative.check_launch(kernel, dispatcher, args, config, device)
     try:
         bound = bind_args(sim, kernel, args, device.id)
@@ -299,6 +299,12 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     counters["reads_grid_size"] = int(reads_grid_size(kernel.py_func))  # (a grid-stride loop)
     threads = counters.pop("threads")
     lines = counters.pop("lines")
+    if instructions is not None:  # estimated from the compiled code and the lines' requests
+        from .compile_check.issue import warp_instructions
+
+        # the loops' only: the work that grows with the problem (docs/PERF_MODEL.md)
+        counters["loop_warp_instructions"] = warp_instructions(
+            instructions, lines, inst.warp_ops_by_line, config.n_blocks * config.warps_per_block, loops_only=True)
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
         counters["global_load_sectors"] + counters["global_store_sectors"]) /
         _devices.DEVICE_BANDWIDTH_BPS)
@@ -324,8 +330,9 @@ def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list
     return stream
 
 
-def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig) -> dict:
-    """What a GPU's compiler would say about this kernel for these arguments (cached by source).
+def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig) -> tuple[dict, dict | None]:
+    """What a GPU's compiler would say about this kernel for these arguments (cached by source),
+    and its instruction profile (compile_check.issue; None where there is none).
 
     Refused: raise CompileError, as numba would at a real launch. Toolchain unavailable (no
     numba-cuda on this platform): the launch goes on and the record says why nothing was checked.
@@ -336,12 +343,12 @@ def _compile_check(kernel: KernelSource, dispatcher, args, config: LaunchConfig)
     if report.failed:
         raise CompileError(f"kernel {kernel.name!r} would not compile for a GPU: {report.message}")
     if not report.available:
-        return {"available": False, "reason": report.message}
+        return {"available": False, "reason": report.message}, None
     threads = config.block[0] * config.block[1] * config.block[2]
     occupancy = report.occupancy(threads, config.shared_bytes)  # config.shared_bytes: the dynamic part
     return {"available": True, "registers": report.registers, "shared_bytes": report.shared_bytes,
             "local_bytes": report.local_bytes, "spill_stores": report.spill_stores,
-            "spill_loads": report.spill_loads, "occupancy": occupancy.summary()}
+            "spill_loads": report.spill_loads, "occupancy": occupancy.summary()}, report.instructions
 
 
 def _refused(exc: BaseException, kernel: KernelSource) -> bool:

@@ -34,7 +34,8 @@ afterwards, so nothing compiled for the stand-in is reused by a real launch.
 
 Modules: ``report`` (CompileReport), ``toolchain`` (what is installed: ToolchainStatus,
 find_ptxas), ``ptxas`` (running it, reading its log), ``cache`` (the key, memory and disk),
-``compiler`` (compile_check), ``explain`` (a failure as the student's file, line and a hint).
+``compiler`` (compile_check), ``explain`` (a failure as the student's file, line and a hint),
+``issue`` (the PTX's basic blocks and loops: a launch's warp instructions, estimated).
 The kernel's function graph is ``grader.sim.kernel_graph``'s, argument types
 ``grader.sim.argtypes``'.
 """

@@ -20,7 +20,8 @@ from ..bounded import BoundedCache
 from ..kernel_graph import KernelGraph, is_numba_dispatcher
 from .report import CompileReport
 
-_SCHEMA = 2  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt)
+_SCHEMA = 3  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt);
+            # 3: the instruction profile (issue.py)
 _MAX_DISK_ENTRIES = 4096
 
 

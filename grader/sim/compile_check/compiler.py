@@ -11,7 +11,7 @@ from grader.sim.argtypes import argtypes_for, declared_argtypes
 from grader.sim.devices import TARGET_CC
 from grader.sim.kernel_graph import python_function, user_functions
 
-from . import cache, ptxas, toolchain
+from . import cache, issue, ptxas, toolchain
 
 STATIC_SHARED_LIMIT = 48 * 1024  # static shared memory per block without an opt-in (what ptxas enforces)
 from .explain import classify, def_line, generator_use
@@ -105,6 +105,8 @@ def _compile(py, sig, cc, opts, dispatchers, files, st: toolchain.ToolchainStatu
             res = ptxas.Result(1, f"ptxas error   : Entry function uses too much shared data "
                                   f"({report.shared_bytes:#x} bytes, {STATIC_SHARED_LIMIT:#x} max)")
             report.ok = False
+    if res.returncode == 0:
+        report.instructions = _instruction_profile(py, sig, kw, dispatchers, cc)
     if res.returncode != 0:
         errs = ptxas.errors(res.log)
         if ("Unsupported .version" in res.log or "not defined for option" in res.log
@@ -118,3 +120,19 @@ def _compile(py, sig, cc, opts, dispatchers, files, st: toolchain.ToolchainStatu
         report.filename = os.path.abspath(py.__code__.co_filename)
         report.lineno = def_line(py)
     return report
+
+
+def _instruction_profile(py, sig, kw: dict, dispatchers, cc) -> dict | None:
+    """The kernel's instruction profile (issue.profile) from PTX compiled again with line info,
+    which ties its instructions to the source lines the simulator counts (the PTX ptxas assembled
+    stays the one a GPU runs: line info moves a few instructions). None where it cannot be had."""
+    from numba import cuda
+
+    if kw.get("device") or kw.get("debug"):
+        return None
+    try:
+        with patching.compile_check_device(cc, dispatchers):
+            ptx, _ = cuda.compile_ptx(py, tuple(sig), **{**kw, "lineinfo": True})
+        return issue.profile(ptx, os.path.abspath(py.__code__.co_filename))
+    except Exception:  # noqa: BLE001 - it compiled a moment ago; an estimate is not worth a failure
+        return None

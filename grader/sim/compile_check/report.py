@@ -42,6 +42,9 @@ class CompileReport:
     spill_stores: int | None = None  # bytes
     spill_loads: int | None = None  # bytes
     constant_bytes: int | None = None  # sum of the cmem[] banks ptxas reports
+    # the PTX's basic blocks, loops and memory instructions by line (issue.profile): what the
+    # launch's warp instructions are estimated from; None where it could not be read
+    instructions: dict | None = None
     ptxas_log: str = ""
     compile_seconds: float | None = None  # of the real compile (not of a cache hit)
     cached: str | None = None  # None (compiled now) | "memory" | "disk"

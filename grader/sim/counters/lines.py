@@ -24,6 +24,11 @@ class LineCounts:
         # (space, kind, line) -> (units per request of the access sampled, its worst request)
         self.samples: dict[tuple[str, str, int], tuple[float, dict]] = {}
         self.atomics_by_line: dict[tuple[str, int], int] = {}  # (space, line) -> atomic operations
+        self.warp_ops_by_line: dict[int, int] = {}  # line -> warp collectives (one a warp taking part)
+
+    def _note_warp_ops(self, line, n: int) -> None:
+        if isinstance(line, int) and line > 0:
+            self.warp_ops_by_line[line] = self.warp_ops_by_line.get(line, 0) + n
 
     def _note_atomics(self, space: str, line: int, n: int) -> None:
         key = (space, line)

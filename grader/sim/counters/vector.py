@@ -126,4 +126,6 @@ class VectorCounts:
     def warp_op(self, name: str, n_lanes: int, line=None, warps: int | None = None) -> None:
         """A warp collective by `n_lanes` lanes; counts one op per warp taking part (`warps`,
         or n_lanes / 32 rounded up when not given)."""
-        self.counts["warp_ops"] += warps if warps is not None else -(-int(n_lanes) // WARP)
+        n = warps if warps is not None else -(-int(n_lanes) // WARP)
+        self.counts["warp_ops"] += n
+        self._note_warp_ops(line, n)

@@ -1,0 +1,223 @@
+"""Instruction issue from numba's PTX: how many warp instructions a launch issued, estimated.
+
+The simulator runs the kernel's Python, not its machine code, so it cannot count instructions;
+the compiler decides them (an unrolled loop's constant offsets against a rolled one's index
+arithmetic: on an H200 that made the coarsened matmul 0.77x of the tiled one, docs/PERF_MODEL.md).
+This joins the two: `profile` reads the kernel's PTX, compiled with line info, into basic blocks
+(their instructions, the loops that hold them, and the memory instructions and warp collectives
+of each source line); `warp_instructions` weighs each block by how often it ran, which those
+tell: a block holding a line's loads ran as often as the simulator counted warp requests of that
+line, divided by the copies of those loads the compiler made (16 in a loop it unrolled 16 times).
+
+What it cannot see: a loop with no memory access runs once per run of what holds it (its trip
+count is unknown), a device function left uninlined counts as its call only, and ptxas's own
+rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
+instructions per multiply-add.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# an instruction's opcode (after an optional guard predicate), its state space for memory operations
+_GUARD = re.compile(r"^@!?%\w+\s+")
+_LABEL = re.compile(r"^(\$?[\w$]+):$")
+_LOC = re.compile(r"^\.loc\s+(\d+)\s+(\d+)")
+_FILE = re.compile(r'^\.file\s+(\d+)\s+"([^"]*)"')
+_BRANCH = re.compile(r"^bra(?:\.uni)?\s+(\$?[\w$]+)$")
+_MEMORY_KIND = {"ld": "load", "ldu": "load", "st": "store"}
+_ENDS_BLOCK = ("bra", "ret", "exit", "brx")
+_WARP_OPS = ("shfl.sync", "vote.sync", "match.", "bar.warp.sync")  # what the simulator counts as warp ops
+
+
+def profile(ptx: str, filename: str) -> dict | None:
+    """The first `.entry` function of `ptx` as basic blocks, JSON-able:
+    {"blocks": [[instructions, loop, {anchor: count}]], "loops": [parent]}, an anchor being a source
+    line's global or shared loads or stores ("shared load 42") or its warp collectives ("warp op 42"):
+    `loop` indexes "loops" (-1: in no loop), a loop's parent likewise; only lines of `filename`
+    (the kernel's source file) are kept as anchors. None when `ptx` has no entry function."""
+    files = {m.group(1): os.path.abspath(m.group(2))
+             for m in map(_FILE.match, (s.strip() for s in ptx.splitlines())) if m}
+    filename = os.path.abspath(filename)
+    body = _entry_body(ptx)
+    if body is None:
+        return None
+    blocks: list[list] = []   # [instructions, {anchor: count}], in layout order
+    labels: dict[str, int] = {}
+    branches: list[tuple[int, str]] = []  # (block, target label)
+    current: list | None = None
+    here_file, here_line = None, 0
+    previous_shuffle: list[str] | None = None
+    for statement in _statements(body):
+        label = _LABEL.match(statement)
+        if label:
+            current = None
+            labels[label.group(1)] = len(blocks)
+            continue
+        loc = _LOC.match(statement)
+        if loc:
+            here_file, here_line = loc.group(1), int(loc.group(2))
+            continue
+        if statement.startswith((".", "{", "}")) or not statement:
+            continue  # declarations, scopes
+        if current is None:
+            current = [0, {}]
+            blocks.append(current)
+        current[0] += 1
+        op = _GUARD.sub("", statement)
+        opcode, _, operands = op.partition(" ")
+        line = here_line if files.get(here_file) == filename else 0
+        anchor = _anchor(opcode, line)
+        if opcode.startswith(_WARP_OPS):
+            # numba shuffles a 64-bit value as two 32-bit halves: the same lane, clamp and mask
+            tail = [o.strip() for o in operands.split(",")][2:]
+            anchor = None if tail == previous_shuffle or line <= 0 else (f"warp op {line}", 1)
+            previous_shuffle = tail if opcode.startswith("shfl") else None
+        else:
+            previous_shuffle = None
+        if anchor is not None:
+            key, weight = anchor
+            current[1][key] = current[1].get(key, 0) + weight
+        branch = _BRANCH.match(op)
+        if branch:
+            branches.append((len(blocks) - 1, branch.group(1)))
+        if opcode.split(".", 1)[0] in _ENDS_BLOCK:
+            current = None
+    loops = _loops(branches, labels)
+    innermost = [-1] * len(blocks)
+    for i, (start, end) in enumerate(loops):  # outer loops first: an inner one overwrites
+        for b in range(start, end + 1):
+            innermost[b] = i
+    parents = [_parent(i, loops) for i in range(len(loops))]
+    return {"blocks": [[n, innermost[b], anchors] for b, (n, anchors) in enumerate(blocks)], "loops": parents}
+
+
+def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int,
+                      loops_only: bool = False) -> int:
+    """Warp instructions a launch issued, estimated from its PTX `prof` (`profile`), the
+    simulator's per-line requests (`lines`: the launch record's), its warp collectives by line
+    (`warp_ops`: shuffles, votes, one a warp) and the warps it launched; `loops_only`: those
+    its loops issued.
+
+    A block with memory instructions of lines the simulator saw ran (requests of the line) /
+    (that line's memory instructions in the whole kernel) times, averaged over its lines (stores
+    only where it has nothing else); a block
+    without ran as often as the most-run such block of its loop, or, in a loop with none, as its
+    parent loop; outside loops, once a warp."""
+    requests: dict[str, float] = {}
+    for entry in lines:
+        if entry.get("kind") in ("load", "store"):
+            key = f"{entry.get('space')} {entry['kind']} {entry.get('line')}"
+            requests[key] = requests.get(key, 0.0) + float(entry.get("requests", 0))
+    for line, n in warp_ops.items():
+        requests[f"warp op {line}"] = float(n)
+    static: dict[str, float] = {}
+    for _, _, anchors in prof["blocks"]:
+        for key, n in anchors.items():
+            static[key] = static.get(key, 0.0) + n
+    runs: list[float | None] = []
+    for _, _, anchors in prof["blocks"]:
+        # stores last: the compiler merges the stores of both arms of an `if` into one (its line
+        # then often lost), which leaves a line fewer copies than it ran
+        keys = [key for key in anchors if key in requests]
+        keys = [key for key in keys if not key.startswith(("global store", "shared store"))] or keys
+        seen = [requests[key] / static[key] for key in keys]
+        runs.append(sum(seen) / len(seen) if seen else None)
+    loops = prof["loops"]
+    loop_runs: list[float | None] = [None] * len(loops)
+    for (_, loop, _), run in zip(prof["blocks"], runs):
+        if run is not None and loop >= 0:
+            loop_runs[loop] = max(loop_runs[loop] or 0.0, run)
+
+    def of_loop(i: int) -> float:
+        while i >= 0 and loop_runs[i] is None:
+            i = loops[i]
+        return float(warps) if i < 0 else float(loop_runs[i])
+
+    total = 0.0
+    for (n, loop, _), run in zip(prof["blocks"], runs):
+        if loop >= 0 or not loops_only:
+            total += n * (run if run is not None else of_loop(loop))
+    return int(round(total))
+
+
+def _entry_body(ptx: str) -> str | None:
+    """The text between the braces of the first `.entry` (PTX nests braces for call scopes)."""
+    at = ptx.find(".entry")
+    if at < 0:
+        return None
+    start = ptx.find("{", ptx.find(")", at))
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start, len(ptx)):
+        if ptx[i] == "{":
+            depth += 1
+        elif ptx[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return ptx[start + 1:i]
+    return None
+
+
+def _statements(body: str):
+    """Labels, `.loc` directives and instructions, one each (an instruction may span lines)."""
+    pending = ""
+    for raw in body.splitlines():
+        text = raw.split("//", 1)[0].strip()
+        if not text:
+            continue
+        if pending:
+            pending += " " + text
+            if pending.endswith(";"):
+                yield pending[:-1].strip()
+                pending = ""
+            continue
+        if text.endswith(":") or text.startswith((".loc", ".file", "{", "}")):
+            yield text
+        elif text.endswith(";"):
+            yield text[:-1].strip()
+        else:
+            pending = text
+    if pending:
+        yield pending
+
+
+def _anchor(opcode: str, line: int) -> tuple[str, int] | None:
+    """("space kind line", accesses) of a global or shared load or store, None for any other
+    instruction; a vector access (`.v2`, `.v4`) counts as that many, as the simulator counts them."""
+    parts = opcode.split(".")
+    kind = _MEMORY_KIND.get(parts[0])
+    if kind is None or line <= 0:
+        return None
+    if any(p in ("local", "param", "const") for p in parts[1:]):
+        return None
+    space = "shared" if "shared" in parts[1:] else "global"
+    width = next((int(p[1:]) for p in parts[1:] if p in ("v2", "v4", "v8")), 1)
+    return f"{space} {kind} {line}", width
+
+
+def _loops(branches: list[tuple[int, str]], labels: dict[str, int]) -> list[tuple[int, int]]:
+    """Loops as (first block, last block), outer first: a branch back to a label at or before it.
+    Back edges to one header merge (a `continue`); LLVM lays a loop's blocks out contiguously."""
+    spans: dict[int, int] = {}
+    for block, target in branches:
+        head = labels.get(target)
+        if head is not None and head <= block:
+            spans[head] = max(spans.get(head, block), block)
+    return sorted(spans.items(), key=lambda s: (s[0], -s[1]))
+
+
+def _parent(i: int, loops: list[tuple[int, int]]) -> int:
+    """The innermost loop that holds loop `i` (-1: none)."""
+    start, end = loops[i]
+    best = -1
+    for j, (s, e) in enumerate(loops):
+        if j != i and s <= start and end <= e and (s, e) != (start, end):
+            if best < 0 or (loops[best][1] - loops[best][0]) > (e - s):
+                best = j
+    return best
+
+
+__all__ = ["profile", "warp_instructions"]

@@ -1,0 +1,160 @@
+"""Instruction issue: the PTX's basic blocks weighed by the simulator's per-line counts
+(grader/sim/compile_check/issue.py), and the performance model's issue limit."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import perf_model
+from grader.judge.perf import _comparable
+from grader.sim.compile_check.issue import profile, warp_instructions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# numba's shape of a kernel: an entry block, a loop (unrolled twice: two copies of line 12's load),
+# a 64-bit shuffle (two 32-bit halves) outside it, a store merged from both arms of an `if` (line 0),
+# a call spanning lines, and an instruction of another file
+PTX = """
+.version 8.5
+.target sm_90
+.address_size 64
+
+.visible .entry _Z6kernel(
+	.param .u64 _Z6kernel_param_0
+)
+{
+	.reg .pred 	%p<4>;
+	.reg .b32 	%r<9>;
+	.reg .b64 	%rd<9>;
+	.loc	1 10 1
+	ld.param.u64 	%rd1, [_Z6kernel_param_0];
+	mov.u32 	%r1, %tid.x;
+	setp.ge.s32 	%p1, %r1, 4;
+	@%p1 bra 	$L__BB0_3;
+
+$L__BB0_2:
+	.loc	1 12 1
+	ld.global.f32 	%f1, [%rd1];
+	ld.global.f32 	%f2, [%rd1+4];
+	.loc	1 11 1
+	add.s64 	%rd1, %rd1, 8;
+	setp.lt.s64 	%p2, %rd1, %rd2;
+	@%p2 bra 	$L__BB0_2;
+
+$L__BB0_3:
+	.loc	1 14 1
+	shfl.sync.down.b32 	%r3|%p3, %r1, %r5, %r6, %r7;
+	shfl.sync.down.b32 	%r4|%p3, %r2, %r5, %r6, %r7;
+	.loc	2 99 1
+	ld.shared.f32 	%f3, [%rd3];
+	.loc	1 0 0
+	st.shared.v2.f32 	[%rd4], {%f1, %f2};
+	{ // callseq 0
+	.param .b64 param0;
+	st.param.b64 	[param0+0], %rd1;
+	call.uni
+	vprintf,
+	(
+	param0
+	);
+	} // callseq 0
+	.loc	1 16 1
+	st.global.f32 	[%rd5], %f3;
+	ret;
+
+}
+	.file	1 "/course/kernel.py"
+	.file	2 "/elsewhere/helper.py"
+"""
+
+
+def test_profile_reads_blocks_loops_and_the_lines_anchors():
+    prof = profile(PTX, "/course/kernel.py")
+    assert prof["loops"] == [-1]
+    # the entry block (ends at its branch); the loop; what follows it
+    assert prof["blocks"] == [
+        [4, -1, {}],
+        [5, 0, {"global load 12": 2}],
+        # two shuffle halves are one collective; the other file's load, line 0's store and the
+        # call's parameter are not anchors; the call is one instruction
+        [8, -1, {"warp op 14": 1, "global store 16": 1}],
+    ]
+
+
+def test_a_block_runs_as_often_as_its_lines_requests_over_their_copies():
+    prof = profile(PTX, "/course/kernel.py")
+    lines = [{"line": 12, "space": "global", "kind": "load", "requests": 40, "sectors": 160},
+             {"line": 16, "space": "global", "kind": "store", "requests": 8, "sectors": 8}]
+    # the loop ran 40 / 2 = 20 times; the entry block once a warp (8 warps); the last block as
+    # its warp ops say (8; the store agrees, but stores only count where nothing else does)
+    assert warp_instructions(prof, lines, {14: 8}, warps=8) == 4 * 8 + 5 * 20 + 8 * 8
+    # without the simulator's counts, the loop runs once a warp (its trip count is unknown)
+    assert warp_instructions(prof, [], {}, warps=8) == (4 + 5 + 8) * 8
+    # the loops' alone: what the performance model's issue limit counts
+    assert warp_instructions(prof, lines, {14: 8}, warps=8, loops_only=True) == 5 * 20
+
+
+def test_the_issue_limit_is_a_warp_instruction_a_scheduler_a_clock():
+    g = perf_model.gpu("H100")
+    launch = {"grid": [132 * 8, 1, 1], "block": [256, 1, 1],
+              "counters": {"loop_warp_instructions": 4e9, "global_load_sectors": 1000}}
+    m = perf_model.launch_time(launch, g, steady=True)
+    assert m.bound == "issue"
+    assert m.parts["issue"] == pytest.approx(4e9 / (g.sms * 4 * g.clock_hz))
+
+
+def test_instructions_count_on_both_sides_of_a_comparison_or_on_neither():
+    with_issue = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {"loop_warp_instructions": 10}}
+    without = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {}}
+    mine, theirs = _comparable([with_issue], [without])
+    assert "loop_warp_instructions" not in mine[0]["counters"]
+    mine, theirs = _comparable([with_issue], [with_issue])
+    assert mine[0]["counters"]["loop_warp_instructions"] == 10
+
+
+def _modelled_coarsened(source: str, tmp_path: Path, name: str):
+    import grader.sim as sim
+
+    (tmp_path / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(tmp_path))
+    sys.path.insert(0, str(ROOT / "solutions"))
+    try:
+        rng = np.random.default_rng(7)
+        A = rng.standard_normal((64, 80)).astype(np.float32)
+        B = rng.standard_normal((80, 96)).astype(np.float32)
+        with sim.installed(compile_check=True):
+            module = importlib.import_module(name)
+            with sim.trace() as launches:
+                C = module.matmul_coarsened(A, B)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+        return perf_model.call_time([r.summary() for r in launches], perf_model.gpu("H100"), steady=True)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.path.remove(str(ROOT / "solutions"))
+        sys.modules.pop(name, None)
+
+
+def test_a_k_loop_the_compiler_left_rolled_is_modelled_issue_bound(tmp_path):
+    """The coarsened matmul with one 32-step k loop (unrolled by 4, its index arithmetic kept):
+    on an H200 0.77x of the tiled kernel; the model now sees it, where the reference's runs of
+    UNROLL steps stay bound by shared memory."""
+    pytest.importorskip("numba.cuda")
+    from grader.sim.compile_check import toolchain_status
+
+    if not toolchain_status().ptxas:
+        pytest.skip("no ptxas here: the compile check (and so the instruction profile) is off")
+    source = (ROOT / "solutions" / "matmul.py").read_text()
+    runs = "        for k1 in range(0, BIG_TILE, UNROLL):\n            for k in range(k1, k1 + UNROLL):\n"
+    assert source.count(runs) == 1
+    reference = _modelled_coarsened(source, tmp_path, "issue_reference")
+    rolled = _modelled_coarsened(source.replace(runs, "        for k in range(BIG_TILE):\n            if True:\n"),
+                                 tmp_path, "issue_rolled")
+    assert reference.bound == "shared memory"
+    assert rolled.bound == "issue"
+    # the same memory traffic and shared-memory wavefronts; 2.5x the instructions
+    assert rolled.parts["shared memory"] == pytest.approx(reference.parts["shared memory"])
+    assert rolled.parts["issue"] > 2.5 * reference.parts["issue"]
+    assert rolled.seconds > 1.5 * reference.seconds
