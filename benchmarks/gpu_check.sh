@@ -25,7 +25,7 @@
 #                      NCCL (algbw, busbw, ratio to NCCL); on one GPU it only reports the GPU and
 #                      whether cupy.cuda.nccl is there (multi-GPU timing needs 2 or more;
 #                      without a GPU, as in the dry run, it says so and exits 0)
-#   6. validate.txt    the known-wrong submissions that tell most on a GPU (12 of tests/submissions,
+#   6. validate.txt    the known-wrong submissions that tell most on a GPU (15 of tests/submissions,
 #                      named below) graded on --backend gpu in the time left (one grade per two
 #                      cores, at most 8 at once; their timings take turns: grader/judge/gpu_lock.py):
 #                      which lose their points on real hardware (the counter criteria and the
@@ -128,7 +128,8 @@ jobs=$(($(nproc) / 2))  # grades at once: half the cores, 1 to 8 (each grade run
 graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend "$backend" --sandbox none \
     --jobs "$jobs" vector_add_grid_stride_small_fixed_grid reduction_grid_stride_atomic_per_warp \
     vector_add_two_passes reduction_per_thread_atomics matmul_uncoalesced matmul_bank_conflicts \
-    reduction_tree_bank_conflicts vector_add_numpy_on_the_host matmul_host_answer_as_kernel_constant \
+    matmul_coarsened_one_k_loop reduction_tree_bank_conflicts vector_add_numpy_on_the_host \
+    matmul_host_answer_as_kernel_constant \
     reduction_final_sum_on_the_host vector_add_saxpy_extra_traffic reduction_shuffle_one_atomic_per_block \
     vector_add_chunked_grid_stride reduction_shuffle_in_float64
 finish
