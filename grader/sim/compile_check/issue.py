@@ -9,8 +9,8 @@ of each source line); `warp_instructions` weighs each block by how often it ran,
 tell: a block holding a line's loads ran as often as the simulator counted warp requests of that
 line, divided by the copies of those loads the compiler made (16 in a loop it unrolled 16 times).
 
-What it cannot see: a loop with no memory access runs once per run of what holds it (its trip
-count is unknown), a device function left uninlined counts as its call only, and ptxas's own
+What it cannot see: a loop with no memory access or warp collective runs once per run of what
+holds it (its trip count is unknown), a device function left uninlined counts as its call only, and ptxas's own
 rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
 instructions per multiply-add.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 
-# an instruction's opcode (after an optional guard predicate), its state space for memory operations
+# PTX statements: a guard predicate, a label, a line directive, a file, a branch
 _GUARD = re.compile(r"^@!?%\w+\s+")
 _LABEL = re.compile(r"^(\$?[\w$]+):$")
 _LOC = re.compile(r"^\.loc\s+(\d+)\s+(\d+)")
@@ -102,9 +102,8 @@ def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], w
 
     A block with memory instructions of lines the simulator saw ran (requests of the line) /
     (that line's memory instructions in the whole kernel) times, averaged over its lines (stores
-    only where it has nothing else); a block
-    without ran as often as the most-run such block of its loop, or, in a loop with none, as its
-    parent loop; outside loops, once a warp."""
+    only where it has nothing else); a block without ran as often as the most-run such block of
+    its loop, or, in a loop with none, as its parent loop; outside loops, once a warp."""
     requests: dict[str, float] = {}
     for entry in lines:
         if entry.get("kind") in ("load", "store"):
