@@ -60,26 +60,31 @@ def measure() -> list[tuple[str, int, str, list[dict]]]:
     """(exercise, stage, function, launch records) of each reference call, then of each
     KNOWN_WRONG submission's call (its name in place of the function's)."""
     import importlib
-    import json
+    import importlib.util
     import tempfile
 
     import grader.sim as sim
+    from grader.course.tree import Course
+    from grader.course.validate import load_known_wrong
 
     sim.tune_process()  # this process is the benchmark's own
     rows = []
-    calls = {(exercise, stage): (function, args) for exercise, stage, function, args in _calls()}
+    calls = _calls()
+    by_stage = {(exercise, stage): (function, args) for exercise, stage, function, args in calls}
+    course = Course(ROOT)
+    known_wrong = {kw.name: kw for kw in load_known_wrong(course)}
     # the compile check on: registers and instructions, as grading models them
     with sim.installed(compile_check=True), tempfile.TemporaryDirectory() as tmp:
-        for exercise, stage, function, args in _calls():
+        for exercise, stage, function, args in calls:
             rows.append((exercise, stage, function, _traced(importlib.import_module(exercise), function, args)))
-        sys.path.insert(0, tmp)
         for name, exercise, stage in KNOWN_WRONG:
-            source = (ROOT / "solutions" / f"{exercise}.py").read_text()
-            for m in json.loads((ROOT / "tests" / "submissions" / name / "expected.json").read_text())["mutations"]:
-                source = source.replace(m["old"], m["new"])
-            Path(tmp, f"{name}.py").write_text(source)
-            function, args = calls[exercise, stage]
-            rows.append((exercise, stage, name, _traced(importlib.import_module(name), function, args)))
+            # the submission as `gpugrade validate` writes it, imported under its own name
+            path = known_wrong[name].materialize(course, Path(tmp, name)) / f"{exercise}.py"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            function, args = by_stage[exercise, stage]
+            rows.append((exercise, stage, name, _traced(module, function, args)))
     return rows
 
 

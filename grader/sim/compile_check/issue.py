@@ -10,8 +10,8 @@ tell: a block holding a line's loads ran as often as the simulator counted warp 
 line, divided by the copies of those loads the compiler made (16 in a loop it unrolled 16 times).
 
 What it cannot see: a loop with no memory access or warp collective runs once per run of what
-holds it (its trip count is unknown), a device function left uninlined counts as its call only, and ptxas's own
-rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
+holds it (its trip count is unknown), a device function left uninlined counts as its call only,
+and ptxas's own rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
 instructions per multiply-add.
 """
 
@@ -68,13 +68,13 @@ def profile(ptx: str, filename: str) -> dict | None:
         op = _GUARD.sub("", statement)
         opcode, _, operands = op.partition(" ")
         line = here_line if files.get(here_file) == filename else 0
-        anchor = _anchor(opcode, line)
         if opcode.startswith(_WARP_OPS):
             # numba shuffles a 64-bit value as two 32-bit halves: the same lane, clamp and mask
             tail = [o.strip() for o in operands.split(",")][2:]
             anchor = None if tail == previous_shuffle or line <= 0 else (f"warp op {line}", 1)
             previous_shuffle = tail if opcode.startswith("shfl") else None
         else:
+            anchor = _anchor(opcode, line)
             previous_shuffle = None
         if anchor is not None:
             key, weight = anchor
