@@ -10,7 +10,7 @@ import pytest
 
 from grader import perf_model
 from grader.judge.perf import _comparable
-from grader.sim.compile_check.issue import profile, warp_instructions
+from grader.sim.compile_check.issue import load_round_trips, profile, warp_instructions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,11 +76,11 @@ def test_profile_reads_blocks_loops_and_the_lines_anchors():
     assert prof["loops"] == [-1]
     # the entry block (ends at its branch); the loop; what follows it
     assert prof["blocks"] == [
-        [4, -1, {}],
-        [5, 0, {"global load 12": 2}],
+        [4, -1, {}, 0],
+        [5, 0, {"global load 12": 2}, 1],  # two loads, one DRAM round trip
         # two shuffle halves are one collective; the other file's load, line 0's store and the
         # call's parameter are not anchors; the call is one instruction
-        [8, -1, {"warp op 14": 1, "global store 16": 1}],
+        [8, -1, {"warp op 14": 1, "global store 16": 1}, 0],
     ]
 
 
@@ -107,12 +107,13 @@ def test_the_issue_limit_is_a_warp_instruction_a_scheduler_a_clock():
 
 
 def test_instructions_count_on_both_sides_of_a_comparison_or_on_neither():
-    with_issue = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {"loop_warp_instructions": 10}}
+    """Both counters read from the compiled code (loop instructions, DRAM round trips)."""
+    with_issue = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {"loop_warp_instructions": 10, "load_round_trips": 3}}
     without = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {}}
     mine, theirs = _comparable([with_issue], [without])
-    assert "loop_warp_instructions" not in mine[0]["counters"]
+    assert not {"loop_warp_instructions", "load_round_trips"} & set(mine[0]["counters"])
     mine, theirs = _comparable([with_issue], [with_issue])
-    assert mine[0]["counters"]["loop_warp_instructions"] == 10
+    assert mine[0]["counters"]["loop_warp_instructions"] == 10 and mine[0]["counters"]["load_round_trips"] == 3
 
 
 def _modelled_coarsened(source: str, tmp_path: Path, name: str):
@@ -158,3 +159,77 @@ def test_a_k_loop_the_compiler_left_rolled_is_modelled_issue_bound(tmp_path):
     assert rolled.parts["shared memory"] == pytest.approx(reference.parts["shared memory"])
     assert rolled.parts["issue"] > 2.5 * reference.parts["issue"]
     assert rolled.seconds > 1.5 * reference.seconds
+
+
+def _kernel(body: str) -> str:
+    return (".version 8.5\n.target sm_90\n.address_size 64\n.visible .entry k(\n.param .u64 k_param_0\n)\n{\n"
+            + body + "\n}\n\t.file\t1 \"/course/kernel.py\"\n")
+
+
+@pytest.mark.parametrize("body, trips", [
+    # vector add's grid-stride loop, unrolled: each element's store comes before the next element's
+    # loads (`out` may alias `a`): a round trip an element
+    ("""$L__BB0_1:
+\t.loc\t1 20 1
+\tld.global.f32 \t%f1, [%rd1];
+\tld.global.f32 \t%f2, [%rd2];
+\tadd.f32 \t%f3, %f2, %f1;
+\tst.global.f32 \t[%rd3], %f3;
+\tld.global.f32 \t%f4, [%rd4];
+\tld.global.f32 \t%f5, [%rd5];
+\tadd.f32 \t%f6, %f5, %f4;
+\tst.global.f32 \t[%rd6], %f6;
+\t@%p1 bra \t$L__BB0_1;
+\tret;""", 2),
+    # a sum's unrolled loop: loads, each added as it comes; nothing stops ptxas from issuing all four first
+    ("""$L__BB0_1:
+\t.loc\t1 20 1
+\tld.global.f32 \t%f1, [%rd1];
+\tcvt.f64.f32 \t%fd1, %f1;
+\tadd.f64 \t%fd2, %fd9, %fd1;
+\tld.global.f32 \t%f2, [%rd2];
+\tcvt.f64.f32 \t%fd3, %f2;
+\tadd.f64 \t%fd9, %fd2, %fd3;
+\t@%p1 bra \t$L__BB0_1;
+\tret;""", 1),
+    # an index read from memory, then the element it points at: two round trips
+    ("""\t.loc\t1 20 1
+\tld.global.u32 \t%r1, [%rd1];
+\tmul.wide.u32 \t%rd2, %r1, 4;
+\tadd.s64 \t%rd3, %rd9, %rd2;
+\tld.global.f32 \t%f1, [%rd3];
+\tst.global.f32 \t[%rd4], %f1;
+\tret;""", 2),
+    # a tile's two guarded loads (arms of `if`s, into shared memory), then the barrier: one round trip
+    ("""\t.loc\t1 20 1
+\t@%p1 bra \t$L__BB0_2;
+\tld.global.f32 \t%f1, [%rd1];
+\tst.shared.f32 \t[%rd2], %f1;
+$L__BB0_2:
+\t@%p2 bra \t$L__BB0_3;
+\tld.global.f32 \t%f2, [%rd3];
+\tst.shared.f32 \t[%rd4], %f2;
+$L__BB0_3:
+\tbar.sync \t0;
+\tld.global.f32 \t%f3, [%rd5];
+\tst.global.f32 \t[%rd6], %f3;
+\tret;""", 2),
+    # a store of a value that waits on nothing does not end the group
+    ("""\t.loc\t1 20 1
+\tld.global.f32 \t%f1, [%rd1];
+\tst.global.f32 \t[%rd2], %f9;
+\t@%p1 ld.global.f32 \t%f2, [%rd3];
+\tadd.f32 \t%f3, %f2, %f1;
+\tst.global.f32 \t[%rd4], %f3;
+\tret;""", 1),
+], ids=["store-between", "sum", "index-then-element", "tile-then-barrier", "independent-store"])
+def test_round_trips_are_the_groups_of_loads_a_warp_waits_on(body, trips):
+    prof = profile(_kernel(body), "/course/kernel.py")
+    assert sum(block[3] for block in prof["blocks"]) == trips
+
+
+def test_a_launchs_round_trips_weigh_each_block_by_its_runs():
+    prof = profile(PTX, "/course/kernel.py")
+    lines = [{"line": 12, "space": "global", "kind": "load", "requests": 40, "sectors": 160}]
+    # the loop's one round trip, 20 runs (40 requests of two copies of line 12's load)
+    assert load_round_trips(prof, lines, {}, warps=8) == 20

@@ -233,3 +233,25 @@ def test_the_feedback_names_an_occupancy_lower_than_the_references():
     assert ", 83% of its memory bandwidth, occupancy 50% (64 registers a thread; the reference's: 100%); " \
            "the reference: 1 us" in timing_sentence(t)
     assert "occupancy" not in timing_sentence({**t, "occupancy": 1.0})
+
+
+def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_told_why():
+    """On the grid of a grid-stride stage, the same traffic with a DRAM round trip for every element
+    (each store before the next element's loads) against one for four (the loads of four elements
+    issued first): the model's latency limit, and the feedback says what makes the warps wait."""
+    from grader.judge.perf import modelled_speed
+
+    n = 1 << 24
+
+    def grid_stride(elements_a_round_trip):
+        return {"kernel": "k", "grid": [1056, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
+                "counters": {"global_load_sectors": 8 * n // 32, "global_store_sectors": 4 * n // 32,
+                             "reads_grid_size": 1, "loop_warp_instructions": n // 8,
+                             "load_round_trips": n // 32 // elements_a_round_trip}}
+
+    stage = Stage("ex", 2, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H200"))
+    ratio, sentence = modelled_speed(stage, [grid_stride(1)], [grid_stride(4)])
+    assert ratio == pytest.approx(1.41, abs=0.01)
+    assert "latency-bound (its warps wait on memory 4.0x as often as the reference's" in sentence
+    ratio, sentence = modelled_speed(stage, [grid_stride(4)], [grid_stride(4)])
+    assert ratio == pytest.approx(1.0) and "wait on memory" not in sentence

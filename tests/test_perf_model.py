@@ -56,7 +56,7 @@ def test_atomics_on_one_address_queue_as_measured_on_an_h200():
     spread = perf_model.launch_time(_launch(sectors=4 * n // 32, atomics=n // 32, same_address=1, grid=n // 256),
                                     g, steady=True)
     # one load a thread: 8 KB an SM in flight, short of the DRAM's bandwidth x latency
-    assert spread.bound == "latency" and spread.seconds < one_address.seconds / 30
+    assert spread.bound == "latency" and spread.seconds < one_address.seconds / 20
 
 
 def test_a_grid_stride_loop_keeps_its_grid_at_full_load_as_measured_on_an_h200():
@@ -76,7 +76,7 @@ def test_a_small_grid_is_launch_bound_and_leaves_bandwidth_unused():
     g = perf_model.gpu("H100")
     tiny = perf_model.launch_time(_launch(sectors=4, grid=1, block=32), g)
     assert tiny.bound == "launch"  # the launch and one DRAM round trip
-    assert tiny.seconds == pytest.approx((g.launch_overhead_us + g.memory_latency_ns / 1e3) * 1e-6)
+    assert tiny.seconds == pytest.approx((g.launch_overhead_us + g.memory_latency_ns / 1e3) * 1e-6, rel=1e-3)
     few_blocks = perf_model.launch_time(_launch(sectors=1 << 22, grid=8), g)
     many_blocks = perf_model.launch_time(_launch(sectors=1 << 22, grid=8192), g)
     assert few_blocks.seconds > 10 * many_blocks.seconds
@@ -98,8 +98,35 @@ def test_a_shared_memory_tree_is_latency_bound_as_measured_on_an_h200():
     assert first.bound == "latency" and first.seconds == pytest.approx(394.5e-6, rel=0.02)
     call = sum(tree(n, False).seconds for n in (1 << 24, 1 << 16, 1 << 8))
     assert call == pytest.approx(112.6e-6, rel=0.05)
-    streaming = perf_model.launch_time(_launch(sectors=12 * (1 << 26) // 32, grid=(1 << 26) // 256), g, steady=True)
-    assert streaming.bound == "memory"
+
+
+def _streaming(n, elements_a_round_trip, blocks=None, g=None):
+    """A vector add over n floats (two loads and a store an element) on `blocks` blocks of 256 (n /
+    256: one thread an element; fewer: a grid-stride loop), whose warps wait on one DRAM round
+    trip for every `elements_a_round_trip` elements of a thread."""
+    blocks = blocks or n // 256
+    launch = _launch(sectors=12 * n // 32, grid=blocks, reads_grid_size=int(blocks < n // 256))
+    launch["counters"]["load_round_trips"] = n // 32 / elements_a_round_trip
+    return perf_model.launch_time(launch, g or perf_model.gpu("H200"), steady=True)
+
+
+def test_a_warps_round_trips_bound_a_streaming_kernel_as_measured_on_an_h200():
+    """Vector add's one-thread-an-element reference on an H200 (2026-12-04): 237 us over 2^26 floats,
+    3,398 GB/s, 71% of the bandwidth: each warp's one pair of loads in flight is too few bytes for
+    the latency of a loaded DRAM (the fit of `loaded_latency_ns`). The same traffic with four
+    elements' loads in flight before a warp waits is memory-bound; the grid-stride loop on 32
+    blocks (each thread storing an element before it loads the next) was measured at 3.55 ms."""
+    n = 1 << 26
+    one = _streaming(n, 1)
+    assert one.bound == "latency" and one.seconds == pytest.approx(237e-6, rel=0.01)
+    assert one.bandwidth_fraction(perf_model.gpu("H200")) == pytest.approx(0.71, abs=0.01)
+    four = _streaming(n, 4)
+    assert four.bound == "memory" and four.bandwidth_fraction(perf_model.gpu("H200")) == pytest.approx(1.0)
+    few_blocks = _streaming(n, 1, blocks=32)
+    assert few_blocks.seconds == pytest.approx(3.55e-3, rel=0.1)
+    # no round trips counted (no compile check): one a warp
+    assert perf_model.launch_time(_launch(sectors=12 * n // 32, grid=n // 256), perf_model.gpu("H200"),
+                                  steady=True).seconds == pytest.approx(one.seconds)
 
 
 def test_calls_add_their_launches():

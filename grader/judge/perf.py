@@ -142,15 +142,16 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
       (a stride from a module constant would otherwise be modelled as filling the GPU);
     - registers (occupancy) on both sides or on neither: where one side's compile check did not
       report them (no toolchain, a recording without them), neither side's occupancy counts them;
-      loop instructions (the issue limit) likewise."""
+      the counters read from the compiled code (loop instructions: the issue limit; DRAM round
+      trips: the latency limit) likewise."""
     if any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches):
         student_launches = [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
                             for launch in student_launches]
     both = [*student_launches, *reference_launches]
     if not all(perf_model.registers(launch) for launch in both):
         student_launches, reference_launches = _without_registers(student_launches), _without_registers(reference_launches)
-    if not all("loop_warp_instructions" in (launch.get("counters") or {}) for launch in both):
-        student_launches, reference_launches = _without_issue(student_launches), _without_issue(reference_launches)
+    if not all(all(k in (launch.get("counters") or {}) for k in _FROM_THE_COMPILED_CODE) for launch in both):
+        student_launches, reference_launches = _without_compiled(student_launches), _without_compiled(reference_launches)
     return student_launches, reference_launches
 
 
@@ -158,9 +159,12 @@ def _without_registers(launches: list[dict]) -> list[dict]:
     return [{k: v for k, v in launch.items() if k != "compiled"} for launch in launches]
 
 
-def _without_issue(launches: list[dict]) -> list[dict]:
-    return [{**launch, "counters": {k: v for k, v in (launch.get("counters") or {}).items() if k != "loop_warp_instructions"}}
-            for launch in launches]
+_FROM_THE_COMPILED_CODE = ("loop_warp_instructions", "load_round_trips")  # the compile check's instruction profile
+
+
+def _without_compiled(launches: list[dict]) -> list[dict]:
+    return [{**launch, "counters": {k: v for k, v in (launch.get("counters") or {}).items()
+                                    if k not in _FROM_THE_COMPILED_CODE}} for launch in launches]
 
 
 def modelled_speed(stage: Stage, student_launches: list[dict], reference_launches: list[dict],
@@ -185,13 +189,21 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         theirs = _loop_instructions(reference_launches)
         if theirs:
             _last_timing["loop_instructions_ratio"] = round(_loop_instructions(student_launches) / theirs, 2)
+    if mine.bound == "latency":  # nor how often the compiled code makes a warp wait on memory
+        theirs = _counted(reference_launches, "load_round_trips")
+        if theirs and _counted(student_launches, "load_round_trips") > 1.05 * theirs:
+            _last_timing["round_trips_ratio"] = round(_counted(student_launches, "load_round_trips") / theirs, 2)
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
 
 
 def _loop_instructions(launches: list[dict]) -> float:
-    return sum(float((launch.get("counters") or {}).get("loop_warp_instructions", 0)) for launch in launches)
+    return _counted(launches, "loop_warp_instructions")
+
+
+def _counted(launches: list[dict], counter: str) -> float:
+    return sum(float((launch.get("counters") or {}).get(counter, 0)) for launch in launches)
 
 
 def gflops(t: dict) -> float:
@@ -202,15 +214,19 @@ def gflops(t: dict) -> float:
 def timing_sentence(t: dict) -> str:
     rate = f"{gflops(t):,.0f} GFLOP/s, " if t.get("flops") else ""
     return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, {rate}"
-            f"{t['bound']}-bound{_issue(t)}, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
+            f"{t['bound']}-bound{_why_bound(t)}, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
             f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
             f"{t['max_time_ratio']:g}x)")
 
 
-def _issue(t: dict) -> str:
+def _why_bound(t: dict) -> str:
     ratio = t.get("loop_instructions_ratio")
-    return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
-            f"the compiler did not unroll, or more work a step)") if ratio else ""
+    if ratio:
+        return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
+                f"the compiler did not unroll, or more work a step)")
+    ratio = t.get("round_trips_ratio")
+    return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's: a load issued only after "
+            f"a store or another load's value, or fewer loads issued before their values are used)") if ratio else ""
 
 
 def _occupancy(t: dict) -> str:

@@ -25,8 +25,9 @@ BARRIER_CYCLES = 20      # a block's __syncthreads() when every warp arrives tog
 # stores of a tree's level wait on each other and on the barrier before the next level starts.
 # Fitted on an H200 (2026-12-04): the tree reduction's first pass over 2^26 floats (262,144 blocks
 # of 256, 9 barriers each, 8 blocks an SM) took 394.5 us, 1.59 us a block: one DRAM round trip
-# (`memory_latency_ns`, 433 ns) and 9 steps of 225 cycles at the preset's clock.
-BARRIER_STEP_CYCLES = 225
+# (541 ns at the 15% of the bandwidth it drew: `memory_latency`) and 9 steps of 205 cycles at the
+# preset's clock.
+BARRIER_STEP_CYCLES = 205
 # the fraction of an SM's warps in flight on every SM that saturates DRAM: measured on an H200
 # (2026-12-04), grid-stride loops on 16 and 32 blocks of 8 warps streamed at 125 and 228 GB/s of
 # 4,800, which 0.6 models within 6% (0.5 gave +16% and +28%)
@@ -51,6 +52,7 @@ class Gpu:
     atomics_per_clock: float
     same_address_atomic_ns: float
     memory_latency_ns: float
+    loaded_latency_ns: float
     launch_overhead_us: float
     peer_bandwidth_gbs: float
     peer_latency_us: float
@@ -105,6 +107,23 @@ class Modelled:
     def bandwidth_fraction(self, g: Gpu) -> float:
         """Achieved global-memory throughput as a fraction of the GPU's DRAM bandwidth."""
         return self.global_bytes / self.seconds / g.dram_bps if self.seconds > 0 else 0.0
+
+
+def memory_latency(g: Gpu, load: float) -> float:
+    """Seconds of one DRAM round trip with DRAM busy for the fraction `load` of its bandwidth: from
+    `memory_latency_ns` (idle) to `loaded_latency_ns` (saturated), linearly; requests queue."""
+    return (g.memory_latency_ns + (g.loaded_latency_ns - g.memory_latency_ns) * min(1.0, max(0.0, load))) * 1e-9
+
+
+def _latency_path(trips: float, fixed: float, global_bytes: float, g: Gpu) -> float:
+    """The time t of `trips` DRAM round trips one after another plus `fixed` seconds, where each
+    round trip takes `memory_latency(g, global_bytes / t / bandwidth)`: the positive root of
+    t^2 - (trips x idle + fixed) t - trips x (loaded - idle) x global_bytes / bandwidth = 0."""
+    a = trips * g.memory_latency_ns * 1e-9 + fixed
+    c = trips * (g.loaded_latency_ns - g.memory_latency_ns) * 1e-9 * global_bytes / g.dram_bps
+    t = (a + math.sqrt(a * a + 4 * c)) / 2
+    # past the bandwidth (a load over 1) the latency stays the saturated one
+    return max(t, trips * g.loaded_latency_ns * 1e-9 + fixed) if global_bytes > t * g.dram_bps else t
 
 
 def _prod(v) -> int:
@@ -172,12 +191,16 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     barriers = c.get("barriers", 0) * BARRIER_CYCLES / (active_sms * min(resident, math.ceil(blocks / active_sms))
                                                         * g.clock_hz)
     # Latency: the blocks an SM runs one after another (waves), each as long as its critical path:
-    # one DRAM round trip and a step per barrier. Throughput bounds a kernel whose blocks keep
-    # memory busy; this one bounds a block that mostly waits (a shared-memory tree: on an H200 it
-    # reached 15% of the copy bandwidth, where the throughput limits said memory-bound).
+    # its warps' DRAM round trips one after another (`load_round_trips`, from the compiled code:
+    # loads a warp issues before it needs their values are one round trip; one a block where the
+    # compile check did not run) and a step per barrier. Throughput bounds a kernel whose warps
+    # keep enough bytes in flight; this one a kernel whose warps mostly wait (a shared-memory tree
+    # reached 15% of the copy bandwidth on an H200; a vector add's one load pair a thread, 71%).
+    # A round trip lengthens with the load on DRAM (`memory_latency`).
     waves = blocks / (g.sms * resident) if filled else math.ceil(blocks / (active_sms * resident))
-    block_path = g.memory_latency_ns * 1e-9 + c.get("barriers", 0) / blocks * BARRIER_STEP_CYCLES / g.clock_hz
-    latency = waves * block_path
+    trips = c["load_round_trips"] / (blocks * warps_per_block) if "load_round_trips" in c else 1.0
+    latency = _latency_path(waves * trips, waves * c.get("barriers", 0) / blocks * BARRIER_STEP_CYCLES / g.clock_hz,
+                            global_bytes, g)
     bound = max(parts, key=parts.get)
     throughput = parts[bound] + barriers
     if latency > throughput:
@@ -210,5 +233,5 @@ def copy_time(nbytes: int, g: Gpu) -> float:
     return g.launch_overhead_us * 1e-6 + 2 * nbytes / g.dram_bps
 
 
-__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "presets",
-           "registers", "resident_blocks"]
+__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "memory_latency",
+           "presets", "registers", "resident_blocks"]

@@ -9,10 +9,18 @@ of each source line); `warp_instructions` weighs each block by how often it ran,
 tell: a block holding a line's loads ran as often as the simulator counted warp requests of that
 line, divided by the copies of those loads the compiler made (16 in a loop it unrolled 16 times).
 
+The same weights count a launch's DRAM round trips (`load_round_trips`): a warp issues global
+loads until an instruction needs one's value, then waits, in order. Loads that ptxas may hoist
+above that wait (no global store, atomic or barrier between, an address that does not depend on
+a pending load) are one round trip: a grid-stride vector add stores each element before it loads
+the next (`out` may alias `a`), one round trip an element; a sum's unrolled loop loads four
+elements, then adds them: one round trip for four.
+
 What it cannot see: a loop with no memory access or warp collective runs once per run of what
 holds it (its trip count is unknown), a device function left uninlined counts as its call only,
 and ptxas's own rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
-instructions per multiply-add.
+instructions per multiply-add. Round trips are counted within a basic block (a loop's next
+iteration never overlaps this one's loads: ptxas does not pipeline loops).
 """
 
 from __future__ import annotations
@@ -29,21 +37,25 @@ _BRANCH = re.compile(r"^bra(?:\.uni)?\s+(\$?[\w$]+)$")
 _MEMORY_KIND = {"ld": "load", "ldu": "load", "st": "store"}
 _ENDS_BLOCK = ("bra", "ret", "exit", "brx")
 _WARP_OPS = ("shfl.sync", "vote.sync", "match.", "bar.warp.sync")  # what the simulator counts as warp ops
+_REGISTER = re.compile(r"%[A-Za-z_]\w*")
+_NO_DESTINATION = ("st", "red", "bar", "barrier", "membar", "fence", "bra", "ret", "exit", "call", "brx", "trap")
 
 
 def profile(ptx: str, filename: str) -> dict | None:
     """The first `.entry` function of `ptx` as basic blocks, JSON-able:
-    {"blocks": [[instructions, loop, {anchor: count}]], "loops": [parent]}, an anchor being a source
-    line's global or shared loads or stores ("shared load 42") or its warp collectives ("warp op 42"):
-    `loop` indexes "loops" (-1: in no loop), a loop's parent likewise; only lines of `filename`
-    (the kernel's source file) are kept as anchors. None when `ptx` has no entry function."""
+    {"blocks": [[instructions, loop, {anchor: count}, round trips]], "loops": [parent]}, an anchor
+    being a source line's global or shared loads or stores ("shared load 42") or its warp
+    collectives ("warp op 42"): `loop` indexes "loops" (-1: in no loop), a loop's parent likewise;
+    only lines of `filename` (the kernel's source file) are kept as anchors; round trips: the
+    groups of global loads a thread waits on, one after another, in one run of the block
+    (`_RoundTrips`). None when `ptx` has no entry function."""
     files = {m.group(1): os.path.abspath(m.group(2))
              for m in map(_FILE.match, (s.strip() for s in ptx.splitlines())) if m}
     filename = os.path.abspath(filename)
     body = _entry_body(ptx)
     if body is None:
         return None
-    blocks: list[list] = []   # [instructions, {anchor: count}], in layout order
+    blocks: list[list] = []   # [instructions, {anchor: count}, [(opcode, operands, guard)]], in layout order
     labels: dict[str, int] = {}
     branches: list[tuple[int, str]] = []  # (block, target label)
     current: list | None = None
@@ -62,11 +74,12 @@ def profile(ptx: str, filename: str) -> dict | None:
         if statement.startswith((".", "{", "}")) or not statement:
             continue  # declarations, scopes
         if current is None:
-            current = [0, {}]
+            current = [0, {}, []]
             blocks.append(current)
         current[0] += 1
         op = _GUARD.sub("", statement)
         opcode, _, operands = op.partition(" ")
+        current[2].append((opcode, operands, statement[:len(statement) - len(op)]))
         line = here_line if files.get(here_file) == filename else 0
         if opcode.startswith(_WARP_OPS):
             # numba shuffles a 64-bit value as two 32-bit halves: the same lane, clamp and mask
@@ -90,7 +103,27 @@ def profile(ptx: str, filename: str) -> dict | None:
         for b in range(start, end + 1):
             innermost[b] = i
     parents = [_parent(i, loops) for i in range(len(loops))]
-    return {"blocks": [[n, innermost[b], anchors] for b, (n, anchors) in enumerate(blocks)], "loops": parents}
+    trips = _round_trips([code for _, _, code in blocks], loops, innermost)
+    return {"blocks": [[n, innermost[b], anchors, trips[b]] for b, (n, anchors, _) in enumerate(blocks)],
+            "loops": parents}
+
+
+def _round_trips(code: list[list[tuple]], loops: list[tuple[int, int]], innermost: list[int]) -> list[int]:
+    """Each block's groups of global loads (`_RoundTrips`), counted in the block that opens them. A
+    group goes on into the next block of the same loop iteration (ptxas predicates the short arms
+    of an `if`, as around a tile's guarded loads, and hoists loads across them), not across a
+    loop's first or last block."""
+    firsts, lasts = {s for s, _ in loops}, {e for _, e in loops}
+    counts: list[int] = []
+    state = _RoundTrips()
+    for b, instructions in enumerate(code):
+        if b in firsts or (b - 1) in lasts or (b and innermost[b] != innermost[b - 1]):
+            state = _RoundTrips()
+        before = state.groups
+        for opcode, operands, guard in instructions:
+            state.step(opcode, operands, guard)
+        counts.append(state.groups - before)
+    return counts
 
 
 def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int,
@@ -98,12 +131,24 @@ def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], w
     """Warp instructions a launch issued, estimated from its PTX `prof` (`profile`), the
     simulator's per-line requests (`lines`: the launch record's), its warp collectives by line
     (`warp_ops`: shuffles, votes, one a warp) and the warps it launched; `loops_only`: those
-    its loops issued.
+    its loops issued (`block_runs` says how often each block ran)."""
+    runs = block_runs(prof, lines, warp_ops, warps)
+    return int(round(sum(n * run for (n, loop, *_), run in zip(prof["blocks"], runs) if loop >= 0 or not loops_only)))
 
-    A block with memory instructions of lines the simulator saw ran (requests of the line) /
-    (that line's memory instructions in the whole kernel) times, averaged over its lines (stores
-    only where it has nothing else); a block without ran as often as the most-run such block of
-    its loop, or, in a loop with none, as its parent loop; outside loops, once a warp."""
+
+def load_round_trips(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int) -> int:
+    """The DRAM round trips a launch's warps waited on, one after another in each warp, summed over
+    its warps: each block's groups of global loads (`profile`) times its runs (`block_runs`)."""
+    runs = block_runs(prof, lines, warp_ops, warps)
+    return int(round(sum(block[3] * run for block, run in zip(prof["blocks"], runs) if len(block) > 3)))
+
+
+def block_runs(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int) -> list[float]:
+    """How often each block of `prof` ran, summed over the launch's warps. A block with memory
+    instructions of lines the simulator saw ran (requests of the line) / (that line's memory
+    instructions in the whole kernel) times, averaged over its lines (stores only where it has
+    nothing else); a block without ran as often as the most-run such block of its loop, or, in a
+    loop with none, as its parent loop; outside loops, once a warp."""
     requests: dict[str, float] = {}
     for entry in lines:
         if entry.get("kind") in ("load", "store"):
@@ -112,11 +157,11 @@ def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], w
     for line, n in warp_ops.items():
         requests[f"warp op {line}"] = float(n)
     static: dict[str, float] = {}
-    for _, _, anchors in prof["blocks"]:
+    for _, _, anchors, *_ in prof["blocks"]:
         for key, n in anchors.items():
             static[key] = static.get(key, 0.0) + n
     runs: list[float | None] = []
-    for _, _, anchors in prof["blocks"]:
+    for _, _, anchors, *_ in prof["blocks"]:
         # stores last: the compiler merges the stores of both arms of an `if` into one (its line
         # then often lost), which leaves a line fewer copies than it ran
         keys = [key for key in anchors if key in requests]
@@ -125,7 +170,7 @@ def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], w
         runs.append(sum(seen) / len(seen) if seen else None)
     loops = prof["loops"]
     loop_runs: list[float | None] = [None] * len(loops)
-    for (_, loop, _), run in zip(prof["blocks"], runs):
+    for (_, loop, *_), run in zip(prof["blocks"], runs):
         if run is not None and loop >= 0:
             loop_runs[loop] = max(loop_runs[loop] or 0.0, run)
 
@@ -134,11 +179,62 @@ def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], w
             i = loops[i]
         return float(warps) if i < 0 else float(loop_runs[i])
 
-    total = 0.0
-    for (n, loop, _), run in zip(prof["blocks"], runs):
-        if loop >= 0 or not loops_only:
-            total += n * (run if run is not None else of_loop(loop))
-    return int(round(total))
+    return [run if run is not None else of_loop(loop) for (_, loop, *_), run in zip(prof["blocks"], runs)]
+
+
+class _RoundTrips:
+    """The groups of global loads one run of a basic block waits on, read instruction by
+    instruction. A warp issues in order and stalls at the first instruction that needs a pending
+    load's value; ptxas moves independent loads above such a use, but not above a global store,
+    an atomic or a barrier (a store may alias what is loaded next), nor a load whose address
+    needs the pending value. So a group ends at such a fence that needs a pending value (or at
+    any barrier), and at a load whose address does; `pending` holds the registers that depend on
+    the open group's loads."""
+
+    def __init__(self) -> None:
+        self.groups = 0
+        self.open = False
+        self.pending: set[str] = set()
+
+    def step(self, opcode: str, operands: str, guard: str) -> None:
+        parts = opcode.split(".")
+        defs, uses = _registers(parts[0], operands)
+        needs_pending = bool(self.pending) and any(r in self.pending for r in uses + _REGISTER.findall(guard))
+        if parts[0] in ("ld", "ldu") and "global" in parts[1:]:
+            if needs_pending or not self.open:
+                self.groups, self.open = self.groups + 1, True
+                if needs_pending:
+                    self.pending = set()
+            self.pending.update(defs)
+        elif _fence(parts):
+            if needs_pending or parts[0] in ("bar", "barrier", "membar", "fence"):
+                self.open, self.pending = False, set()
+        elif needs_pending:
+            self.pending.update(defs)
+
+
+def _fence(parts: list[str]) -> bool:
+    """Whether ptxas keeps a later global load below this instruction: a store that may reach
+    global memory, an atomic, a block barrier or a memory fence (not a warp's `bar.warp.sync`)."""
+    if parts[0] == "st":
+        return not any(p in ("shared", "local", "param") for p in parts[1:])
+    if parts[0] in ("bar", "barrier"):
+        return len(parts) < 2 or parts[1] != "warp"
+    return parts[0] in ("atom", "red", "membar", "fence")
+
+
+def _registers(op: str, operands: str) -> tuple[list[str], list[str]]:
+    """(registers written, registers read) of one PTX instruction: the first operand is the
+    destination (`{%f1, %f2}` a vector's, `%r1|%p1` a pair's) except for stores, barriers and
+    branches, which write none."""
+    if op in _NO_DESTINATION:
+        return [], _REGISTER.findall(operands)
+    text = operands.strip()
+    if text.startswith("{"):
+        head, _, rest = text[1:].partition("}")
+    else:
+        head, _, rest = text.partition(",")
+    return _REGISTER.findall(head), _REGISTER.findall(rest)
 
 
 def _entry_body(ptx: str) -> str | None:
@@ -219,4 +315,4 @@ def _parent(i: int, loops: list[tuple[int, int]]) -> int:
     return best
 
 
-__all__ = ["profile", "warp_instructions"]
+__all__ = ["block_runs", "load_round_trips", "profile", "warp_instructions"]
