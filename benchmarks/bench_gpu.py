@@ -58,6 +58,22 @@ def _close(got, want, rtol, atol=0.0):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
+_plain = None
+
+
+def _plain_grid_stride(cuda):
+    """Stage 2's grid-stride loop without the reference's loads issued ahead: each iteration's
+    loads wait for the previous iteration's store (the compiler cannot reorder them: `out` may
+    alias `a`)."""
+    global _plain
+    if _plain is None:
+        def add_one_at_a_time(a, b, out):
+            for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+                out[i] = a[i] + b[i]
+        _plain = cuda.jit(add_one_at_a_time)
+    return _plain
+
+
 def vector_add_cases(cuda, n: int, cp) -> list[Case]:
     m = _solutions("vector_add")
     rng = np.random.default_rng(1)
@@ -73,6 +89,11 @@ def vector_add_cases(cuda, n: int, cp) -> list[Case]:
              lambda: _close(d_out.copy_to_host(), a + b, 1e-6), bytes_moved=12.0 * n),
         Case("vector_add.add_grid_stride_kernel", size,
              lambda: m.add_grid_stride_kernel[grid, m.THREADS_PER_BLOCK](d_a, d_b, d_out),
+             lambda: _close(d_out.copy_to_host(), a + b, 1e-6), bytes_moved=12.0 * n),
+        # side by side with the reference's: the plain loop (a round trip an element: the model
+        # says 71% of an H200's bandwidth against the reference's 100%, docs/PERF_MODEL.md)
+        Case("vector_add.grid_stride_one_element_a_round_trip", size,
+             lambda: _plain_grid_stride(cuda)[grid, m.THREADS_PER_BLOCK](d_a, d_b, d_out),
              lambda: _close(d_out.copy_to_host(), a + b, 1e-6), bytes_moved=12.0 * n),
         Case("vector_add.saxpy_kernel", size,
              lambda: m.saxpy_kernel[blocks, m.THREADS_PER_BLOCK](np.float32(2.0), d_a, d_y),

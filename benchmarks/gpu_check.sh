@@ -131,6 +131,6 @@ graded validate $((deadline - SECONDS - 15)) "${gpugrade[@]}" validate --backend
     matmul_coarsened_one_k_loop reduction_tree_bank_conflicts vector_add_numpy_on_the_host \
     matmul_host_answer_as_kernel_constant \
     reduction_final_sum_on_the_host vector_add_saxpy_extra_traffic reduction_shuffle_one_atomic_per_block \
-    vector_add_chunked_grid_stride reduction_shuffle_in_float64
+    vector_add_chunked_grid_stride reduction_shuffle_in_float64 vector_add_grid_stride_one_element_at_a_time
 finish
 exit $status

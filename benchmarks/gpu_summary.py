@@ -126,7 +126,9 @@ def stage_speedups(bench: dict | None) -> list[str]:
     if not bench:
         return ["(bench_gpu did not finish)"]
     ms = {r["case"]: r["median_ms"] for r in bench.get("results", []) if r.get("median_ms")}
-    chains = [("matmul", ["matmul.matmul_naive_kernel", "matmul.matmul_tiled_kernel", "matmul.matmul_coarsened_kernel"]),
+    chains = [("vector_add (stage 2: loads issued ahead)", ["vector_add.grid_stride_one_element_a_round_trip",
+                                                           "vector_add.add_grid_stride_kernel"]),
+              ("matmul", ["matmul.matmul_naive_kernel", "matmul.matmul_tiled_kernel", "matmul.matmul_coarsened_kernel"]),
               ("reduction", ["reduction.reduce_tree_kernel (first pass)", "reduction.reduce_shuffle_kernel",
                              "reduction.reduce_grid_stride_kernel"])]
     lines = []

@@ -29,6 +29,16 @@ Stage 2: a grid-stride loop on a grid sized for the GPU (`add_grid_stride_kernel
     warp touch 32 different sectors. A small fixed grid (say 32 blocks) is correct too, but leaves
     most SMs idle: the speed threshold sees it.
 
+    Going further (how the reference streams at the full bandwidth): a full grid is 2,048 threads
+    per SM at most, and DRAM answers a load after half a microsecond or more. To keep it busy, each
+    thread needs several loads on their way at once (bytes in flight = bandwidth x latency). In
+    `out[i] = a[i] + b[i]` inside the loop a thread has two: the compiler cannot load a[i + stride]
+    before it has stored out[i] (out might be the same array as a), so every iteration waits a
+    whole round trip. The reference loads ITEMS_IN_FLIGHT elements of a and b first (i, i + stride,
+    ...), then adds and stores them: four times the bytes in flight. On an H100 a plain loop is
+    within the speed threshold; on an H200, whose bandwidth needs more in flight, it is about 70%
+    of the bandwidth ("latency-bound" in the feedback).
+
     How it is graded: sizes from 1 to past twice the grid; the launch must use the same grid for
     every size; global sectors per request must match the reference (coalescing), and the time
     (modelled on the simulator, measured on a GPU) the reference's.
@@ -48,10 +58,11 @@ Stage 3: in-place SAXPY with minimal memory traffic (`saxpy_kernel`, `saxpy_inpl
 """
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 THREADS_PER_BLOCK = 256
 BLOCKS_PER_SM = 8  # stage 2: 8 blocks of 256 threads = 2048, the most threads one SM holds at once
+ITEMS_IN_FLIGHT = 4  # stage 2 (going further): elements a thread loads before it adds and stores them
 
 
 # -- stage 1 ----------------------------------------------------------------------------------
@@ -89,8 +100,20 @@ def add_grid_stride_kernel(a, b, out):
     ### BEGIN SOLUTION
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
-    for i in range(start, out.size, stride):
-        out[i] = a[i] + b[i]
+    n = out.size
+    # registers, not memory: the compiler unrolls the constant-trip loops below and keeps these in registers
+    xa = cuda.local.array(ITEMS_IN_FLIGHT, float32)
+    xb = cuda.local.array(ITEMS_IN_FLIGHT, float32)
+    for first in range(start, n, stride * ITEMS_IN_FLIGHT):
+        for k in range(ITEMS_IN_FLIGHT):  # every load first: all of them in flight together ...
+            i = first + k * stride
+            if i < n:
+                xa[k] = a[i]
+                xb[k] = b[i]
+        for k in range(ITEMS_IN_FLIGHT):  # ... then the adds and stores
+            i = first + k * stride
+            if i < n:
+                out[i] = xa[k] + xb[k]
     ### END SOLUTION
 
 

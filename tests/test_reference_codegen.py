@@ -56,3 +56,36 @@ def test_the_coarsened_matmul_reference_unrolls_its_k_loop_whole():
         sys.path.remove(str(ROOT / "solutions"))
     assert unrolled < 3.5, unrolled
     assert rolled > 2 * unrolled, (rolled, unrolled)
+
+
+def test_the_grid_stride_vector_add_reference_issues_its_loads_ahead():
+    """Stage 2's reference: the eight loads of ITEMS_IN_FLIGHT elements come before the first store
+    in the PTX, one DRAM round trip a loop iteration; the plain loop's store comes between one
+    element's loads and the next's, a round trip an element (grader/sim/compile_check/issue.py)."""
+    pytest.importorskip("numba.cuda")
+    from numba import cuda, float32
+
+    from grader.sim.compile_check.issue import profile
+
+    source = (ROOT / "solutions" / "vector_add.py").read_text()
+    start = source.index("    n = out.size\n    # registers")
+    end = source.index("### END SOLUTION", start)
+    plain = source[:start] + "    for i in range(start, out.size, stride):\n        out[i] = a[i] + b[i]\n    " + source[end:]
+
+    def loop_round_trips(text: str) -> tuple[list[int], int]:
+        path = ROOT / "solutions" / "vector_add.py"  # line info names this file: the anchors are read from it
+        namespace: dict = {"__name__": "reference_codegen", "__file__": str(path)}
+        exec(compile(text, str(path), "exec"), namespace)
+        kernel = namespace["add_grid_stride_kernel"]
+        ptx, _ = cuda.compile_ptx(kernel.py_func, (float32[::1],) * 3, cc=(9, 0), lineinfo=True)
+        prof = profile(ptx, str(path))
+        trips = [block[3] for block in prof["blocks"] if block[1] >= 0 and block[3]]
+        loads = sum(n for block in prof["blocks"] if block[1] >= 0
+                    for key, n in block[2].items() if key.startswith("global load"))
+        return trips, loads
+
+    trips, loads = loop_round_trips(source)
+    assert (trips, loads) == ([1], 8), (trips, loads)  # one loop, 8 loads, one round trip
+    trips, loads = loop_round_trips(plain)
+    # numba unrolls the plain loop by 4 (4 round trips) beside a remainder loop (1)
+    assert sorted(trips) == [1, 4] and loads == 10, (trips, loads)
