@@ -10,7 +10,7 @@ import pytest
 
 from grader import perf_model
 from grader.judge.perf import _comparable
-from grader.sim.compile_check.issue import load_round_trips, profile, warp_instructions
+from grader.sim.compile_check.issue import block_runs, load_round_trips, profile, warp_instructions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,11 +90,11 @@ def test_a_block_runs_as_often_as_its_lines_requests_over_their_copies():
              {"line": 16, "space": "global", "kind": "store", "requests": 8, "sectors": 8}]
     # the loop ran 40 / 2 = 20 times; the entry block once a warp (8 warps); the last block as
     # its warp ops say (8; the store agrees, but stores only count where nothing else does)
-    assert warp_instructions(prof, lines, {14: 8}, warps=8) == 4 * 8 + 5 * 20 + 8 * 8
+    assert warp_instructions(prof, block_runs(prof, lines, {14: 8}, warps=8)) == 4 * 8 + 5 * 20 + 8 * 8
     # without the simulator's counts, the loop runs once a warp (its trip count is unknown)
-    assert warp_instructions(prof, [], {}, warps=8) == (4 + 5 + 8) * 8
+    assert warp_instructions(prof, block_runs(prof, [], {}, warps=8)) == (4 + 5 + 8) * 8
     # the loops' alone: what the performance model's issue limit counts
-    assert warp_instructions(prof, lines, {14: 8}, warps=8, loops_only=True) == 5 * 20
+    assert warp_instructions(prof, block_runs(prof, lines, {14: 8}, warps=8), loops_only=True) == 5 * 20
 
 
 def test_the_issue_limit_is_a_warp_instruction_a_scheduler_a_clock():
@@ -232,4 +232,4 @@ def test_a_launchs_round_trips_weigh_each_block_by_its_runs():
     prof = profile(PTX, "/course/kernel.py")
     lines = [{"line": 12, "space": "global", "kind": "load", "requests": 40, "sectors": 160}]
     # the loop's one round trip, 20 runs (40 requests of two copies of line 12's load)
-    assert load_round_trips(prof, lines, {}, warps=8) == 20
+    assert load_round_trips(prof, block_runs(prof, lines, {}, warps=8)) == 20

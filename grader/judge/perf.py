@@ -190,9 +190,9 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         if theirs:
             _last_timing["loop_instructions_ratio"] = round(_loop_instructions(student_launches) / theirs, 2)
     if mine.bound == "latency":  # nor how often the compiled code makes a warp wait on memory
-        theirs = _counted(reference_launches, "load_round_trips")
-        if theirs and _counted(student_launches, "load_round_trips") > 1.05 * theirs:
-            _last_timing["round_trips_ratio"] = round(_counted(student_launches, "load_round_trips") / theirs, 2)
+        mine_trips, theirs = _counted(student_launches, "load_round_trips"), _counted(reference_launches, "load_round_trips")
+        if theirs and mine_trips > 1.05 * theirs:
+            _last_timing["round_trips_ratio"] = round(mine_trips / theirs, 2)
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)

@@ -25,7 +25,7 @@ BARRIER_CYCLES = 20      # a block's __syncthreads() when every warp arrives tog
 # stores of a tree's level wait on each other and on the barrier before the next level starts.
 # Fitted on an H200 (2026-12-04): the tree reduction's first pass over 2^26 floats (262,144 blocks
 # of 256, 9 barriers each, 8 blocks an SM) took 394.5 us, 1.59 us a block: one DRAM round trip
-# (541 ns at the 15% of the bandwidth it drew: `memory_latency`) and 9 steps of 205 cycles at the
+# (541 ns at the 15% of the bandwidth it drew: `_latency_path`) and 9 steps of 205 cycles at the
 # preset's clock.
 BARRIER_STEP_CYCLES = 205
 # the fraction of an SM's warps in flight on every SM that saturates DRAM: measured on an H200
@@ -109,21 +109,15 @@ class Modelled:
         return self.global_bytes / self.seconds / g.dram_bps if self.seconds > 0 else 0.0
 
 
-def memory_latency(g: Gpu, load: float) -> float:
-    """Seconds of one DRAM round trip with DRAM busy for the fraction `load` of its bandwidth: from
-    `memory_latency_ns` (idle) to `loaded_latency_ns` (saturated), linearly; requests queue."""
-    return (g.memory_latency_ns + (g.loaded_latency_ns - g.memory_latency_ns) * min(1.0, max(0.0, load))) * 1e-9
-
-
 def _latency_path(trips: float, fixed: float, global_bytes: float, g: Gpu) -> float:
-    """The time t of `trips` DRAM round trips one after another plus `fixed` seconds, where each
-    round trip takes `memory_latency(g, global_bytes / t / bandwidth)`: the positive root of
-    t^2 - (trips x idle + fixed) t - trips x (loaded - idle) x global_bytes / bandwidth = 0."""
+    """The time t of `trips` DRAM round trips one after another plus `fixed` seconds, where a round
+    trip takes longer the busier DRAM is: `memory_latency_ns` idle to `loaded_latency_ns` at the
+    full bandwidth, linearly in the load `global_bytes / t / bandwidth` (requests queue). The
+    positive root of t^2 - (trips x idle + fixed) t - trips x (loaded - idle) x global_bytes /
+    bandwidth = 0; where it draws more than the bandwidth, the memory limit is the longer anyway."""
     a = trips * g.memory_latency_ns * 1e-9 + fixed
     c = trips * (g.loaded_latency_ns - g.memory_latency_ns) * 1e-9 * global_bytes / g.dram_bps
-    t = (a + math.sqrt(a * a + 4 * c)) / 2
-    # past the bandwidth (a load over 1) the latency stays the saturated one
-    return max(t, trips * g.loaded_latency_ns * 1e-9 + fixed) if global_bytes > t * g.dram_bps else t
+    return (a + math.sqrt(a * a + 4 * c)) / 2
 
 
 def _prod(v) -> int:
@@ -196,7 +190,7 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     # compile check did not run) and a step per barrier. Throughput bounds a kernel whose warps
     # keep enough bytes in flight; this one a kernel whose warps mostly wait (a shared-memory tree
     # reached 15% of the copy bandwidth on an H200; a vector add's one load pair a thread, 71%).
-    # A round trip lengthens with the load on DRAM (`memory_latency`).
+    # A round trip lengthens with the load on DRAM (`_latency_path`).
     waves = blocks / (g.sms * resident) if filled else math.ceil(blocks / (active_sms * resident))
     trips = c["load_round_trips"] / (blocks * warps_per_block) if "load_round_trips" in c else 1.0
     latency = _latency_path(waves * trips, waves * c.get("barriers", 0) / blocks * BARRIER_STEP_CYCLES / g.clock_hz,
@@ -233,5 +227,5 @@ def copy_time(nbytes: int, g: Gpu) -> float:
     return g.launch_overhead_us * 1e-6 + 2 * nbytes / g.dram_bps
 
 
-__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "memory_latency",
-           "presets", "registers", "resident_blocks"]
+__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "presets",
+           "registers", "resident_blocks"]

@@ -300,13 +300,12 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     threads = counters.pop("threads")
     lines = counters.pop("lines")
     if instructions is not None:  # estimated from the compiled code and the lines' requests
-        from .compile_check.issue import load_round_trips, warp_instructions
+        from .compile_check.issue import block_runs, load_round_trips, warp_instructions
 
-        warps = config.n_blocks * config.warps_per_block
+        runs = block_runs(instructions, lines, inst.warp_ops_by_line, config.n_blocks * config.warps_per_block)
         # the loops' only: the work that grows with the problem (docs/PERF_MODEL.md)
-        counters["loop_warp_instructions"] = warp_instructions(
-            instructions, lines, inst.warp_ops_by_line, warps, loops_only=True)
-        counters["load_round_trips"] = load_round_trips(instructions, lines, inst.warp_ops_by_line, warps)
+        counters["loop_warp_instructions"] = warp_instructions(instructions, runs, loops_only=True)
+        counters["load_round_trips"] = load_round_trips(instructions, runs)
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
         counters["global_load_sectors"] + counters["global_store_sectors"]) /
         _devices.DEVICE_BANDWIDTH_BPS)

@@ -6,7 +6,7 @@ arithmetic: on an H200 that made the coarsened matmul 0.77x of the tiled one, do
 This joins the two: `profile` reads the kernel's PTX, compiled with line info, into basic blocks
 (their instructions, the loops that hold them, and the memory instructions and warp collectives
 of each source line); `warp_instructions` weighs each block by how often it ran, which those
-tell: a block holding a line's loads ran as often as the simulator counted warp requests of that
+tell (`block_runs`): a block holding a line's loads ran as often as the simulator counted warp requests of that
 line, divided by the copies of those loads the compiler made (16 in a loop it unrolled 16 times).
 
 The same weights count a launch's DRAM round trips (`load_round_trips`): a warp issues global
@@ -19,7 +19,7 @@ elements, then adds them: one round trip for four.
 What it cannot see: a loop with no memory access or warp collective runs once per run of what
 holds it (its trip count is unknown), a device function left uninlined counts as its call only,
 and ptxas's own rewriting (PTX to SASS) is not modelled: on the H200's matmuls SASS had 0.94-0.97x the PTX's
-instructions per multiply-add. Round trips are counted within a basic block (a loop's next
+instructions per multiply-add. Round trips are counted within one iteration of a loop (the next
 iteration never overlaps this one's loads: ptxas does not pipeline loops).
 """
 
@@ -126,25 +126,22 @@ def _round_trips(code: list[list[tuple]], loops: list[tuple[int, int]], innermos
     return counts
 
 
-def warp_instructions(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int,
-                      loops_only: bool = False) -> int:
-    """Warp instructions a launch issued, estimated from its PTX `prof` (`profile`), the
-    simulator's per-line requests (`lines`: the launch record's), its warp collectives by line
-    (`warp_ops`: shuffles, votes, one a warp) and the warps it launched; `loops_only`: those
-    its loops issued (`block_runs` says how often each block ran)."""
-    runs = block_runs(prof, lines, warp_ops, warps)
+def warp_instructions(prof: dict, runs: list[float], loops_only: bool = False) -> int:
+    """Warp instructions a launch issued, estimated from its PTX `prof` (`profile`) and how often
+    each block ran (`runs`: `block_runs`); `loops_only`: those its loops issued."""
     return int(round(sum(n * run for (n, loop, *_), run in zip(prof["blocks"], runs) if loop >= 0 or not loops_only)))
 
 
-def load_round_trips(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int) -> int:
+def load_round_trips(prof: dict, runs: list[float]) -> int:
     """The DRAM round trips a launch's warps waited on, one after another in each warp, summed over
     its warps: each block's groups of global loads (`profile`) times its runs (`block_runs`)."""
-    runs = block_runs(prof, lines, warp_ops, warps)
-    return int(round(sum(block[3] * run for block, run in zip(prof["blocks"], runs) if len(block) > 3)))
+    return int(round(sum(trips * run for (_, _, _, trips), run in zip(prof["blocks"], runs))))
 
 
 def block_runs(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int) -> list[float]:
-    """How often each block of `prof` ran, summed over the launch's warps. A block with memory
+    """How often each block of `prof` ran, summed over the launch's warps, from the simulator's
+    per-line requests (`lines`: the launch record's), its warp collectives by line (`warp_ops`:
+    shuffles, votes, one a warp) and the warps it launched. A block with memory
     instructions of lines the simulator saw ran (requests of the line) / (that line's memory
     instructions in the whole kernel) times, averaged over its lines (stores only where it has
     nothing else); a block without ran as often as the most-run such block of its loop, or, in a
@@ -183,8 +180,8 @@ def block_runs(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: i
 
 
 class _RoundTrips:
-    """The groups of global loads one run of a basic block waits on, read instruction by
-    instruction. A warp issues in order and stalls at the first instruction that needs a pending
+    """The groups of global loads a warp waits on, read instruction by instruction (over the blocks
+    of one loop iteration: `_round_trips`). A warp issues in order and stalls at the first instruction that needs a pending
     load's value; ptxas moves independent loads above such a use, but not above a global store,
     an atomic or a barrier (a store may alias what is loaded next), nor a load whose address
     needs the pending value. So a group ends at such a fence that needs a pending value (or at
