@@ -170,3 +170,10 @@ class LocalArray:
         self.offset = 0
         self.estrides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
         self.buffer_id = 0
+
+    def fresh(self) -> "LocalArray":
+        """Another thread's array of this name, shape and type, zeroed."""
+        new = object.__new__(LocalArray)
+        new.__dict__.update(self.__dict__)
+        new.flat = np.zeros(self.flat.size, self.dtype)  # (zeros_like: 10x the time)
+        return new

@@ -294,3 +294,19 @@ def test_forall(thread_sim):
     out = cuda.device_array(1000)
     grid_stride.forall(1000)(a, out)
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(1000) * 2)
+
+
+@cuda.jit
+def one_slot_of_a_local_array(out):
+    i = cuda.grid(1)
+    tmp = cuda.local.array(4, int32)
+    tmp[i % 4] = i + 1
+    out[i] = tmp[0] + tmp[1] + tmp[2] + tmp[3]
+
+
+def test_every_thread_has_a_local_array_of_its_own(thread_sim):
+    """Local arrays after the first of a launch copy its layout (grader/sim/thread/cuda.py), never
+    its storage: each thread sees only what it wrote."""
+    out = cuda.device_array(64, np.int32)
+    one_slot_of_a_local_array[2, 32](out)
+    assert (out.copy_to_host() == np.arange(1, 65)).all()

@@ -81,6 +81,19 @@ class ThreadArray:
         self._store1 = ex.inst.scalar_recorder(space, handle, "store")
         self._unpacked = None  # what compiled accesses unpack (AccessLogs.unpack), once
 
+    def fresh_local(self) -> "ThreadArray":
+        """Another thread's `cuda.local.array` like this one (zeroed), its layout copied."""
+        handle = self._h.fresh()
+        new = object.__new__(ThreadArray)
+        new._h, new._space, new._ex, new._store = handle, self._space, self._ex, handle.flat
+        new.shape, new.ndim, new.size, new.dtype = self.shape, self.ndim, self.size, self.dtype
+        new._strides, new._off, new._bid = self._strides, self._off, None
+        new._load1, new._store1 = self._load1, self._store1
+        # what compiled accesses unpack (AccessLogs.unpack): this one's, on the new storage
+        fast = self._unpacked
+        new._unpacked = None if fast is None else ((handle.flat, *fast[0][1:]), *fast[1:])
+        return new
+
     def __len__(self):
         return self.shape[0]
 
