@@ -44,7 +44,7 @@ def test_check_grades_on_the_simulator_with_numba_alone(bare_python, tmp_path):
     shutil.copy(ROOT / "course.toml", course / "course.toml")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # numba-cuda's typing is what the lockstep executor types with: without it every thread runs on
-    # the per-thread executor, stage 2's grid of 270,336 threads some 15 s a launch (the limit only
+    # the per-thread executor, stage 2's grid of 270,336 threads some 10 s a launch (the limit only
     # stops a hang)
     done = subprocess.run([bare_python, "-m", "grader", "check", "vector_add", "--backend", "auto"], cwd=course,
                           capture_output=True, text=True, env=env, timeout=1800)

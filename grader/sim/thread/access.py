@@ -150,7 +150,8 @@ class AccessLogs:
 
     def _fast_fields(self, ary):
         """(layout fields, (load code, store code) of its log entries or None: not counted,
-        (load checker, store checker))."""
+        (load checker, store checker)). The layout's first field is the storage: another
+        thread's local array reuses the rest (`ThreadArray.fresh_local`)."""
         codes = None
         if ary._space in ("global", "shared"):
             slot = self.inst.slot(ary._space, ary._h)

@@ -36,7 +36,7 @@ class _Local:
     def __init__(self, ex):
         self._ex = ex
         # (shape, dtype) as the kernel wrote them -> the first such array: every thread makes its
-        # own, and a copy of that one's layout costs a tenth of reading shape and type again
+        # own, and a copy of that one's layout costs a third of reading shape and type again
         # (a grid-stride kernel's 270,336 threads made two each in 60 s)
         self._first: dict = {}
 
