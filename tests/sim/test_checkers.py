@@ -176,6 +176,60 @@ def test_cross_block_race(simulator):
     assert list(out.copy_to_host()) == [0, 1, 2, 3]
 
 
+@cuda.jit
+def read_by_two_warps_then_written(x, out, barrier):
+    t = cuda.threadIdx.x
+    v = float32(0.0)
+    if t == 0:
+        v = x[0]
+    if t == 32:  # a second reader of x[0]: another warp of the same block, same barrier interval
+        v = x[0]
+    if barrier:
+        cuda.syncthreads()
+    if t == 32:
+        x[0] = v + float32(1.0)
+    out[cuda.grid(1)] = v
+
+
+@cuda.jit
+def read_by_one_warp_in_turn_then_written(x):
+    t = cuda.threadIdx.x
+    v = float32(0.0)
+    if t == 0:
+        v = x[0]
+    cuda.syncwarp()
+    if t == 1:  # ordered after thread 0's read: it becomes the one reader
+        v = x[0]
+        x[0] = v + float32(1.0)
+
+
+@cuda.jit
+def grid_stride_sum_by_block(x, out):
+    """Each thread reads the elements of its block's turn: x[i] passes from block to block."""
+    acc = float32(0.0)
+    for i in range(cuda.grid(1), x.size, cuda.blockDim.x):
+        acc += x[i]
+    cuda.atomic.add(out, 0, acc)
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_a_write_after_reads_by_two_warps_races_with_the_first_reader(executor):
+    """Thread 32 reads x[0] after thread 0 of another warp did: the record keeps both ("several
+    readers of the block"), so thread 32's own write still meets thread 0's read; a barrier
+    before the write orders them, and so does a syncwarp between two readers of one warp.
+    Elements that every block reads in turn leave no finding."""
+    with sim.installed(executor=executor):
+        out = cuda.device_array(64, np.float32)
+        with pytest.raises(sim.RaceError, match="global array 'x' at index 0"):
+            read_by_two_warps_then_written[1, 64](cuda.to_device(np.ones(4, np.float32)), out, False)
+        read_by_two_warps_then_written[1, 64](cuda.to_device(np.ones(4, np.float32)), out, True)
+        read_by_one_warp_in_turn_then_written[1, 64](cuda.to_device(np.ones(4, np.float32)))
+        total = cuda.to_device(np.zeros(1, np.float32))
+        grid_stride_sum_by_block[4, 32](cuda.to_device(np.ones(256, np.float32)), total)
+        # block b adds x[32 b:]: 256 - 32 b ones each
+        assert total.copy_to_host()[0] == sum(256 - 32 * b for b in range(4))
+
+
 # ---------------------------------------------------------------- uninitialised reads
 @cuda.jit
 def stencil_missing_halo(inp, out):

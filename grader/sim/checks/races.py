@@ -326,15 +326,7 @@ class RaceChecks:
                 rt = sh.r_thr[flat]
                 keep = (rt == -1) | (rt == g)
                 if not keep.all():
-                    sub = np.flatnonzero(~keep)
-                    f, rs, bs, eps = flat[sub], rt[sub], block[sub], ep[sub]
-                    r_ep = sh.r_ep[f]
-                    r0 = np.maximum(rs, 0)
-                    ordered = self._ordered_vec(r0, r_ep, sh.r_wep[f], g[sub], bs, w[sub], eps,
-                                                wep[sub])
-                    ks = (rs >= 0) & (ordered | (r0 // tpb != bs))
-                    ks |= (rs <= -2) & (((-rs - 2) != bs) | (r_ep != eps))
-                    keep[sub] = ks
+                    self._keep_reader(sh, keep, rt, flat, lanes, ep, wep)
                 new = np.where(keep, g, lanes.neg_block)
                 if dups[1] is not None:
                     new = np.where(dups[1], lanes.neg_block, new)
@@ -342,6 +334,36 @@ class RaceChecks:
             sh.r_ep[flat], sh.r_wep[flat] = ep, wep
             sh.r_line[flat] = line or 0
             sh.read = True
+
+    def _keep_reader(self, sh, keep, rt, flat, lanes, ep, wep) -> None:
+        """Set `keep` where a lane replaces the earlier reader `rt` of its element as the one
+        reader (the rest become "several readers of their block epoch"), as `_race_checker`'s
+        scalar rule: the earlier reader is of another block, or of another block epoch, or
+        ordered before the lane. Only a single reader of the same block epoch needs the
+        ordering test, so a grid-stride loop whose elements pass from block to block (every
+        lane's earlier reader in another block) never pays for it."""
+        sub = np.flatnonzero(~keep)
+        whole = sub.shape[0] == keep.shape[0]  # no gathers when every lane is undecided
+        f = flat if whole else flat[sub]
+        rs = rt if whole else rt[sub]
+        bs = lanes.block if whole else lanes.block[sub]
+        eps = ep if whole else ep[sub]
+        r_ep = sh.r_ep[f]
+        # the earlier reader is of another block: a thread outside [bs * tpb, (bs + 1) * tpb)
+        # (negative offsets wrap to huge unsigned ones), or several readers of another block
+        offset = rs - bs * self.tpb
+        ks = (offset.view(np.uint64) >= self.tpb) & (rs != -bs - 2)
+        ks |= r_ep != eps
+        close = np.flatnonzero(~ks & (rs >= 0))  # one reader, of this block epoch
+        if close.shape[0]:
+            at = close if whole else sub[close]
+            ks[close] = self._ordered_vec(rs[close], r_ep[close], sh.r_wep[f[close]],
+                                          lanes.g[at], bs[close], lanes.warp[at], eps[close],
+                                          wep[at])
+        if whole:
+            keep[:] = ks
+        else:
+            keep[sub] = ks
 
     def _race_checker(self, space, handle, store, uninit_check):
         """`scalar_checker` with the race checker on: the cases `_race1` settles without a
@@ -406,6 +428,11 @@ def duplicate_lanes(flat, lanes, pat=None):
     pattern (shifting every position keeps the answer)."""
     if pat is not None and pat.dups is not None:
         return pat.dups
+    if bool((flat[1:] > flat[:-1]).all()):
+        out = (None, None, False)  # increasing positions (a lane each), no sort needed
+        if pat is not None:
+            pat.dups = out
+        return out
     order = np.argsort(flat if pat is None else pat.vec_flat, kind="stable")
     fs = flat[order]
     dup = fs[1:] == fs[:-1]
