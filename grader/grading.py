@@ -27,11 +27,13 @@ DEFAULT_SUBMISSION_TIMEOUT_S = 1800.0
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
           course: Course | None = None, seed: str = "", timeout: float | None = None,
           name: str | None = None, stages: list[int] | None = None, sandbox: SandboxSpec = SandboxSpec(),
-          record_reference: str | os.PathLike | None = None,
+          record_reference: str | os.PathLike | None = None, shared_reference: str | os.PathLike | None = None,
           submission_timeout: float = DEFAULT_SUBMISSION_TIMEOUT_S, simulator: str = "device",
           only: str = "", model_gpu: str = "", on_test: Callable[[int, int, str], None] | None = None) -> Results:
     """Grade the exercise modules found in `submission` against the course's grading tests.
-    `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar."""
+    `on_test(done, total, name)`: called (from another thread) as tests finish, for a progress bar.
+    `shared_reference`: a folder the gradings of one run share the reference solutions' counters
+    in (judge.recorded_reference.SharedReference: the reference runs once per call, not per grade)."""
     course = course or Course.find()
     sandbox.check(backend, simulator)
     chosen = course.select(exercises)
@@ -62,7 +64,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
             stock_simulator=backend == Kind.GPU and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
             # each exercise gets its share of the submission's time: one cannot starve the others
             exercise_budget=submission_timeout / max(1, len(chosen)),
-            record_reference=str(record_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,
+            record_reference=str(record_reference or ""), shared_reference=str(shared_reference or ""), sandbox=sandbox.name, docker_image=sandbox.docker_image,
             gpus=sandbox.gpus, **({"timeout": float(timeout)} if timeout else {}))
         # -I as the runners start: the judge imports the grader they import, never a copy of it in
         # the course's folder (its cwd), which would start runners of another grader

@@ -157,11 +157,15 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
     exercises = course.exercises()
     jobs = jobs or min(4, os.cpu_count() or 1)
 
-    def run(folder: Path, chosen: list[str] | None, name: str) -> Results:
-        return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name,
-                     sandbox=sandbox)
-
     with ThreadPoolExecutor(max_workers=jobs) as pool, tempfile.TemporaryDirectory(prefix="gpugrade-validate-") as tmp:
+        # the reference's counters, shared: each performance test's reference call runs once, not per grade
+        shared = Path(tmp) / "reference"
+        shared.mkdir(mode=0o700)
+
+        def run(folder: Path, chosen: list[str] | None, name: str) -> Results:
+            return grade(folder, chosen, backend=backend, course=course, seed=seed, timeout=timeout, name=name,
+                         sandbox=sandbox, shared_reference=shared)
+
         reference = pool.submit(run, course.root / "solutions", None, "reference solutions")
         stubs = pool.submit(run, course.root / "exercises", None, "stubs")
         pending = []

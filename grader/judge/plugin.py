@@ -31,7 +31,7 @@ from .hotspots import take_request
 from .perf import PartialCredit, take_timing
 from .printed import take_printed
 from .policy import DEFAULT_ALLOWED_IMPORTS
-from .recorded_reference import RecordedReference, RecordingReference
+from .recorded_reference import RecordedReference, RecordingReference, SharedReference
 from .settings import JudgeSettings
 from .student import BesideTheSimulator, RunnerConnection, Student, TimeBudget
 
@@ -241,7 +241,11 @@ class GradingSession:
         exercise = exercise_of(request.node)
         source = os.path.join(self.reference_dir, f"{exercise}.py")
         if exercise not in self.references:
-            if os.path.isfile(source):
+            if os.path.isfile(source) and self._shares_reference():
+                self.references[exercise] = SharedReference(Path(self.settings.shared_reference), lambda: Student(
+                    exercise, self._reference_connection().workspace, self.backend_name, self.sandbox,
+                    connection=self._reference_connection()))
+            elif os.path.isfile(source):
                 connection = self._reference_connection()
                 live = Student(exercise, connection.workspace, self.backend_name, self.sandbox, connection=connection)
                 if self.backend_name == Kind.GPU:
@@ -256,6 +260,11 @@ class GradingSession:
             else:
                 pytest.skip(f"no reference solution {source} and no {self.recorded_path}")
         return self.references[exercise]
+
+    def _shares_reference(self) -> bool:
+        """The reference's counters come from the run's shared folder (SharedReference): on the
+        simulator, unless this judge records them for `gpugrade release`."""
+        return bool(self.settings.shared_reference) and self.backend_name == Kind.SIM and not self.record_path
 
     def _reference_connection(self) -> RunnerConnection:
         """The reference solutions' runner: trusted course code, compile-checked all the same for
@@ -278,7 +287,9 @@ class GradingSession:
         # (on a GPU the submission's calls go to a runner on the GPU's device process: BesideTheSimulator)
         (self._beside("student", gpu=True) if self.backend_name == Kind.GPU else self.connection).start()
         perf = {exercise_of(i) for i in session.items if i.get_closest_marker("perf") is not None}
-        if any(os.path.isfile(os.path.join(self.reference_dir, f"{e}.py")) for e in perf):
+        # (a shared reference starts its runner on its first call no other judge of the run made)
+        if not self._shares_reference() and any(
+                os.path.isfile(os.path.join(self.reference_dir, f"{e}.py")) for e in perf):
             self._reference_connection().start()
 
     # -- recording ----------------------------------------------------------------------------

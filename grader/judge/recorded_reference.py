@@ -8,9 +8,12 @@ recording serves every seed. Instructors' grading still runs the real reference 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,11 +53,26 @@ class RecordingReference:
 
     def call_ranks(self, function: str, buffers: list, timeout: float | None = None) -> CallResult:
         result = self.reference.call_ranks(function, buffers, timeout=timeout)
-        proof = result.proof if result.proof is not None else result
-        self.record[ranks_key(function, buffers)] = {
-            "launches": _launches(result.launches),
-            "timeline": [_compact(op.as_dict()) for op in proof.device.timeline] if proof.device is not None else []}
+        self.record[ranks_key(function, buffers)] = _ranks_entry(result)
         return result
+
+
+def _ranks_entry(result: CallResult) -> dict:
+    """What a collective's recording keeps: its launches and its stream order."""
+    proof = result.proof if result.proof is not None else result
+    return {"launches": _launches(result.launches),
+            "timeline": [_compact(op.as_dict()) for op in proof.device.timeline] if proof.device is not None else []}
+
+
+def _recorded_call(entry: list) -> CallResult:
+    return CallResult(None, [], list(entry))
+
+
+def _recorded_ranks(key: str, entry: dict) -> CallResult:
+    timeline = [wire.StreamOp.parse(dict(zip(_OP_FIELDS, row)), f"{key}.timeline[{i}]")
+                for i, row in enumerate(entry["timeline"])]
+    report = wire.DeviceReport(0, [], [], [], [], timeline)
+    return CallResult(None, [], list(entry["launches"]), report)
 
 
 def _launches(launches: list[dict]) -> list[dict]:
@@ -85,7 +103,7 @@ class RecordedReference:
             import pytest
 
             pytest.skip(f"no recorded reference counters for {key} in {self.path}: run `gpugrade release`")
-        return CallResult(None, [], list(self.record[key]))
+        return _recorded_call(self.record[key])
 
     def call_ranks(self, function: str, buffers: list, timeout: float | None = None) -> CallResult:
         key = ranks_key(function, buffers)
@@ -93,11 +111,65 @@ class RecordedReference:
             import pytest
 
             pytest.skip(f"no recorded reference counters for {key} in {self.path}: run `gpugrade release`")
-        entry = self.record[key]
-        timeline = [wire.StreamOp.parse(dict(zip(_OP_FIELDS, row)), f"{key}.timeline[{i}]")
-                    for i, row in enumerate(entry["timeline"])]
-        report = wire.DeviceReport(0, [], [], [], [], timeline)
-        return CallResult(None, [], list(entry["launches"]), report)
+        return _recorded_ranks(key, self.record[key])
+
+
+class SharedReference:
+    """The live reference, its answers shared by the judges of one run (validate, a batch) through
+    `folder`: the first judge to make a call runs it and leaves its record there (one file per call
+    key, written whole, then renamed into place); every later judge reads the record and starts no
+    reference runner at all. A record serves any seed: counters depend on the launch geometry
+    alone. Only on the simulator, whose reference answers are counters: a GPU's reference is
+    timed in the same run as the submission. `live()` makes the live reference on a first miss.
+    The folder is the judge's (made 0700 by the run): no runner sees it."""
+
+    def __init__(self, folder: Path, live: Callable[[], Any]):
+        self.folder, self._make_live, self._live = Path(folder), live, None
+
+    @property
+    def live(self):
+        if self._live is None:
+            self._live = self._make_live()
+        return self._live
+
+    def call(self, function: str, *args: Any, timeout: float | None = None) -> CallResult:
+        key = call_key(function, args)
+        entry = self._read(key)
+        if entry is not None:
+            return _recorded_call(entry)
+        result = self.live.call(function, *args, timeout=timeout)
+        self._write(key, _launches(result.launches))
+        return result
+
+    def call_ranks(self, function: str, buffers: list, timeout: float | None = None) -> CallResult:
+        key = ranks_key(function, buffers)
+        entry = self._read(key)
+        if entry is not None:
+            return _recorded_ranks(key, entry)
+        result = self.live.call_ranks(function, buffers, timeout=timeout)
+        self._write(key, _ranks_entry(result))
+        return result
+
+    def _path(self, key: str) -> Path:
+        return self.folder / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
+
+    def _read(self, key: str):
+        """The record of `key`, or None (none yet, or unreadable: the live reference answers)."""
+        try:
+            doc = json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        return doc.get("entry") if isinstance(doc, dict) and doc.get("key") == key else None
+
+    def _write(self, key: str, entry) -> None:
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".part")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"key": key, "entry": entry}, f)
+            os.replace(tmp, self._path(key))
+        except OSError:
+            pass  # the record is a saving, not a result: the next judge runs the call itself
 
 
 def load(path: Path) -> dict:

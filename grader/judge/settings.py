@@ -57,6 +57,8 @@ class JudgeSettings:
                               "(default: the course's model_gpu)", ("", *perf_model.presets()))
     reference: str = _opt("", "folder of reference solutions for performance tests (default: <rootdir>/solutions)")
     record_reference: str = _opt("", "write the reference's counters of every performance test to this JSON file")
+    shared_reference: str = _opt("", "sim backend: a folder the judges of one run (validate, a batch) share the "
+                                     "reference's counters in; a call another judge ran is read, not run again")
 
     @staticmethod
     def flag(name: str) -> str:
