@@ -55,6 +55,9 @@ class Options:
     submission_timeout: float = 1800.0
     deadline: datetime | None = None
     seed: str = ""
+    # a folder of this machine the batch's gradings share the reference's counters in
+    # (grading.grade's shared_reference; run_batch makes it for a run on this machine)
+    shared_reference: str = ""
 
     def sandbox_spec(self):
         """The sandbox every submission is graded in (a SandboxSpec)."""
@@ -99,7 +102,8 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
             results = grade(fetched.folder, list(options.exercises), backend=options.backend, course=course,
                             seed=options.seed, timeout=options.timeout, name=entry.student_id,
                             sandbox=options.sandbox_spec(),
-                            submission_timeout=options.submission_timeout, simulator=options.simulator)
+                            submission_timeout=options.submission_timeout, simulator=options.simulator,
+                            shared_reference=options.shared_reference or None)
             outcome.results = results.to_dict()  # a missing exercise file scores 0 there, with its reason
         outcome.seconds = time.monotonic() - started
         return outcome
@@ -273,6 +277,11 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         if on_progress is not None:
             on_progress(outcome, done, len(entries))
 
+    # the reference solutions' counters, run once for the class rather than once per student (on
+    # this machine: a scheduler elsewhere may place jobs on other hosts, which grade as before)
+    shared = tempfile.TemporaryDirectory(prefix="gpugrade-batch-reference-") if not dask or _is_local(dask) else None
+    if shared is not None:
+        options = replace(options, shared_reference=shared.name)
     try:
         if dask:
             _on_dask(dask, entries, options, graded, finished, jobs)
@@ -288,6 +297,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         raise
     finally:
         batch.store.close()
+        if shared is not None:
+            shared.cleanup()
     return summary
 
 
@@ -313,11 +324,16 @@ def _on_pool(entries, options, graded, finished, jobs: int) -> None:
             raise
 
 
+def _is_local(address: str) -> bool:
+    """`--dask local[:N]`: a LocalCluster on this machine."""
+    return address.startswith("local:") or address == "local"
+
+
 def _on_dask(address: str, entries, options, graded, finished, jobs: int) -> None:
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
-    if address.startswith("local:") or address == "local":
+    if _is_local(address):
         workers = int(address.split(":", 1)[1]) if ":" in address else max(1, jobs)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                                resources={"GPU": 1} if options.backend == "gpu" else None)
