@@ -42,14 +42,36 @@ def test_check_grades_on_the_simulator_with_numba_alone(bare_python, tmp_path):
     shutil.copytree(ROOT / "tests" / "exercises", course / "tests" / "exercises")
     shutil.copytree(ROOT / "solutions", course / "exercises")
     shutil.copy(ROOT / "course.toml", course / "course.toml")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    # numba-cuda's typing is what the lockstep executor types with: without it every thread runs on
-    # the per-thread executor, stage 2's grid of 270,336 threads some 10 s a launch (the limit only
-    # stops a hang)
     done = subprocess.run([bare_python, "-m", "grader", "check", "vector_add", "--backend", "auto"], cwd=course,
-                          capture_output=True, text=True, env=env, timeout=1800)
+                          capture_output=True, text=True, env=_env(), timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "(sim backend" in done.stdout and re.search(r"Total: (\d+)/\1 ", done.stdout)
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+def test_kernels_run_in_lockstep_typed_by_numbas_own_cuda_target(bare_python, tmp_path):
+    """The lockstep executor types with numba's own CUDA target where numba-cuda is missing: a
+    student's script runs there as with numba-cuda, not one thread at a time."""
+    script = tmp_path / "add.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from numba import cuda\n\n"
+        "@cuda.jit\n"
+        "def add(a, b, out):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < out.size:\n"
+        "        out[i] = a[i] + b[i]\n\n"
+        "a = np.arange(4096, dtype=np.float32)\n"
+        "out = cuda.device_array_like(a)\n"
+        "add[16, 256](cuda.to_device(a), cuda.to_device(a), out)\n"
+        "assert (out.copy_to_host() == 2 * a).all()\n")
+    done = subprocess.run([bare_python, "-m", "grader", "run", str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"│ add +│ 16 / 256 +│ simt ", done.stdout), done.stdout
 
 
 def test_doctor_reports_the_compile_check_unavailable_not_failed(bare_python):

@@ -298,10 +298,12 @@ _compile_lock = threading.RLock()
 
 
 @contextlib.contextmanager
-def registered_pass(cls, mutates_CFG: bool = False, analysis_only: bool = True):
+def registered_pass(cls, machinery, mutates_CFG: bool = False, analysis_only: bool = True):
     """numba's (process-wide) compiler pass registry holds `cls` inside the block only: the
-    SIMT typing's stop-after-typing pass is there while a kernel is typed, never after."""
-    from numba.cuda.core.compiler_machinery import _pass_registry
+    SIMT typing's stop-after-typing pass is there while a kernel is typed, never after.
+    `machinery`: the compiler_machinery module of the CUDA target in use (numba-cuda's, or
+    numba's own where numba-cuda is missing)."""
+    _pass_registry = machinery._pass_registry
 
     with _compile_lock:
         added = not _pass_registry.is_registered(cls)

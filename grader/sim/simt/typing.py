@@ -8,8 +8,10 @@ its operands the way numba's typing context says before numpy computes it.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -19,23 +21,52 @@ from .unsupported import SimtUnsupported
 from ..bounded import BoundedCache
 
 
-def _numba():
-    """numba-cuda's modules, imported lazily (the grader imports this package without numba)."""
+@functools.cache
+def numba_parts() -> SimpleNamespace:
+    """The modules and functions lockstep typing uses, imported lazily (the grader imports this
+    package without numba): numba-cuda's, or where numba's own numba.cuda is the CUDA target (no
+    numba-cuda wheels: macOS), the numba.core / numba.np modules that target types with, so the
+    lockstep executor runs there too."""
     try:
-        from numba.cuda import types
-        from numba.cuda.descriptor import cuda_target
+        from numba.cuda import compiler, utils
+        from numba.cuda.core import compiler as core_compiler, compiler_machinery, errors, ir, typed_passes
         from numba.cuda.np import numpy_support
-    except ImportError as exc:  # numba's own numba.cuda (no numba-cuda wheels on this platform)
-        raise SimtUnsupported(f"lockstep typing needs numba-cuda, which is not installed ({exc})") from None
+        from numba.cuda import types
 
-    return types, cuda_target, numpy_support
+        target_override = utils.numba_target_override
+        compile_extra = compiler.compile_extra
+    except ImportError:  # numba's own numba.cuda
+        try:
+            from numba.core import compiler as core_compiler, compiler_machinery, errors, ir, typed_passes, types
+            from numba.core.target_extension import target_override as _override
+            from numba.cuda import compiler
+            from numba.np import numpy_support
+        except ImportError as exc:
+            raise SimtUnsupported(f"lockstep typing needs numba's CUDA target, which is not importable "
+                                  f"({exc})") from None
+
+        def target_override():
+            return _override("cuda")
+
+        compile_extra = core_compiler.compile_extra
+    from numba.cuda.descriptor import cuda_target
+
+    return SimpleNamespace(types=types, cuda_target=cuda_target, numpy_support=numpy_support,
+                           compiler=compiler, core_compiler=core_compiler, machinery=compiler_machinery,
+                           errors=errors, ir=ir, typed_passes=typed_passes, target_override=target_override,
+                           compile_extra=compile_extra)
+
+
+def _numba():
+    parts = numba_parts()
+    return parts.types, parts.cuda_target, parts.numpy_support
 
 
 # --- numba types of runtime values -----------------------------------------------------------
 # A lockstep value is not a launch argument: a lane vector (one value per lane) has the type of
 # its elements and a SimtArray carries its own, so `type_of` is not `argtypes.numba_type_of`;
 # its scalar and array types are built by `argtypes` (the launch arguments' typing), after
-# `_numba()` made sure numba-cuda is there (lockstep typing needs it).
+# `_numba()` made sure numba's CUDA target is importable (lockstep typing needs it).
 
 
 def scalar_type(dtype: np.dtype):
@@ -109,10 +140,11 @@ def _numba_refuses(err: BaseException) -> bool:
 
 
 def _typing_pipeline():
-    from numba.cuda import compiler
-    from numba.cuda.core.compiler import _EarlyPipelineCompletion
-    from numba.cuda.core.compiler_machinery import AnalysisPass, PassManager
-    from numba.cuda.core.typed_passes import NopythonTypeInference
+    parts = numba_parts()
+    compiler = parts.compiler
+    _EarlyPipelineCompletion = parts.core_compiler._EarlyPipelineCompletion
+    AnalysisPass, PassManager = parts.machinery.AnalysisPass, parts.machinery.PassManager
+    NopythonTypeInference = parts.typed_passes.NopythonTypeInference
 
     class SimtStopAfterTyping(AnalysisPass):  # registered only while typing (patching.registered_pass)
         _name = "simt_stop_after_typing"
@@ -152,27 +184,25 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     if _pipeline is None:
         _pipeline = _typing_pipeline()
     compiler, TypingOnly, stop_pass = _pipeline
-    types, cuda_target, _ = _numba()
-    from numba.cuda import utils
+    parts = numba_parts()
+    types, cuda_target = parts.types, parts.cuda_target
 
     flags = compiler.CUDAFlags()
     flags.no_compile = flags.no_cpython_wrapper = flags.no_cfunc_wrapper = True
     flags.error_model = "numpy"
     flags.compute_capability = TARGET_CC
     try:
-        with utils.numba_target_override(), patching.typing_device(TARGET_CC, py_func), \
-                patching.registered_pass(stop_pass):
-            state = compiler.compile_extra(
+        with parts.target_override(), patching.typing_device(TARGET_CC, py_func), \
+                patching.registered_pass(stop_pass, parts.machinery):
+            state = parts.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
                 None, flags, {}, pipeline_class=TypingOnly)
     except Exception as err:  # numba refusing the kernel, or a failure to type it here
         ufunc = _ufunc_cuda_lacks(err)  # a device function's, found when numba compiled it
         if ufunc is not None:
-            from numba.cuda.core import errors
-
             from .. import ufuncs
 
-            err = errors.TypingError(ufuncs.refusal(ufunc), _call_site(py_func, ufunc))
+            err = parts.errors.TypingError(ufuncs.refusal(ufunc), _call_site(py_func, ufunc))
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         refused = _numba_refuses(err)
         exc = (TypingRefused if refused else SimtUnsupported)(
@@ -181,7 +211,7 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
         raise exc from err
     result = FunctionTypes(return_type=state.return_type)
     typing_context = cuda_target.typing_context
-    from numba.cuda.core import ir
+    ir = parts.ir
 
     _refuse_ufuncs_cuda_lacks(state, py_func)
 
@@ -230,8 +260,6 @@ def _call_site(py_func, ufunc):
     reaches (its own code or a device function's), or None."""
     import inspect
 
-    from numba.cuda.core import ir
-
     from ..kernel_graph import is_numba_dispatcher, walk
 
     for node in walk(py_func, is_numba_dispatcher).functions:
@@ -241,7 +269,7 @@ def _call_site(py_func, ufunc):
             continue
         for k, text in enumerate(lines):
             if f".{ufunc.__name__}(" in text or text.lstrip().startswith(f"{ufunc.__name__}("):
-                return ir.Loc(node.func.__code__.co_filename, first + k)
+                return numba_parts().ir.Loc(node.func.__code__.co_filename, first + k)
     return None
 
 
@@ -249,11 +277,10 @@ def _refuse_ufuncs_cuda_lacks(state, py_func) -> None:
     """numba types a call of any NumPy ufunc, but numba-cuda lowers only those of its CUDA
     ufunc table (grader/sim/ufuncs.py): a call of another would fail to compile for a GPU, so
     the kernel is refused here, with a message that says what to use."""
-    from numba.cuda.core import errors, ir
-
     from .. import ufuncs
 
-    types = _numba()[0]
+    parts = numba_parts()
+    types, errors, ir = parts.types, parts.errors, parts.ir
     for block in state.func_ir.blocks.values():
         for stmt in block.body:
             expr = getattr(stmt, "value", None)
@@ -283,15 +310,15 @@ def signature(fn, dtypes: tuple):
         return _signatures[key]
     except KeyError:
         pass
-    types, cuda_target, _ = _numba()
+    parts = numba_parts()
+    cuda_target = parts.cuda_target
     global _refreshed
     if not _refreshed:  # the typing context loads its registries lazily
         cuda_target.typing_context.refresh()
         _refreshed = True
-    from numba.cuda import utils
 
     try:
-        with utils.numba_target_override():
+        with parts.target_override():
             sig = cuda_target.typing_context.resolve_function_type(
                 fn, tuple(scalar_type(d) for d in dtypes), {})
     except Exception:
