@@ -242,12 +242,11 @@ class GradingSession:
         source = os.path.join(self.reference_dir, f"{exercise}.py")
         if exercise not in self.references:
             if os.path.isfile(source) and self._shares_reference():
-                self.references[exercise] = SharedReference(Path(self.settings.shared_reference), lambda: Student(
-                    exercise, self._reference_connection().workspace, self.backend_name, self.sandbox,
-                    connection=self._reference_connection()))
+                self.references[exercise] = SharedReference(Path(self.settings.shared_reference),
+                                                            lambda: self._live_reference(exercise))
             elif os.path.isfile(source):
                 connection = self._reference_connection()
-                live = Student(exercise, connection.workspace, self.backend_name, self.sandbox, connection=connection)
+                live = self._live_reference(exercise)
                 if self.backend_name == Kind.GPU:
                     live = BesideTheSimulator(live, Student(
                         exercise, connection.workspace, Kind.SIM, self.sandbox,
@@ -260,6 +259,11 @@ class GradingSession:
             else:
                 pytest.skip(f"no reference solution {source} and no {self.recorded_path}")
         return self.references[exercise]
+
+    def _live_reference(self, exercise: str) -> Student:
+        """The reference solution of `exercise` in the reference solutions' runner."""
+        connection = self._reference_connection()
+        return Student(exercise, connection.workspace, self.backend_name, self.sandbox, connection=connection)
 
     def _shares_reference(self) -> bool:
         """The reference's counters come from the run's shared folder (SharedReference): on the
