@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from . import numba_target
+
 __all__ = ["numba_type_of", "argtypes_for", "launch_scalar", "declared_argtypes", "fits_declared",
            "to_declared", "scalar_type", "array_type", "scalar_dtype"]
 
@@ -27,23 +29,16 @@ _NUMBERS = (bool, int, float, complex, np.bool_, np.number)
 
 # ---------------------------------------------------------------- numba's own pieces
 def _numpy_support():
-    try:
-        from numba.cuda.np import numpy_support
-    except ImportError:  # numba's own numba.cuda
-        from numba.np import numpy_support
-    return numpy_support
+    return numba_target.typing_modules().numpy_support
 
 
 def _numba_typeof(value):
     """numba-cuda's own argument typing (what its dispatcher uses); None if it cannot."""
     from numba.core import types
 
+    target = numba_target.typing_modules()
     try:
-        from numba.cuda.typing.typeof import Purpose, typeof
-    except ImportError:  # numba's own numba.cuda
-        from numba.core.typing.typeof import Purpose, typeof
-    try:
-        t = typeof(value, Purpose.argument)
+        t = target.typeof(value, target.Purpose.argument)
     except Exception:  # noqa: BLE001 - the caller falls back to its own rules
         return None
     return None if t is None or t == types.pyobject else t
@@ -173,11 +168,7 @@ def _layout(shape, strides, itemsize: int) -> str:
 def declared_argtypes(sig) -> tuple:
     """The argument types of a declared signature (what numba's `CUDADispatcher.compile` takes:
     argument types, or a signature string / object)."""
-    try:
-        from numba.cuda.core import sigutils
-    except ImportError:  # numba's own numba.cuda
-        from numba.core import sigutils
-    argtypes, _ = sigutils.normalize_signature(sig)
+    argtypes, _ = numba_target.typing_modules().sigutils.normalize_signature(sig)
     return tuple(argtypes)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import numba_target
 from .bounded import BoundedCache
 
 __all__ = ["is_ufunc", "unsupported", "refusal", "loop_dtypes", "broadcast_index"]
@@ -69,11 +70,7 @@ def loop_dtypes(ufunc, dtypes: tuple) -> tuple[tuple, tuple]:
     key = (ufunc, dtypes)
     hit = _loops.get(key)
     if hit is None:
-        try:
-            from numba.cuda.np import numpy_support
-        except ImportError:  # numba's built-in CUDA target (no numba-cuda)
-            from numba.np import numpy_support
-
+        numpy_support = numba_target.typing_modules().numpy_support
         types = tuple(numpy_support.from_dtype(d) for d in dtypes)
         spec = numpy_support.ufunc_find_matching_loop(ufunc, types)
         if spec is None:  # numba's typing accepted the call: not expected

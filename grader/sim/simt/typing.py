@@ -8,53 +8,27 @@ its operands the way numba's typing context says before numpy computes it.
 
 from __future__ import annotations
 
-import functools
 import operator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
 
-from .. import argtypes, patching
+from .. import argtypes, numba_target, patching
 from ..devices import TARGET_CC
 from .unsupported import SimtUnsupported
 from ..bounded import BoundedCache
 
 
-@functools.cache
 def numba_parts() -> SimpleNamespace:
-    """The modules and functions lockstep typing uses, imported lazily (the grader imports this
-    package without numba): numba-cuda's, or where numba's own numba.cuda is the CUDA target (no
-    numba-cuda wheels: macOS), the numba.core / numba.np modules that target types with, so the
-    lockstep executor runs there too."""
+    """The modules and functions lockstep typing uses (`numba_target.compiler_modules`: numba-cuda's,
+    or numba's own CUDA target's where numba-cuda is missing, so the lockstep executor runs there
+    too); SimtUnsupported where numba's CUDA target is not importable."""
     try:
-        from numba.cuda import compiler, utils
-        from numba.cuda.core import compiler as core_compiler, compiler_machinery, errors, ir, typed_passes
-        from numba.cuda.np import numpy_support
-        from numba.cuda import types
-
-        target_override = utils.numba_target_override
-        compile_extra = compiler.compile_extra
-    except ImportError:  # numba's own numba.cuda
-        try:
-            from numba.core import compiler as core_compiler, compiler_machinery, errors, ir, typed_passes, types
-            from numba.core.target_extension import target_override as _override
-            from numba.cuda import compiler
-            from numba.np import numpy_support
-        except ImportError as exc:
-            raise SimtUnsupported(f"lockstep typing needs numba's CUDA target, which is not importable "
-                                  f"({exc})") from None
-
-        def target_override():
-            return _override("cuda")
-
-        compile_extra = core_compiler.compile_extra
-    from numba.cuda.descriptor import cuda_target
-
-    return SimpleNamespace(types=types, cuda_target=cuda_target, numpy_support=numpy_support,
-                           compiler=compiler, core_compiler=core_compiler, machinery=compiler_machinery,
-                           errors=errors, ir=ir, typed_passes=typed_passes, target_override=target_override,
-                           compile_extra=compile_extra)
+        return numba_target.compiler_modules()
+    except ImportError as exc:
+        raise SimtUnsupported(f"lockstep typing needs numba's CUDA target, which is not importable "
+                              f"({exc})") from None
 
 
 def _numba():
