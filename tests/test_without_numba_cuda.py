@@ -74,6 +74,57 @@ def test_kernels_run_in_lockstep_typed_by_numbas_own_cuda_target(bare_python, tm
     assert re.search(r"│ add +│ 16 / 256 +│ simt ", done.stdout), done.stdout
 
 
+def _without_libnvvm(bare_python) -> list:
+    """A bwrap prefix that hides the folders libNVVM is loaded from (the CUDA toolkit's, as on
+    macOS, which has none): numba's own target then cannot compile a device function."""
+    found = subprocess.run(
+        [bare_python, "-c", "from numba.cuda.cuda_paths import get_cuda_paths; print(get_cuda_paths()['nvvm'].info or '')"],
+        capture_output=True, text=True, env=_env(), check=True).stdout.split()
+    found += [line.split("=>")[-1].strip() for line in
+              subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout.splitlines()
+              if "libnvvm" in line and "=>" in line]
+    hidden = sorted({os.path.dirname(os.path.realpath(p)) for p in found if p})
+    prefix = ["bwrap", "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for folder in hidden:
+        prefix += ["--tmpfs", folder]
+    probe = subprocess.run(prefix + [bare_python, "-c", "from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())"],
+                           capture_output=True, text=True, env=_env())
+    assert probe.stdout.strip() == "False", f"libNVVM still loads with {hidden} hidden: {probe.stdout}{probe.stderr}"
+    return prefix
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="hiding libNVVM needs bubblewrap (CI installs it)")
+def test_warp_shuffles_and_device_functions_run_in_lockstep_where_libnvvm_is_missing(bare_python, tmp_path):
+    """numba's own target lowers a device function (numba's warp-shuffle wrappers are device
+    functions) with libNVVM's data layout; where libNVVM is missing the lockstep typing types them
+    instead of compiling them, so such kernels do not fall back to one thread at a time."""
+    script = tmp_path / "warp_sum.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from numba import cuda, float32\n\n"
+        "@cuda.jit(device=True)\n"
+        "def twice(v):\n"
+        "    return 2 * v\n\n"
+        "@cuda.jit\n"
+        "def warp_sum(x, out):\n"
+        "    i = cuda.grid(1)\n"
+        "    v = twice(x[i]) if i < x.size else float32(0)\n"
+        "    offset = 16\n"
+        "    while offset > 0:\n"
+        "        v += cuda.shfl_down_sync(0xffffffff, v, offset)\n"
+        "        offset //= 2\n"
+        "    if cuda.laneid == 0:\n"
+        "        cuda.atomic.add(out, 0, v)\n\n"
+        "x = np.arange(4096, dtype=np.float32) % 7\n"
+        "out = cuda.to_device(np.zeros(1, np.float32))\n"
+        "warp_sum[16, 256](cuda.to_device(x), out)\n"
+        "assert out.copy_to_host()[0] == 2 * x.sum(), out.copy_to_host()\n")
+    done = subprocess.run(_without_libnvvm(bare_python) + [bare_python, "-m", "grader", "run", str(script)],
+                          cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"│ warp_sum +│ 16 / 256 +│ simt ", done.stdout), done.stdout
+
+
 def test_doctor_reports_the_compile_check_unavailable_not_failed(bare_python):
     done = subprocess.run([bare_python, "-m", "grader", "doctor"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

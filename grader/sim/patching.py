@@ -8,6 +8,7 @@ exactly what was there (or removes what was absent), in reverse order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import threading
 import types
@@ -348,12 +349,73 @@ def _overloads_restored(dispatchers):
 
 
 @contextlib.contextmanager
-def typing_device(cc, func):
+def typing_device(cc, func, type_device_function=None):
     """While numba-cuda's type inference runs on the CPU for `func` (the SIMT executor's typing,
     the per-thread executor's types): device functions it compiles are compiled for a stand-in
-    device of compute capability `cc`; their overloads are removed after."""
-    with _compile_lock, _overloads_restored(device_dispatchers(func)), _DEVICE_HOOK.stand_in(cc):
+    device of compute capability `cc`; their overloads are removed after.
+    Where numba cannot compile a device function (no libNVVM: macOS), `type_device_function(py_func,
+    argtypes) -> return type` types it instead (`_device_functions_typed_by`)."""
+    with _compile_lock, _overloads_restored(device_dispatchers(func)), _DEVICE_HOOK.stand_in(cc), \
+            _device_functions_typed_by(type_device_function):
         yield
+
+
+class _TypedOnly:
+    """A device function's overload while a kernel is typed where numba cannot compile it: the
+    signature its typing found, never lowered; `_overloads_restored` removes it after typing."""
+
+    objectmode = False
+
+    def __init__(self, signature):
+        self.signature = signature
+
+
+_typing_thread = threading.local()
+
+
+@functools.cache
+def _device_functions_compile() -> bool:
+    """Whether numba can compile a device function here: numba's CUDA lowering takes its data
+    layout from libNVVM, which macOS and machines without the CUDA toolkit lack."""
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        return bool(nvvm.is_available())
+    except Exception:  # noqa: BLE001 - any failure to load it is its absence
+        return False
+
+
+@contextlib.contextmanager
+def _device_functions_typed_by(type_function):
+    """Where device functions cannot be compiled, the CUDA dispatchers' `compile_device` (what a
+    kernel's typing calls for each device function it calls, numba's warp intrinsics included)
+    records `_TypedOnly(signature)` from `type_function` on this thread for the block, instead of
+    lowering. Nested typing (a device function's own) runs inside the outer block; other threads
+    get numba's compile_device (the caller holds `_compile_lock`, so none types meanwhile)."""
+    if type_function is None or getattr(_typing_thread, "type_function", None) is not None \
+            or _device_functions_compile():
+        yield
+        return
+    scope = PatchScope()
+    for cls in dispatcher_classes():
+        signature = importlib.import_module(cls.__module__).typing.signature
+
+        def compile_device(self, args, return_type=None, _original=cls.compile_device, _signature=signature):
+            typer = getattr(_typing_thread, "type_function", None)
+            if typer is None or args in self.overloads:
+                return _original(self, args, return_type)
+            if return_type is None:
+                return_type = typer(self.py_func, tuple(args))
+            cres = self.overloads[args] = _TypedOnly(_signature(return_type, *args))
+            return cres
+
+        scope.setattr(cls, "compile_device", compile_device)
+    _typing_thread.type_function = type_function
+    try:
+        yield
+    finally:
+        _typing_thread.type_function = None
+        scope.restore()
 
 
 @contextlib.contextmanager

@@ -166,7 +166,7 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
     flags.error_model = "numpy"
     flags.compute_capability = TARGET_CC
     try:
-        with parts.target_override(), patching.typing_device(TARGET_CC, py_func), \
+        with parts.target_override(), patching.typing_device(TARGET_CC, py_func, _device_return_type), \
                 patching.registered_pass(stop_pass, parts.machinery):
             state = parts.compile_extra(
                 cuda_target.typing_context, cuda_target.target_context, py_func, argtypes,
@@ -208,6 +208,16 @@ def infer(py_func, argtypes: tuple, line: int | None = None) -> FunctionTypes:
             result.calls.setdefault(expr.loc.line, []).append(tuple(sig.args))
     _inferred[key] = result
     return result
+
+
+def _device_return_type(py_func, argtypes: tuple):
+    """The return type of a device function a kernel calls, typed like the kernel (where numba
+    cannot compile it: no libNVVM); numba's own refusal where it refuses it, as compiling it would."""
+    try:
+        return infer(py_func, argtypes).return_type
+    except SimtUnsupported as exc:
+        error = getattr(exc, "error", None)
+        raise (error if error is not None else exc) from None
 
 
 def is_function_value(nbtype) -> bool:
