@@ -230,6 +230,36 @@ def test_a_write_after_reads_by_two_warps_races_with_the_first_reader(executor):
         assert total.copy_to_host()[0] == sum(256 - 32 * b for b in range(4))
 
 
+@cuda.jit
+def add_right_neighbour_in_place(x, out, separate_output):
+    # correct within a block (the barrier orders each read before its neighbour's write); across
+    # blocks, the last thread of block b reads x[i + 1], which block b + 1 reads and then writes
+    i = cuda.grid(1)
+    v = x[i + 1] if i + 1 < x.size else float32(0)
+    cuda.syncthreads()
+    if separate_output:
+        out[i] = x[i] + v
+    else:
+        x[i] = x[i] + v
+
+
+@pytest.mark.parametrize("executor", ["simt", "thread"])
+def test_a_write_races_with_a_read_of_another_block_though_its_own_block_read_it_since(executor):
+    """Block 1 reads x[32] and writes it after block 0's last thread read it: the record keeps the
+    reader of another block when a reader of a new block takes its place, so the write still meets
+    it (a GPU may run block 1 first). The same kernel writing a separate output leaves no finding."""
+    load = line_of(add_right_neighbour_in_place, "v = x[i + 1]")
+    with sim.installed(executor=executor):
+        x = cuda.to_device(np.arange(64, dtype=np.float32))
+        out = cuda.device_array(64, np.float32)
+        with pytest.raises(sim.RaceError, match=rf"global array 'x' at index 32: store conflicts with a load "
+                                                rf"at line {load} by thread \(31, 0, 0\) of block \(0, 0, 0\) "
+                                                rf"from another block"):
+            add_right_neighbour_in_place[2, 32](x, out, False)
+        add_right_neighbour_in_place[2, 32](cuda.to_device(np.arange(64, dtype=np.float32)), out, True)
+        assert (out.copy_to_host()[:63] == 2 * np.arange(63) + 1).all()
+
+
 # ---------------------------------------------------------------- uninitialised reads
 @cuda.jit
 def stencil_missing_halo(inp, out):

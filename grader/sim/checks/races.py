@@ -1,8 +1,10 @@
 """Races: one shadow record per element of each allocation, reset every launch.
 
 The record holds the last writer (global thread id, its block's barrier epoch, its warp's
-syncwarp epoch, atomic or not, its threadfence count) and the last reader (or "several
-readers" of one block epoch). Two accesses conflict when they come from different threads, at
+syncwarp epoch, atomic or not, its threadfence count), the last reader (or "several
+readers" of one block epoch) and, once readers of two blocks read the element since its last
+write, the last reader of a block other than the last reader's: a write by either block still
+meets a read by the other (an in-place update whose neighbours belong to the next block). Two accesses conflict when they come from different threads, at
 least one writes, they are not both atomic, and nothing orders them (ordering.py): the same
 block with a barrier in between, the same warp with a syncwarp in between, or (a write read by
 another block) a threadfence by the writer after it and, on the reader's side, a global atomic
@@ -38,12 +40,12 @@ class Shadow:
     """Race shadow of one allocation for one launch (the vector path)."""
 
     __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "w_line", "r_thr", "r_ep", "r_wep",
-                 "r_line", "written", "read", "atomic")
+                 "r_line", "x_thr", "x_ep", "x_line", "written", "read", "atomic", "xread")
 
     def __init__(self, n: int):
         # has anything been written / read / written by an atomic (while not, the matching
         # arrays still hold their initial values and need not be consulted)
-        self.written = self.read = self.atomic = False
+        self.written = self.read = self.atomic = self.xread = False
         self.w_thr = np.full(n, -1, np.int64)
         self.w_ep = np.zeros(n, np.int64)
         self.w_wep = np.zeros(n, np.int64)
@@ -54,6 +56,18 @@ class Shadow:
         self.r_ep = np.zeros(n, np.int64)
         self.r_wep = np.zeros(n, np.int64)
         self.r_line = np.zeros(n, np.int32)  # the source line of the last read
+        # a reader of a block other than the last reader's (as r_thr; -1 none), its epoch and
+        # line: allocated when first needed (`other_readers`)
+        self.x_thr = self.x_ep = self.x_line = None
+
+    def other_readers(self) -> tuple:
+        if self.x_thr is None:
+            n = self.r_thr.shape[0]
+            self.x_thr = np.full(n, -1, np.int64)
+            self.x_ep = np.zeros(n, np.int64)
+            self.x_line = np.zeros(n, np.int32)
+        self.xread = True
+        return self.x_thr, self.x_ep, self.x_line
 
 
 class RaceChecks:
@@ -92,6 +106,8 @@ class RaceChecks:
                 value = getattr(sh, name)
                 if isinstance(value, np.ndarray):
                     split = np.repeat(value, factor)
+                    if getattr(new, name) is None:
+                        new.other_readers()
                     getattr(new, name)[:split.shape[0]] = split
                 else:
                     setattr(new, name, value)
@@ -201,8 +217,9 @@ class RaceChecks:
         wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
         if rec is None:
             # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch,
-            #  the writer's line, the reader's line]
-            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0]
+            #  the writer's line, the reader's line, a reader of another block than the reader's,
+            #  its epoch, its line]
+            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0]
         thread = g % self.tpb
         wt = rec[0]
         if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
@@ -215,14 +232,19 @@ class RaceChecks:
         if kind == "load":
             if rt == -1 or rt == g:
                 rec[5] = g
+            elif (-rt - 2 if rt <= -2 else rt // self.tpb) != block:
+                if rec[6] >= self.grid_floor:  # not ordered before any later access: keep it
+                    rec[10], rec[11], rec[12] = rt, rec[6], rec[9]
+                rec[5] = g
             elif rt <= -2:
-                rec[5] = -block - 2 if (-rt - 2 == block and rec[6] == ep) else g
-            elif rt // self.tpb != block or self._ordered1(rt, rec[6], rec[7], g, block):
+                rec[5] = -block - 2 if rec[6] == ep else g
+            elif self._ordered1(rt, rec[6], rec[7], g, block):
                 rec[5] = g
             else:
                 rec[5] = -block - 2
             rec[6], rec[7], rec[9] = ep, wep, line or 0
             return
+        conflict = False
         if rt != -1 and rt != g:
             if rt <= -2:
                 conflict = ((-rt - 2) != block or rec[6] == ep) and rec[6] >= self.grid_floor
@@ -231,9 +253,14 @@ class RaceChecks:
             if conflict:
                 self._race_msg(space, handle, kind, flat, rt, "load", block, thread, line,
                                filename, rec[9])
+        if not conflict and rec[10] != -1 and rec[11] >= self.grid_floor:
+            # the reader is of this block (one of another block conflicted, unless a grid sync
+            # ordered it, and the other reader with it): the other reader's block is not
+            self._race_msg(space, handle, kind, flat, rec[10], "load", block, thread, line,
+                           filename, rec[12])
         rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
                                                           self._fence1.get(g, 0), -1)
-        rec[8] = line or 0
+        rec[8], rec[10] = line or 0, -1
 
     def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None,
                   values=None):
@@ -297,6 +324,8 @@ class RaceChecks:
                         self._race_msg(space, handle, kind, int(flat[i]), int(rt[i]), "load",
                                        int(block[i]), int(thread[i]), line, filename,
                                        int(sh.r_line[flat[i]]))
+                if sh.xread:
+                    self._race_other_block_reader(sh, space, handle, kind, flat, lanes, rt, line, filename)
             if kind == "store" and flat.shape[0] > 1:
                 # two lanes of one instruction storing to one element
                 pair = (dups or duplicate_lanes(flat, lanes, pat))[0]
@@ -314,19 +343,22 @@ class RaceChecks:
                 sh.w_fence[flat] = self.fences[g]
             if sh.read:
                 sh.r_thr[flat] = -1
+            if sh.xread:
+                sh.x_thr[flat] = -1
             sh.written = True
         else:
             # readers: one thread, or "several of this block epoch"
             dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else (None, None, False)
             if lanes.neg_block is None:
                 lanes.neg_block = -block - 2
+            rt = sh.r_thr[flat]
+            other_block = self._keep_other_block_reader(sh, rt, flat, lanes) if sh.read else None
             if dups[2]:  # every lane shares its element with another lane
                 new = lanes.neg_block
             else:
-                rt = sh.r_thr[flat]
                 keep = (rt == -1) | (rt == g)
-                if not keep.all():
-                    self._keep_reader(sh, keep, rt, flat, lanes, ep, wep)
+                if not keep.all():  # (something was read: other_block is set)
+                    self._keep_reader(sh, keep, rt, flat, lanes, ep, wep, other_block)
                 new = np.where(keep, g, lanes.neg_block)
                 if dups[1] is not None:
                     new = np.where(dups[1], lanes.neg_block, new)
@@ -335,13 +367,55 @@ class RaceChecks:
             sh.r_line[flat] = line or 0
             sh.read = True
 
-    def _keep_reader(self, sh, keep, rt, flat, lanes, ep, wep) -> None:
+    def _keep_other_block_reader(self, sh, rt, flat, lanes) -> np.ndarray:
+        """Where a lane takes the place of its element's reader `rt` of another block (not
+        ordered before every later access by a grid sync), that reader stays as the element's
+        reader of another block (`Shadow.x_thr`): a write by the lane's block still meets it.
+        Returns the lanes whose earlier reader is of another block (`_keep_reader` uses it)."""
+        # a thread outside [block * tpb, (block + 1) * tpb) (negative offsets wrap to huge
+        # unsigned ones, -1 among them), or several readers of another block
+        tpb, base = self.tpb, lanes.block * self.tpb
+        other = ((rt - base).view(np.uint64) >= tpb) & (rt != lanes.neg_block)
+        cross = other & (rt != -1)
+        if self.grid_floor:
+            cross &= sh.r_ep[flat] >= self.grid_floor
+        if sh.xread and cross.any():
+            # one kept already of a block other than the lane's still is one: only a missing
+            # one, or one of the lane's block, is replaced (elements read by block after block)
+            xt = sh.x_thr[flat]
+            cross &= (xt == -1) | ((xt - base).view(np.uint64) < tpb) | (xt == lanes.neg_block)
+        if cross.any():
+            sub = np.flatnonzero(cross)
+            f = flat[sub]
+            x_thr, x_ep, x_line = sh.other_readers()
+            x_thr[f], x_ep[f], x_line[f] = rt[sub], sh.r_ep[f], sh.r_line[f]
+        return other
+
+    def _race_other_block_reader(self, sh, space, handle, kind, flat, lanes, rt, line, filename) -> None:
+        """A write's lanes against their elements' readers of another block (`Shadow.x_thr`),
+        where the element's reader `rt` is of the lane's own block (one of another block met the
+        rule already): the other reader's block is not, and only a grid sync orders them."""
+        xt = sh.x_thr[flat]
+        cand = xt != -1
+        if not cand.any():
+            return
+        sub = np.flatnonzero(cand)
+        rs, bs = rt[sub], lanes.block[sub]
+        bad = ((rs - bs * self.tpb).view(np.uint64) < self.tpb) | (rs == -bs - 2)
+        if self.grid_floor:
+            bad &= sh.x_ep[flat[sub]] >= self.grid_floor
+        if bad.any():
+            i = int(sub[np.argmax(bad)])
+            self._race_msg(space, handle, kind, int(flat[i]), int(xt[i]), "load", int(lanes.block[i]),
+                           int(lanes.thread[i]), line, filename, int(sh.x_line[flat[i]]))
+
+    def _keep_reader(self, sh, keep, rt, flat, lanes, ep, wep, other_block) -> None:
         """Set `keep` where a lane replaces the earlier reader `rt` of its element as the one
         reader (the rest become "several readers of their block epoch"), as `_race_checker`'s
-        scalar rule: the earlier reader is of another block, or of another block epoch, or
-        ordered before the lane. Only a single reader of the same block epoch needs the
-        ordering test, so a grid-stride loop whose elements pass from block to block (every
-        lane's earlier reader in another block) never pays for it."""
+        scalar rule: the earlier reader is of another block (`other_block`), or of another
+        block epoch, or ordered before the lane. Only a single reader of the same block epoch
+        needs the ordering test, so a grid-stride loop whose elements pass from block to block
+        (every lane's earlier reader in another block) never pays for it."""
         sub = np.flatnonzero(~keep)
         whole = sub.shape[0] == keep.shape[0]  # no gathers when every lane is undecided
         f = flat if whole else flat[sub]
@@ -349,11 +423,7 @@ class RaceChecks:
         bs = lanes.block if whole else lanes.block[sub]
         eps = ep if whole else ep[sub]
         r_ep = sh.r_ep[f]
-        # the earlier reader is of another block: a thread outside [bs * tpb, (bs + 1) * tpb)
-        # (negative offsets wrap to huge unsigned ones), or several readers of another block
-        offset = rs - bs * self.tpb
-        ks = (offset.view(np.uint64) >= self.tpb) & (rs != -bs - 2)
-        ks |= r_ep != eps
+        ks = other_block | (r_ep != eps) if whole else other_block[sub] | (r_ep != eps)
         close = np.flatnonzero(~ks & (rs >= 0))  # one reader, of this block epoch
         if close.shape[0]:
             at = close if whole else sub[close]
@@ -395,13 +465,13 @@ class RaceChecks:
             block = g // tpb
             r = shadows.get(flat)
             if r is None:
-                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0]
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0]
             ep = ep1[block]
             wt = r[0]
             rt = r[5]
             if (wt < 0 or wt == g or (wt // tpb == block and r[1] != ep)) and (
-                    not store or rt == -1 or rt == g or r[6] != ep and (
-                        -rt - 2 == block if rt <= -2 else rt // tpb == block)):
+                    not store or r[10] == -1 and (rt == -1 or rt == g or r[6] != ep and (
+                        -rt - 2 == block if rt <= -2 else rt // tpb == block))):
                 wep = wep1[block * wpb + (g % tpb) // WARP]
                 if store:
                     r[0], r[1], r[2], r[3], r[4], r[5] = g, ep, wep, False, fence1.get(g, 0), -1
@@ -409,9 +479,13 @@ class RaceChecks:
                 else:
                     if rt == -1 or rt == g:
                         r[5] = g
+                    elif (-rt - 2 if rt <= -2 else rt // tpb) != block:
+                        if r[6] >= inst.grid_floor:  # as _race1: the reader of another block stays
+                            r[10], r[11], r[12] = rt, r[6], r[9]
+                        r[5] = g
                     elif rt <= -2:
-                        r[5] = -block - 2 if (-rt - 2 == block and r[6] == ep) else g
-                    elif rt // tpb != block or r[6] != ep or ordered1(rt, r[6], r[7], g, block):
+                        r[5] = -block - 2 if r[6] == ep else g
+                    elif r[6] != ep or ordered1(rt, r[6], r[7], g, block):
                         r[5] = g
                     else:
                         r[5] = -block - 2
