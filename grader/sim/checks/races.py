@@ -4,12 +4,13 @@ The record holds the last writer (global thread id, its block's barrier epoch, i
 syncwarp epoch, atomic or not, its threadfence count), the last reader (or "several
 readers" of one block epoch) and, once readers of two blocks read the element since its last
 write, the last reader of a block other than the last reader's: a write by either block still
-meets a read by the other (an in-place update whose neighbours belong to the next block). Two accesses conflict when they come from different threads, at
-least one writes, they are not both atomic, and nothing orders them (ordering.py): the same
-block with a barrier in between, the same warp with a syncwarp in between, or (a write read by
-another block) a threadfence by the writer after it and, on the reader's side, a global atomic
-by the reading thread, or by a thread of its block before a barrier the reader passed (the
-"last block" pattern: write, fence, atomic counter; the block that sees the count reads).
+meets a read by the other (an in-place update whose neighbours belong to the next block).
+Two accesses conflict when they come from different threads, at least one writes, they are not
+both atomic, and nothing orders them (ordering.py): the same block with a barrier in between,
+the same warp with a syncwarp in between, or (a write read by another block) a threadfence by
+the writer after it and, on the reader's side, a global atomic by the reading thread, or by a
+thread of its block before a barrier the reader passed (the "last block" pattern: write, fence,
+atomic counter; the block that sees the count reads).
 Blocks are not ordered on a GPU: a fence alone orders nothing, so a read of another block's
 fenced write with no acquire is a race even though the simulator happens to run that block
 first. Two lanes of one store instruction storing different values to one element race; silent
