@@ -28,10 +28,13 @@ grade: setup
 	$(GPUGRADE) grade $(SAMPLE) || test $$? -eq 1
 
 # The layer contracts (import-linter, pyproject.toml), then the whole suite; it includes
-# `gpugrade validate` over every exercise and known-wrong submission.
+# `gpugrade validate` over every exercise and known-wrong submission. Spread over the cores by
+# pytest-xdist (TEST_WORKERS=0: one process); a module whose fixtures are costly, and every test
+# that makes containers, keeps to one worker (its xdist_group).
+TEST_WORKERS ?= auto
 test: setup
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
 
 validate: setup
 	$(GPUGRADE) validate

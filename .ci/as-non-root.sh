@@ -28,5 +28,5 @@ if [ ! -x "$home/venv/bin/python" ]; then
 fi
 as_user "$home/venv/bin/pip" install -q --disable-pip-version-check "${links[@]}" -e "$home/repo[dev]"
 cd "$home/repo"
-as_user "$home/venv/bin/python" -m pytest -q -p no:cacheprovider \
+as_user "$home/venv/bin/python" -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist loadgroup \
     tests/test_sandbox_attacks.py tests/test_device_process.py tests/test_runner.py

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# make test spreads the tests over the cores (pytest-xdist): the module's courses are made once, on one worker
+pytestmark = pytest.mark.xdist_group("batch")
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = (ROOT / "solutions" / "vector_add.py").read_text()
 STUB = (ROOT / "exercises" / "vector_add.py").read_text()

@@ -27,19 +27,25 @@ from grader.sandbox import Limits, NoSandbox
 
 from sandbox_support import unavailable as _unavailable
 
+# make test spreads the tests over the cores (pytest-xdist): every test that makes containers or
+# the runner image runs on one worker
+pytestmark = pytest.mark.xdist_group("docker")
+
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_IMAGE = os.environ.get("GPUGRADE_IMAGE", "gpugrade:latest")
 WIDE_POLICY = DEFAULT_ALLOWED_IMPORTS | {"os", "signal", "sys", "socket", "ctypes", "time"}
 
 
+def runners_of(docker_client, folder) -> list:
+    """The runner containers (any state) whose workspace lies under `folder`: this test's own, not
+    those another test or a grading beside it made."""
+    return [c for c in docker_client.containers.list(all=True, filters={"label": RUNNER_LABEL})
+            if any(m.get("Source", "").startswith(f"{folder}/") for m in c.attrs.get("Mounts", []))]
+
+
 @pytest.fixture
 def make_student(tmp_path, runner_image, docker_client):
     students = []
-
-    def runners() -> set[str]:
-        return {c.id for c in docker_client.containers.list(all=True, filters={"label": RUNNER_LABEL})}
-
-    before = runners()
 
     def make(source: str, timeout: float = 30.0, policy=WIDE_POLICY, limits: Limits | None = None,
              **settings) -> Student:
@@ -55,7 +61,7 @@ def make_student(tmp_path, runner_image, docker_client):
     yield make
     for s in students:
         s.close()
-    assert not runners() - before, "every runner container is removed when its student is closed"
+    assert not runners_of(docker_client, tmp_path), "every runner container is removed when its student is closed"
 
 
 def test_calls_round_trip_through_the_container_and_prints_cannot_forge_a_reply(make_student):
@@ -73,11 +79,10 @@ def test_calls_round_trip_through_the_container_and_prints_cannot_forge_a_reply(
     assert np.array_equal(result.args[0], 2 * x)
 
 
-def test_the_container_is_confined_as_configured(make_student, docker_client):
+def test_the_container_is_confined_as_configured(make_student, docker_client, tmp_path):
     s = make_student("def f():\n    return 0\n")
-    before = {c.id for c in docker_client.containers.list(filters={"label": RUNNER_LABEL})}
     s.call("f")
-    (container,) = [c for c in docker_client.containers.list(filters={"label": RUNNER_LABEL}) if c.id not in before]
+    (container,) = runners_of(docker_client, tmp_path)
     host, config = container.attrs["HostConfig"], container.attrs["Config"]
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
     assert host["Memory"] == host["MemorySwap"] == DockerSettings.memory_bytes

@@ -28,6 +28,9 @@ from grader.sim.compile_check import (
 )
 from grader.sim.occupancy import occupancy
 
+# make test spreads the tests over the cores (pytest-xdist): the module's cache and reports are made once, on one worker
+pytestmark = pytest.mark.xdist_group("compile_check")
+
 THIS = os.path.abspath(__file__)
 F1 = (float32[:],)
 
