@@ -18,6 +18,11 @@ import pytest
 pytestmark = pytest.mark.xdist_group("batch")
 
 ROOT = Path(__file__).resolve().parents[1]
+# Each call's limit and the submission's: an honest submission's calls and grading finish far within
+# them with the machine's cores busy (a batch of two beside another pytest-xdist worker); a hang
+# ends at its call's limit.
+CALL_LIMIT = "30"
+SUBMISSION_LIMIT = "300"
 SOLUTION = (ROOT / "solutions" / "vector_add.py").read_text()
 STUB = (ROOT / "exercises" / "vector_add.py").read_text()
 GIT_ENV = {"GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@example.com", "GIT_COMMITTER_NAME": "s",
@@ -74,7 +79,7 @@ def _roster(tmp: Path, rows: list[tuple[str, str]]) -> Path:
 
 def _batch(course: Path, roster: Path, out: Path, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out), "--backend", "sim",
-                           "--timeout", "10", "--submission-timeout", "60", *extra],
+                           "--timeout", CALL_LIMIT, "--submission-timeout", SUBMISSION_LIMIT, *extra],
                           cwd=course, capture_output=True, text=True, timeout=timeout)
 
 
@@ -168,7 +173,7 @@ def _class(tmp: Path, prefix: str, size: int) -> Path:
 def _batch_to_kill(course: Path, roster: Path, out: Path, *extra: str) -> subprocess.Popen:
     """A batch in a session of its own, so that killing its group ends its judges and runners too."""
     return subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
-                             "--backend", "sim", "--timeout", "10", "--jobs", "1", *extra], cwd=course,
+                             "--backend", "sim", "--timeout", CALL_LIMIT, "--jobs", "1", *extra], cwd=course,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -303,7 +308,7 @@ def test_regrade_grades_the_named_students_again_on_the_same_commit(course, tmp_
     out = tmp_path / "out"
     assert _batch(course, roster, out).returncode == 0
     regrade = subprocess.run([sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend",
-                              "sim", "--timeout", "10", "alice"], cwd=course, capture_output=True, text=True,
+                              "sim", "--timeout", CALL_LIMIT, "alice"], cwd=course, capture_output=True, text=True,
                              timeout=900)
     assert regrade.returncode == 0 and _counts(regrade) == (1, 0, 0), regrade.stdout + regrade.stderr
     with sqlite3.connect(out / "store.sqlite") as db:
@@ -317,8 +322,8 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
     out = tmp_path / "out"
     # output to a pipe, as to a log file; the terminal's Ctrl-C: SIGINT to the whole process group
     batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(out),
-                              "--backend", "sim", "--timeout", "10", "--jobs", "1"], cwd=course, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                              "--backend", "sim", "--timeout", CALL_LIMIT, "--jobs", "1"], cwd=course,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = batch.stdout.readline()
         running = batch.poll() is None
@@ -350,7 +355,8 @@ def test_sandbox_options_reach_every_grading_and_bad_ones_are_refused_up_front(c
     from grader.batch.roster import Entry
     from grader.batch.run import Options, grade_entry
 
-    options = Options(str(course), ("vector_add",), simulator="nonesuch", timeout=10, submission_timeout=60)
+    options = Options(str(course), ("vector_add",), simulator="nonesuch", timeout=float(CALL_LIMIT),
+                      submission_timeout=float(SUBMISSION_LIMIT))
     outcome = grade_entry(Entry("heidi", str(_plain(tmp_path, SOLUTION)), None, 2), options, frozenset())
     errors = "\n".join(outcome.results["errors"]) if outcome.results else outcome.problem
     assert "nonesuch" in errors, errors
@@ -444,7 +450,7 @@ def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_n
     assert unknown.returncode == 2 and "unknown exercise 'matmull' (this course has: vector_add, matmul)" in \
         unknown.stderr, unknown.stderr
     regrade = [sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend", "sim",
-               "--timeout", "10"]
+               "--timeout", CALL_LIMIT]
     refused = subprocess.run([*regrade, "alice", "matmul"], cwd=course_of_two, capture_output=True, text=True)
     assert refused.returncode == 2 and "graded on vector_add, not on matmul" in refused.stderr, refused.stderr
     nobody = subprocess.run([*regrade, "vector_add"], cwd=course_of_two, capture_output=True, text=True)
