@@ -30,8 +30,7 @@ grade: setup
 # The layer contracts (import-linter, pyproject.toml), then the whole suite; it includes
 # `gpugrade validate` over every exercise and known-wrong submission. Spread over the cores by
 # pytest-xdist (TEST_WORKERS=0: one process); a module whose fixtures are costly, and every test
-# that makes containers, is meant to keep to one worker (its xdist_group). With pytest 9.2 and
-# pytest-xdist 3.8, loadgroup ignores the groups (pytest-xdist#1386): each test goes where it goes.
+# that makes containers, keeps to one worker (WORKER_GROUPS in tests/conftest.py).
 TEST_WORKERS ?= auto
 test: setup
 	$(VENV)/bin/lint-imports

@@ -60,3 +60,38 @@ def _source_of(client, image: str) -> str | None:
         return client.images.get(image).labels.get("gpugrade.source")
     except docker.errors.ImageNotFound:
         return None
+
+
+# The modules whose tests keep to one pytest-xdist worker under `make test` (--dist loadgroup), by
+# group: every module that makes containers or the runner image shares "docker" (the image is built
+# or tagged on one worker, never on two at once); a module with costly module fixtures is a group of
+# its own, so that they are made once. Every other test goes to whichever worker is free.
+WORKER_GROUPS = {
+    "tests/test_docker_sandbox.py": "docker",
+    "tests/test_gradescope.py": "docker",
+    "tests/test_device_process.py": "docker",
+    "tests/test_sandbox_attacks.py": "docker",
+    "tests/test_batch.py": "batch",                             # the module's courses
+    "tests/test_notebooks.py": "notebooks",                     # the released course, the kernel's venv
+    "tests/test_without_numba_cuda.py": "without_numba_cuda",   # the bare venv
+    "tests/test_collective.py": "collective",                   # the solution, loaded once
+    "tests/test_collective_timing.py": "collective_timing",     # the stock-simulator run
+    "tests/sim/test_conformance.py": "conformance",             # numba-cuda's own suite
+    "tests/sim/test_compile_check.py": "compile_check",         # the module's cache and reports
+    "tests/sim/test_patching_scopes.py": "patching_scopes",     # numba, warmed once
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup with the groups of WORKER_GROUPS, read by the controller from each test's
+    node id. (pytest-xdist's own `xdist_group` marks are lost with pytest 9.2: pytest-xdist#1386,
+    fixed upstream and not yet released; a node id it marks still gets its group.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByModuleGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return WORKER_GROUPS.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+    return ByModuleGroup(config, log)

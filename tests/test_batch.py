@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-# make test spreads the tests over the cores (pytest-xdist): the module's courses are made once, on one worker
-pytestmark = pytest.mark.xdist_group("batch")
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each call's limit and the submission's: an honest submission's calls and grading finish far within

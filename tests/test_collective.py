@@ -17,8 +17,6 @@ from grader.judge.student import CallResult
 from grader.perf_model import gpu
 from grader.perf_model.timeline import schedule
 
-# make test spreads the tests over the cores (pytest-xdist): the solution is loaded once, on one worker
-pytestmark = pytest.mark.xdist_group("collective")
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,8 +25,6 @@ from grader.judge.student import BesideTheSimulator, RanksTiming, RunnerConnecti
 from grader.runner.serve import Runner
 from grader.sandbox import Limits, ProcessSandbox
 
-# make test spreads the tests over the cores (pytest-xdist): the stock-simulator run is made once, on one worker
-pytestmark = pytest.mark.xdist_group("collective_timing")
 
 ROOT = Path(__file__).resolve().parents[1]
 

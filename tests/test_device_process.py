@@ -20,9 +20,6 @@ from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
 from sandbox_support import unavailable
 
-# make test spreads the tests over the cores (pytest-xdist): every test that makes containers or
-# the runner image runs on one worker
-pytestmark = pytest.mark.xdist_group("docker")
 
 ADD = """
     import numpy as np

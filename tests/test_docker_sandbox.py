@@ -27,9 +27,6 @@ from grader.sandbox import Limits, NoSandbox
 
 from sandbox_support import unavailable as _unavailable
 
-# make test spreads the tests over the cores (pytest-xdist): every test that makes containers or
-# the runner image runs on one worker
-pytestmark = pytest.mark.xdist_group("docker")
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_IMAGE = os.environ.get("GPUGRADE_IMAGE", "gpugrade:latest")

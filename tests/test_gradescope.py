@@ -22,9 +22,6 @@ import pytest
 from gradescope_schema import RESULTS
 from sandbox_support import unavailable, untag_old_sources
 
-# make test spreads the tests over the cores (pytest-xdist): every test that makes containers or
-# the runner image runs on one worker
-pytestmark = pytest.mark.xdist_group("docker")
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("GPUGRADE_CACHE", "/var/cache/gpugrade-ci"))

@@ -21,9 +21,6 @@ from grader.course import make_workspace, submission_modules  # noqa: E402
 from grader.course.notebooks import MAX_NOTEBOOK_BYTES, NotebookRefused, module_source, notebook_from_source  # noqa: E402
 from grader.report.results import Results, Status, TestResult  # noqa: E402
 
-# make test spreads the tests over the cores (pytest-xdist): the released course and the
-# kernel's venv are made once, on one worker
-pytestmark = pytest.mark.xdist_group("notebooks")
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUGRADE = [sys.executable, "-m", "grader"]

@@ -22,9 +22,6 @@ from grader.sandbox.bubblewrap import unavailable as bubblewrap_unavailable
 
 from sandbox_support import LEAVE_A_DAEMON, unavailable
 
-# make test spreads the tests over the cores (pytest-xdist): every test that makes containers or
-# the runner image runs on one worker
-pytestmark = pytest.mark.xdist_group("docker")
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_POLICY = None

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-# make test spreads the tests over the cores (pytest-xdist): the bare venv is made once, on one worker
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("without_numba_cuda")]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 

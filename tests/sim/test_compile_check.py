@@ -28,8 +28,6 @@ from grader.sim.compile_check import (
 )
 from grader.sim.occupancy import occupancy
 
-# make test spreads the tests over the cores (pytest-xdist): the module's cache and reports are made once, on one worker
-pytestmark = pytest.mark.xdist_group("compile_check")
 
 THIS = os.path.abspath(__file__)
 F1 = (float32[:],)
@@ -381,8 +379,7 @@ def test_cache_memory_then_disk(good_reports):
     from_disk = compile_check(vector_add, (float32[:],) * 3)
     assert from_disk.cached == "disk"
     assert from_disk.to_dict() | {"cached": None} == first.to_dict()
-    # failures are cached too (compiled here: pytest-xdist may run bad_reports on another worker,
-    # its xdist_group being ignored with pytest 9.2, pytest-xdist#1386)
+    # failures are cached too (compiled here, so that the test owns its entry whatever ran before)
     failed = compile_check(uses_list, F1)
     assert not failed.ok and failed.stage == "typing"
     clear_cache()  # memory only

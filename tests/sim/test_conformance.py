@@ -15,8 +15,6 @@ HERE = Path(__file__).resolve().parent / "conformance"
 sys.path.insert(0, str(HERE))
 import numba_suite as conformance  # noqa: E402
 
-# make test spreads the tests over the cores (pytest-xdist): numba-cuda's own suite runs once, on one worker
-pytestmark = pytest.mark.xdist_group("conformance")
 
 needs_suite = [
     pytest.mark.slow,

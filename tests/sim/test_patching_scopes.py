@@ -13,8 +13,6 @@ from numba import cuda, float32, int32
 import grader.sim as sim
 from grader.sim import kernel_graph, patching
 
-# make test spreads the tests over the cores (pytest-xdist): numba is warmed once, on one worker
-pytestmark = pytest.mark.xdist_group("patching_scopes")
 
 SIM_DIR = pathlib.Path(sim.__file__).parent
 
