@@ -2,8 +2,8 @@
 # systempaths=unconfined IMAGE grade /submission` (the submission folder mounted there; every
 # `gpugrade grade` option works, e.g. --format gradescope --output ...).
 # Two targets from one file:
-#   (default)  the production image: gpugrade[gpu] and the course (course.toml, tests/, solutions/,
-#              exercises/), run as the user `grader`; ENTRYPOINT gpugrade.
+#   (default)  the production image: gpugrade[gpu] and the course (course.toml, tests/exercises/,
+#              tests/submissions/, solutions/, exercises/), run as the user `grader`; ENTRYPOINT gpugrade.
 #   runner     what `gpugrade grade --sandbox docker` starts for every runner: python, gpugrade's
 #              dependencies and the grader package, no course files at all (docker build --target runner).
 # BASE is any image with python3 >= 3.10 and venv (installed with apt when missing): nvidia/cuda, or
@@ -69,7 +69,10 @@ RUN /opt/gpugrade/venv/bin/pip install --no-cache-dir --no-deps --no-index --no-
 COPY pyproject.toml course.toml README.md /opt/gpugrade/course/
 COPY exercises /opt/gpugrade/course/exercises
 COPY solutions /opt/gpugrade/course/solutions
-COPY tests /opt/gpugrade/course/tests
+# the grading tests and the known-wrong submissions (gpugrade validate), not the developer suite:
+# the judge's pytest would load its conftest
+COPY tests/exercises /opt/gpugrade/course/tests/exercises
+COPY tests/submissions /opt/gpugrade/course/tests/submissions
 ENV PATH=/opt/gpugrade/venv/bin:$PATH
 WORKDIR /opt/gpugrade/course
 USER grader

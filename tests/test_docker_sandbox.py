@@ -350,3 +350,8 @@ def test_production_image_grades_a_mounted_submission(docker_client, tmp_path):
     assert code == 0, (errors + output).decode()[-4000:]  # (a grader error is in the JSON: its "errors")
     doc = json.loads(output)
     assert doc["tests"] and all(t["status"] == "passed" for t in doc["tests"]), doc
+    # the course's grading tests and known-wrong submissions, not the developer suite (whose
+    # conftest the judge's pytest would load)
+    listing = docker_client.containers.run(PRODUCTION_IMAGE, ["-c", "import os; print(sorted(os.listdir('tests')))"],
+                                           entrypoint="python", network_mode="none", remove=True)
+    assert listing.decode().strip() == "['exercises', 'submissions']", listing
