@@ -146,8 +146,8 @@ def _deadline(text: str | None):
         return None
     from datetime import datetime
 
-    try:
-        when = datetime.fromisoformat(text)
+    try:  # (Python 3.10's fromisoformat takes no "Z")
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
         raise UsageError(f"--deadline {text!r}: not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
     if when.utcoffset() is None:  # it was taken as UTC: an hour or more off in most places

@@ -49,9 +49,7 @@ def test_an_older_state_file_counting_hints_still_reads(tmp_path):
 
 
 def test_the_hint_that_answers_the_current_failure_comes_first(tmp_path):
-    import tomllib
-
-    from grader.course.manifest import parse as parse_data
+    from grader.course.manifest import parse as parse_data, tomllib
 
     def parse(text):
         return parse_data(tomllib.loads(text))

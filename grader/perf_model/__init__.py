@@ -10,11 +10,15 @@ function is reported beside every real measurement to be calibrated. Presets are
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_GPU = "H100"
 SECTOR_BYTES = 32

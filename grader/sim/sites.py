@@ -8,9 +8,12 @@ import contextlib
 import contextvars
 import os
 import sys
+import sysconfig
 
-# frames of grader's own package are never the student's
-_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(sys.modules[__package__.split(".")[0]].__file__)) + os.sep,)
+# frames of grader's own package are never the student's, nor the standard library's (runpy's under
+# `gpugrade run`: a frozen module, "<frozen runpy>", only from Python 3.11 on)
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(sys.modules[__package__.split(".")[0]].__file__)) + os.sep,
+                 os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep)
 
 # the site another process reported for the request being served, and the student's frames there
 _REPORTED_SITE: contextvars.ContextVar = contextvars.ContextVar("reported_launch_site", default=None)

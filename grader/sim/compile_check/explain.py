@@ -48,11 +48,19 @@ def generator_use(py, dispatchers) -> CompileReport | None:
 
 
 def _first_yield_line(fn) -> int | None:
+    import bisect
     import dis
 
+    # (an instruction's own line is `positions` from Python 3.11 on; before, the line it lies in)
+    starts = [(offset, line) for offset, line in dis.findlinestarts(fn.__code__) if line]
     for ins in dis.get_instructions(fn):
-        if ins.opname in ("YIELD_VALUE", "YIELD_FROM") and ins.positions and ins.positions.lineno:
-            return ins.positions.lineno
+        if ins.opname in ("YIELD_VALUE", "YIELD_FROM"):
+            positions = getattr(ins, "positions", None)
+            if positions is not None and positions.lineno:
+                return positions.lineno
+            k = bisect.bisect_right([offset for offset, _ in starts], ins.offset) - 1
+            if k >= 0:
+                return starts[k][1]
     return None
 
 
