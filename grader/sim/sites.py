@@ -40,7 +40,7 @@ def _libraries() -> tuple[str, ...]:
 
 
 def in_library(filename: str) -> bool:
-    """`filename` is numba's, numba-cuda's or grader's (not code a student wrote)."""
+    """`filename` is numba's, numba-cuda's, grader's or the standard library's (not code a student wrote)."""
     return os.path.abspath(filename).startswith(_libraries())
 
 
