@@ -184,3 +184,39 @@ def test_every_fallback_names_the_construct_file_and_line(case):
     assert record.executor == "thread"
     feature, filename, line = expect
     assert record.fallback_reason == f"{feature} at {filename}:{line}"
+
+
+@cuda.jit
+def lane_bound_range(out):
+    total = 0
+    for i in range(cuda.threadIdx.x, out.size * 40, 1):  # each lane's own start: a masked loop
+        total += 1
+    out[cuda.threadIdx.x] = total
+
+
+@cuda.jit
+def lane_bound_while(out):
+    total = 0
+    i = cuda.threadIdx.x
+    while i < out.size * 40:
+        total += 1
+        i += 1
+    out[cuda.threadIdx.x] = total
+
+
+def test_a_long_range_loop_stays_in_lockstep_a_long_while_loop_is_taken_for_a_spin_wait(monkeypatch):
+    """A `for` over range() ends by itself however long it runs, so the spin-wait limit is not for
+    it: a lane-dependent range past the limit once went to the per-thread executor (an 8x slower
+    rerun from the start: 144 s instead of 18 s for 512 threads x 70,000 iterations)."""
+    from grader.sim.simt import mask
+
+    monkeypatch.setattr(mask, "LOOP_LIMIT", 64)  # the loops below run 160 lockstep iterations
+    expected = 160 - np.arange(4)
+    with sim.installed(executor="auto"), sim.trace() as records:
+        for kernel in (lane_bound_range, lane_bound_while):
+            out = cuda.to_device(np.zeros(4, np.int64))
+            kernel[1, 4](out)
+            np.testing.assert_array_equal(out.copy_to_host(), expected)
+    ranged, spun = records
+    assert (ranged.executor, ranged.fallback_reason) == ("simt", None)
+    assert spun.executor == "thread" and "after 64 lockstep iterations (a spin-wait" in spun.fallback_reason

@@ -129,16 +129,19 @@ class MaskStack:
         return mask is None or bool(mask.any())
 
     def loop_test(self, c) -> bool:
-        """The loop condition, evaluated under L: lanes where it is false leave the loop."""
-        c = self._as_mask(c)
-        if c is not True:
-            self.levels[-2] = self._empty if c is False else _and(self.levels[-2], c)
+        """A `while` loop's condition, evaluated under L: lanes where it is false leave the loop."""
+        self._narrow_loop(c)
         self._iterations[-1] += 1
         if self._iterations[-1] > LOOP_LIMIT:
             raise SimtUnsupported(
                 f"loop still running after {LOOP_LIMIT} lockstep iterations (a spin-wait "
                 "needing forward progress?)", self.line)
         return self.loop_head()
+
+    def _narrow_loop(self, c) -> None:
+        c = self._as_mask(c)
+        if c is not True:
+            self.levels[-2] = self._empty if c is False else _and(self.levels[-2], c)
 
     def range(self, *args):
         """Iterate `range(*args)`: a Python loop when the bounds are uniform, else a masked one."""
@@ -157,7 +160,10 @@ class MaskStack:
             going_up = i < stop
             if isinstance(step, np.ndarray) or step < 0:
                 going_up = np.where(np.asarray(step) > 0, going_up, i > stop)
-            if not self.loop_test(going_up):
+            # (not `loop_test`: a range ends by itself, however long it is, so LOOP_LIMIT's
+            # spin-wait rule is not for it)
+            self._narrow_loop(going_up)
+            if not self.loop_head():
                 return
             yield i
             for entry in self._compactions[seen:]:  # the body compacted this loop's lanes
