@@ -38,7 +38,10 @@ class RunnerError(GpugradeError):
 
 class CallTimeout(RunnerError):
     """A request was not answered within its limit: the runner was killed. `output` holds what it
-    wrote last (for a student's call, where its code was: the runner's faulthandler dump)."""
+    wrote last (for a student's call, where its code was: the runner's faulthandler dump);
+    `kernel_at`, where the simulated GPU said its kernel was then ("" if it said nothing)."""
+
+    kernel_at = ""
 
 
 class GraderFault(RunnerError):

@@ -6,6 +6,7 @@ test is an attack that worked while the simulator lived in the student's process
 """
 
 import os
+import re
 import textwrap
 
 import numpy as np
@@ -380,9 +381,11 @@ def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     assert "ex.py:18 in refuses" in info.value.summary() and "not for this size" in info.value.summary()
 
 
-def test_a_kernel_that_never_ends_is_named_by_its_launch_line(device_student):
+def test_a_kernel_that_never_ends_is_named_by_its_launch_line_and_its_own(device_student):
     """The kernel loops in the device process; the runner waits for it at the launch: the
-    timeout names that line and says the call was waiting for a kernel launched there."""
+    timeout names that line and says the call was waiting for a kernel launched there. The
+    device says where that kernel was just before the limit: its line, and (in lockstep, before
+    the per-thread executor takes the loop for a spin-wait) how far its loop got."""
     s = device_student("""
         @cuda.jit
         def spin(out):
@@ -397,9 +400,35 @@ def test_a_kernel_that_never_ends_is_named_by_its_launch_line(device_student):
             return d_out.copy_to_host()
     """)
     with pytest.raises(RunnerError) as info:
-        s.call("run", timeout=6)
-    assert "run() timed out after 6 s: it was at ex.py:20 in run, waiting for a kernel launched there" in str(
-        info.value), str(info.value)
+        s.call("run", timeout=8)  # (the kernel's typing, before it runs, takes a few seconds on busy cores)
+    assert re.search(r"^run\(\) timed out after 8 s: it was at ex\.py:20 in run, waiting for a kernel launched "
+                     r"there, which was at ex\.py:1[45] in spin(, in the loop of line 14 at iteration [\d,]+)? "
+                     r"\(does a loop in the kernel never end\?\)$", str(info.value)), str(info.value)
+
+
+def test_a_kernel_whose_threads_each_loop_over_the_whole_input_says_how_long_their_loop_is(device_student):
+    """A loop that ends, but runs as often as the input is long in every thread (a grid-stride loop
+    stepping by 1): the timeout says how many iterations a thread has to run, not "never ends"."""
+    s = device_student("""
+        @cuda.jit
+        def sums_from_its_own_index(x, out):
+            acc = 0.0
+            for i in range(cuda.grid(1), x.size, 1):
+                acc += x[i]
+            cuda.atomic.add(out, 0, acc)
+
+
+        def total(x):
+            d_out = cuda.to_device(np.zeros(1, np.float32))
+            sums_from_its_own_index[8, 128](cuda.to_device(x), d_out)
+            return d_out.copy_to_host()[0]
+    """)
+    with pytest.raises(RunnerError) as info:
+        s.call("total", np.ones(1 << 22, np.float32), timeout=8)
+    assert re.search(r"^total\(\) timed out after 8 s: it was at ex\.py:21 in total, waiting for a kernel launched "
+                     r"there, which was at ex\.py:1[45] in sums_from_its_own_index, in the loop of line 14 at "
+                     r"iteration [\d,]+ of up to 4,194,304 in a thread \(does each thread need that many\?\)$",
+                     str(info.value)), str(info.value)
 
 
 def test_numba_cuda_random_works_through_the_device_process(device_student):

@@ -370,6 +370,19 @@ def test_a_timeout_says_where_the_call_was_and_larger_inputs_are_not_run_again(m
     assert s.call("spin", np.zeros(2, np.float32)).value == 2, "a call on smaller inputs still runs"
 
 
+def test_the_device_processs_word_on_where_its_kernel_was_is_that_calls_last():
+    """(grader/device/watch.py writes it; what a kernel printed, or an earlier call's word, is not it)"""
+    from grader.judge.stuck import kernel_at
+
+    output = ("gpugrade-device-watch call 3: ex.py:9 in k\n"
+              "gpugrade-device-watch call 4: ex.py:5 in k, in the loop of line 4 at iteration 12\n"
+              "a kernel printed gpugrade-device-watch call 4: ex.py:1 in forged\n"
+              "gpugrade-device-watch call 4: ex.py:6 in k\x1b[2J, in the loop of line 4 at iteration 99\n")
+    assert kernel_at(output, 4) == "ex.py:6 in k[2J, in the loop of line 4 at iteration 99"
+    assert kernel_at(output, 3) == "ex.py:9 in k"
+    assert kernel_at(output, 5) == "" and kernel_at("", 1) == ""
+
+
 def test_policy_violations_are_said_once_in_the_failure(make_student):
     """Before, the violations were the message and, again, the detail under it."""
     from grader.judge.plugin import failure_message

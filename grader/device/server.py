@@ -37,6 +37,7 @@ from . import replay
 from .host_bytes import HostBytes, is_neutral
 from .kernel_output import KernelOutput
 from .package import Builder, NotPackable
+from .watch import Watch
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # (a replay's substitutions)
@@ -138,6 +139,7 @@ class Device:
         self.last_script: replay.Script | None = None  # the last call's, to its replay
         self._replay: replay.Replaying | None = None  # a replay in progress
         self._index: int | None = None  # the request being served, in its call's script
+        self.watch = Watch(self._where_running)  # where a kernel is when its call runs out of time
         self._slot = None  # where in that request the data of the next upload is
 
     def _open(self, devices: int) -> Builder:
@@ -146,6 +148,11 @@ class Device:
 
         sim.tune_process()  # this process is the simulated GPU's own
         self.sim = sim.install(devices=devices, compile_check=True)
+        # (imported now: the watch's thread gets the interpreter's lock between a kernel's bytecodes
+        # only, and an import's file reads would each wait for it again)
+        from ..sim.watch import where_running as kernel_at
+
+        self._kernel_at = kernel_at
         self._trace = sim.trace
         self._errors = sim.SimError
         self.host_bytes = HostBytes()  # what the host wrote, element by element
@@ -164,8 +171,12 @@ class Device:
             self.log = CallLog(int(request["call"]))
             self._constant_ids, self._number_ids = {}, {}
             self._begun(request)
+            watch_s = request.get("watch_s")
+            if isinstance(watch_s, (int, float)) and not isinstance(watch_s, bool) and 0 < watch_s < 1e6:
+                self.watch.arm(self.log.call, float(watch_s))
             return {"ok": True}
         if op == "end":
+            self.watch.cancel()
             timeline = self._ended()  # (while the call's log is the current one: its findings go there)
             log, self.log = self.log, CallLog(None)
             if log.call != request.get("call"):
@@ -188,6 +199,10 @@ class Device:
     def _configure(self, request: dict) -> dict:
         self.sim.compile_check = bool(request.get("compile_check", True))
         return {}
+
+    def _where_running(self, frame) -> str:
+        """Where the kernel this process runs now is (the serving thread's `frame`), or ""."""
+        return self._kernel_at(frame, self.workspace)
 
     def _begun(self, request: dict) -> None:
         self.script, self.last_script = replay.Script(self.log.call), None

@@ -3,8 +3,10 @@
 Just before the judge's limit a runner dumps every thread's stack to stderr (faulthandler, armed
 by the call's `watch_s`; grader/runner/serve.py). The judge kills the runner at the limit and
 reads what it wrote: the innermost frame in the student's files says where the call was, and
-frames of the device client above it say it was waiting for a kernel. Feedback only: the runner
-runs the student's code, so nothing graded is read from here.
+frames of the device client above it say it was waiting for a kernel. The simulated GPU's device
+process says at the same time where that kernel is, and how far its loops got
+(grader/device/watch.py). Feedback only: the runner runs the student's code, so nothing graded
+is read from here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ DUMP_START = re.compile(r"^Timeout \(\d+:\d\d:\d\d(\.\d+)?\)!$", re.M)
 THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)$')
 WAITING_FOR_DEVICE = ("/grader/device/client.py", "/grader/sim/")
+KERNEL_AT = re.compile(r"^gpugrade-device-watch call (\d+): (.{1,500})$", re.M)  # (grader.device.watch.MARK)
 
 
 def watch_after(limit: float) -> float:
@@ -48,12 +51,24 @@ def stuck_at(dump: str, student_files: set[str]) -> tuple[str, bool]:
     return "", False
 
 
-def timeout_message(function: str, reason: str, dump: str, student_files: set[str]) -> str:
-    """The timed-out call's first line: which function, the limit, where it was."""
+def kernel_at(device_output: str, call: int) -> str:
+    """Where the device process said call `call`'s kernel was, from its output ("" if it said
+    nothing of that call): "reduction.py:149 in reduce_grid_stride_kernel, in the loop of line
+    148 at iteration 3,120 of up to 540,679 in a thread"."""
+    said = [m[2] for m in KERNEL_AT.finditer(device_output) if int(m[1]) == call]
+    return "".join(c for c in said[-1] if c.isprintable()) if said else ""
+
+
+def timeout_message(function: str, reason: str, dump: str, student_files: set[str], kernel: str = "") -> str:
+    """The timed-out call's first line: which function, the limit, where it was (`kernel`: where
+    the device said the kernel it waited for was, `kernel_at`)."""
     where, waiting = stuck_at(dump, student_files)
     text = f"{function}() {reason}"
     if not where:
         return text + " (a loop that never ends, in its host code or in a kernel?)"
+    if waiting and kernel:
+        question = "does each thread need that many?" if " of up to " in kernel else "does a loop in the kernel never end?"
+        return text + f": it was at {where}, waiting for a kernel launched there, which was at {kernel} ({question})"
     if waiting:
         return text + f": it was at {where}, waiting for a kernel launched there (does a loop in the kernel never end?)"
     return text + f": it was at {where} (a loop that never ends?)"

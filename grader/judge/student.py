@@ -25,7 +25,7 @@ from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock, printed
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .signatures import declared_parameters
-from .stuck import split_dump, timeout_message, watch_after
+from .stuck import kernel_at, split_dump, timeout_message, watch_after
 from ..sandbox import Runner, Sandbox
 
 STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
@@ -269,9 +269,16 @@ class RunnerConnection:
             if device is not None:
                 number = self.last_call = next(self._calls)
                 # (`flush`: the GPU's device process empties the L2 cache first: a timed call)
-                self._tell_device(device, {"op": "begin", "call": number, **({"flush": True} if flush else {})},
+                # (`watch_s`: shortly before the limit the device says where its kernel is, for a timeout's message)
+                self._tell_device(device, {"op": "begin", "call": number, **({"flush": True} if flush else {}),
+                                           **({"watch_s": watch_after(timeout)} if timeout else {})},
                                   SMALL_REPLY, wire.Reply.parse)
-            reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
+            try:
+                reply = parse(runner.request(message, timeout=timeout, bounds=bounds))
+            except CallTimeout as exc:
+                if device is not None:
+                    exc.kernel_at = kernel_at(device.output_tail(), number)
+                raise
             if device is None:
                 return reply, None
             found = self._tell_device(device, {"op": "end", "call": number, "answers": _answer_shapes(reply)},
@@ -428,7 +435,7 @@ class Student:
         except CallTimeout as exc:
             printed, dump = split_dump(exc.output)
             files = {name for name in os.listdir(self.workspace) if name.endswith(".py")}
-            message = timeout_message(function, exc.reason, dump, files)
+            message = timeout_message(function, exc.reason, dump, files, exc.kernel_at)
             # (a call the budget's remainder cut short says nothing of the next one)
             if whole and (found is None or size < found[0]):
                 self._timed_out[function] = (size, message)

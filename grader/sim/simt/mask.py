@@ -57,7 +57,12 @@ class MaskStack:
         self.conds: list = [None]
         self.frames = [Frame(0)]
         self.live = None  # lanes that have not returned from the kernel
+        # per open loop: iterations so far, the loop's line, and a range(): its `range`, or each
+        # lane's (value, stop, step, the iteration's number) as it goes: what a watchdog's message
+        # says of a launch still running (progress.py)
         self._iterations: list[int] = []
+        self._loop_lines: list[int] = []
+        self._loop_ranges: list = []
         self._empty = np.zeros(self.n, bool)
 
     @property
@@ -116,10 +121,14 @@ class MaskStack:
         self._push(top)  # L: lanes still in the loop
         self._push(top)  # body: lanes running this iteration
         self._iterations.append(0)
+        self._loop_lines.append(self.line)
+        self._loop_ranges.append(None)
 
     def loop_pop(self):
         self.frames[-1].loops.pop()
         self._iterations.pop()
+        self._loop_lines.pop()
+        self._loop_ranges.pop()
         del self.levels[-2:], self.conds[-2:]
 
     def loop_head(self) -> bool:
@@ -145,10 +154,14 @@ class MaskStack:
 
     def range(self, *args):
         """Iterate `range(*args)`: a Python loop when the bounds are uniform, else a masked one."""
+        k = len(self._iterations) - 1  # this loop's entry (loop_push came just before)
+        iterations, ranges = self._iterations, self._loop_ranges
         if all(not isinstance(a, np.ndarray) for a in args):
-            for v in range(*(int(a) for a in args)):
+            values = ranges[k] = range(*(int(a) for a in args))
+            for v in values:
                 if not self.loop_head():
                     return
+                iterations[k] += 1
                 yield np.int64(v)
             return
         start, stop, step = (0, args[0], 1) if len(args) == 1 else \
@@ -165,6 +178,8 @@ class MaskStack:
             self._narrow_loop(going_up)
             if not self.loop_head():
                 return
+            iterations[k] += 1
+            ranges[k] = (i, stop, step, iterations[k])  # (one store: a watch reads a value and its number together)
             yield i
             for entry in self._compactions[seen:]:  # the body compacted this loop's lanes
                 i, stop, step = (v[entry.idx] if isinstance(v, np.ndarray) and v.ndim else v
