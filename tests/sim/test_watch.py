@@ -52,21 +52,25 @@ def kernels(tmp_path):
     return module
 
 
-def _samples(workspace, launch, every=0.02):
-    """What `where_running` says of the main thread every `every` s while `launch()` runs there."""
+def _samples(kernels, kernel, executor, blocks, threads, n, every=0.02):
+    """What `where_running` says of the main thread every `every` s while `kernel` runs there on
+    `executor`, `blocks` x `threads` of them over n ones (its output: one float64 per thread)."""
     said, done, main = [], threading.Event(), threading.get_ident()
 
     def watch():
         while not done.wait(every):
-            said.append(where_running(sys._current_frames().get(main), workspace))
+            said.append(where_running(sys._current_frames().get(main), kernels.workspace))
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        launch()
-    finally:
-        done.set()
-        watcher.join()
+    with sim.installed(executor=executor):
+        d_x, out = cuda.to_device(np.ones(n, np.float32)), cuda.device_array(blocks * threads, np.float64)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            kernel[blocks, threads](d_x, out)
+        finally:
+            done.set()
+            watcher.join()
+        kernels.out = out.copy_to_host()
     return [s for s in said if s]
 
 
@@ -76,11 +80,7 @@ def _line(kernel, offset):
 
 def test_a_lockstep_kernel_is_named_with_its_line_its_batch_of_blocks_and_its_range_loop(kernels):
     k = kernels.sums_from_its_own_index
-    x = np.ones(3000, np.float32)
-    blocks = 3 * (1 << 15) // 256  # three batches of blocks
-    with sim.installed(executor="simt"):
-        d_x, out = cuda.to_device(x), cuda.device_array(blocks * 256, np.float64)
-        said = _samples(kernels.workspace, lambda: k[blocks, 256](d_x, out))
+    said = _samples(kernels, k, "simt", 3 * (1 << 15) // 256, 256, 3000)  # three batches of blocks
     loop = _line(k, 3)
     # (any line of the kernel: before its loop, entering it, after it; most samples fall inside it)
     pattern = (rf"kernels.py:\d+ in sums_from_its_own_index, blocks (0 to 127|128 to 255|256 to 383) of 384"
@@ -92,23 +92,17 @@ def test_a_lockstep_kernel_is_named_with_its_line_its_batch_of_blocks_and_its_ra
 
 def test_loops_inside_loops_are_named_innermost_first_a_while_loop_without_a_bound(kernels):
     k = kernels.nested
-    x = np.ones(200, np.float32)
-    with sim.installed(executor="simt"):
-        d_x, out = cuda.to_device(x), cuda.device_array(32, np.float64)
-        said = _samples(kernels.workspace, lambda: k[1, 32](d_x, out))
+    said = _samples(kernels, k, "simt", 1, 32, 200)
     outer, inner = _line(k, 3), _line(k, 5)
     pattern = (rf"kernels.py:\d+ in nested, in the loop of line {inner} at iteration [\d,]+, inside the loop of "
                rf"line {outer} at iteration \d+ of up to 40 in a thread")  # (any: sampled inside both loops)
     assert said and any(re.fullmatch(pattern, s) for s in said), said
-    assert np.all(out.copy_to_host() == 40 * 200)
+    assert np.all(kernels.out == 40 * 200)
 
 
 def test_the_per_thread_executor_is_named_by_its_line_alone(kernels):
     k = kernels.sums_from_its_own_index
-    x = np.ones(400, np.float32)
-    with sim.installed(executor="thread"):
-        d_x, out = cuda.to_device(x), cuda.device_array(64, np.float64)
-        said = _samples(kernels.workspace, lambda: k[1, 64](d_x, out))
+    said = _samples(kernels, k, "thread", 1, 64, 400)
     # (a thread entering the kernel is at its def line now and then)
     assert said and all(re.fullmatch(r"kernels.py:\d+ in sums_from_its_own_index", s) for s in said), said
     assert any(s == f"kernels.py:{_line(k, 4)} in sums_from_its_own_index" for s in said), said
