@@ -170,6 +170,31 @@ def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
     assert "array(" not in strided["reduction::grid_stride_int32_exact[n=1000]"], "a number, not its repr"
 
 
+def test_a_grid_stride_loop_stepping_by_one_is_named_and_its_timeout_says_how_long_each_threads_loop_is(tmp_path):
+    """A mistake a student makes at midnight: `range(cuda.grid(1), x.size, 1)`. On small inputs the
+    wrong sum is named (element k counted k + 1 times); on the large one every thread loops up to
+    540,679 times, more than the simulator finishes within the call's limit: the timeout says where
+    the kernel's loop was and how long it is, not that it may never end."""
+    from grader.course import Course
+    from grader.grading import grade
+
+    (tmp_path / "sub").mkdir()
+    text = (ROOT / "solutions" / "reduction.py").read_text()
+    assert text.count("x.size, cuda.gridsize(1)):") == 1
+    (tmp_path / "sub" / "reduction.py").write_text(text.replace("x.size, cuda.gridsize(1)):", "x.size, 1):"))
+    loop = next(i for i, line in enumerate(text.splitlines(), 1) if "x.size, cuda.gridsize(1)):" in line)
+    results = grade(tmp_path / "sub", ["reduction"], backend="sim", course=Course(ROOT), stages=[3], timeout=10)
+    outputs = {t.name: t.output for t in results.tests}
+    for name in ("grid_stride_float32[n=33]", "grid_stride_int32_exact[n=1000]"):
+        assert "element k counted k + 1 times: each thread adds every element from its own index on, stepping by 1" \
+            in outputs[f"reduction::{name}"], outputs[f"reduction::{name}"]
+    large = outputs["reduction::grid_stride_float32[n=540679]"]
+    assert re.search(rf"timed out after 10 s: it was at reduction\.py:\d+ in reduce_grid_stride, waiting for a kernel "
+                     rf"launched there, which was at reduction\.py:({loop}|{loop + 1}) in reduce_grid_stride_kernel, "
+                     rf"blocks 0 to 127 of 1,056, in the loop of line {loop} at iteration [\d,]+ of up to 540,679 in a "
+                     rf"thread \(does each thread need that many\?\)", large), large
+
+
 def test_a_shuffle_missing_its_first_step_is_named_and_a_note_a_second_call_does_not_bear_out_is_dropped(tmp_path):
     """The audit's R3 (the shuffle's offsets start at 8): the sum of the first 16 of every 32 is
     named. A sum that fits a part on one call but not on a second call with other values (here: a

@@ -91,10 +91,17 @@ def _confirmed(wrong: WrongAnswer, student, function: str, value, x: np.ndarray,
 def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
     """A sum that counts element k min(k // b + 1, g) times: a grid-stride loop of g blocks of b
     threads that steps by the block's size, not the grid's (each block adds everything from its
-    own start on). Of the candidates, one or another fits a stray sum now and then; the true one
+    own start on); or k + 1 times: one that steps by 1. Of the candidates, one or another fits a stray sum now and then; the true one
     fits far closer (rounding only), and fits a second call's sum too (`_closest`)."""
     n, x64 = x.size, x.astype(np.float64)
     fits = {}
+    # a loop stepping by 1 (each thread adds everything from its own index on) on at least n threads
+    weights = np.arange(1, n + 1, dtype=np.float64)
+    allowed = reduction_rtol(n * (n + 1) // 2) * float(np.abs(x64) @ weights) + 1e-6
+    off = abs(value - float(x64 @ weights)) / allowed
+    if n > 1 and off <= 1:
+        fits["; that is exactly the sum with element k counted k + 1 times: each thread adds every element from "
+             "its own index on, stepping by 1 (a grid-stride loop steps by the whole grid: cuda.gridsize(1))"] = off
     for b in (1 << j for j in range(5, 11)):
         if b >= n:
             break
