@@ -37,6 +37,24 @@ KERNELS = """
                 acc += x[k]
                 k += 1
         out[cuda.grid(1)] = acc
+
+
+    @cuda.jit(device=True)
+    def first_at_least(x, v):
+        for i in range(x.size):
+            if x[i] >= v:
+                return i  # (every lane, at once: the function returns from inside its loop)
+        return -1
+
+
+    @cuda.jit
+    def after_a_return_from_a_loop(x, out):
+        acc = 0.0
+        for k in range(3):
+            acc += first_at_least(x, 0.5)
+        for i in range(cuda.grid(1), x.size):
+            acc += x[i]
+        out[cuda.grid(1)] = acc
 """
 
 
@@ -98,6 +116,14 @@ def test_loops_inside_loops_are_named_innermost_first_a_while_loop_without_a_bou
                rf"line {outer} at iteration \d+ of up to 40 in a thread")  # (any: sampled inside both loops)
     assert said and any(re.fullmatch(pattern, s) for s in said), said
     assert np.all(kernels.out == 40 * 200)
+
+
+def test_a_loop_a_device_function_returned_from_is_not_named_as_still_open(kernels):
+    k = kernels.after_a_return_from_a_loop
+    said = _samples(kernels, k, "simt", 1, 64, 3000)
+    loop = _line(k, 5)
+    inside = [s for s in said if f"in the loop of line {loop} at iteration" in s]
+    assert inside and all(s.endswith(" of up to 3,000 in a thread") and "inside" not in s for s in inside), said
 
 
 def test_the_per_thread_executor_is_named_by_its_line_alone(kernels):

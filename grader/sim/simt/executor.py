@@ -317,7 +317,7 @@ class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
         self._calls.append(dispatcher)
         line, filename = self.line, self.filename
         self.filename = fn.__code__.co_filename
-        compacted = len(self._compactions)
+        compacted, loops = len(self._compactions), len(self._iterations)
         try:
             fn(self, *args)
         except SimtUnsupported as exc:  # raised in the device function's file
@@ -325,6 +325,7 @@ class Ctx(MaskStack, Compaction, Ops, ArrayOps, AtomicOps, CollectiveOps):
         finally:
             if len(self._compactions) > compacted:  # returned from inside a compacted loop
                 self.unwind_compactions(compacted)
+            self.drop_loops(loops)
             self.line, self.filename = line, filename
             self._calls.pop()
             self.frames.pop()

@@ -131,6 +131,11 @@ class MaskStack:
         self._loop_ranges.pop()
         del self.levels[-2:], self.conds[-2:]
 
+    def drop_loops(self, depth: int) -> None:
+        """Forget the loops opened past `depth`: a device function returned from inside them (its
+        `return` skips their loop_pop)."""
+        del self._iterations[depth:], self._loop_lines[depth:], self._loop_ranges[depth:]
+
     def loop_head(self) -> bool:
         """Start an iteration: lanes that took `continue` rejoin."""
         mask = self.levels[-2]
