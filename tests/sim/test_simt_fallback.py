@@ -195,6 +195,16 @@ def lane_bound_range(out):
 
 
 @cuda.jit
+def lane_bound_range_that_can_break(out):
+    total = 0
+    for i in range(cuda.threadIdx.x, out.size * 40, 1):
+        total += 1
+        if total > out.size * 1000:  # (never: but a loop that can leave early may spin on a flag)
+            break
+    out[cuda.threadIdx.x] = total
+
+
+@cuda.jit
 def lane_bound_while(out):
     total = 0
     i = cuda.threadIdx.x
@@ -205,18 +215,20 @@ def lane_bound_while(out):
 
 
 def test_a_long_range_loop_stays_in_lockstep_a_long_while_loop_is_taken_for_a_spin_wait(monkeypatch):
-    """A `for` over range() ends by itself however long it runs, so the spin-wait limit is not for
-    it: a lane-dependent range past the limit once went to the per-thread executor (an 8x slower
-    rerun from the start: 144 s instead of 18 s for 512 threads x 70,000 iterations)."""
+    """A `for` over range() with no way out but its end ends by itself however long it runs, so the
+    spin-wait limit is not for it: a lane-dependent range past the limit once went to the per-thread
+    executor (an 8x slower rerun from the start: 144 s instead of 18 s for 512 threads x 70,000
+    iterations). One that can break may be a spin-wait bounded by its range, as a `while` may."""
     from grader.sim.simt import mask
 
     monkeypatch.setattr(mask, "LOOP_LIMIT", 64)  # the loops below run 160 lockstep iterations
     expected = 160 - np.arange(4)
     with sim.installed(executor="auto"), sim.trace() as records:
-        for kernel in (lane_bound_range, lane_bound_while):
+        for kernel in (lane_bound_range, lane_bound_range_that_can_break, lane_bound_while):
             out = cuda.to_device(np.zeros(4, np.int64))
             kernel[1, 4](out)
             np.testing.assert_array_equal(out.copy_to_host(), expected)
-    ranged, spun = records
+    ranged, can_break, spun = records
     assert (ranged.executor, ranged.fallback_reason) == ("simt", None)
-    assert spun.executor == "thread" and "after 64 lockstep iterations (a spin-wait" in spun.fallback_reason
+    for record in (can_break, spun):
+        assert record.executor == "thread" and "after 64 lockstep iterations (a spin-wait" in record.fallback_reason

@@ -157,8 +157,9 @@ class MaskStack:
         if c is not True:
             self.levels[-2] = self._empty if c is False else _and(self.levels[-2], c)
 
-    def range(self, *args):
-        """Iterate `range(*args)`: a Python loop when the bounds are uniform, else a masked one."""
+    def range(self, *args, exits: bool = False):
+        """Iterate `range(*args)`: a Python loop when the bounds are uniform, else a masked one.
+        `exits`: the body can break or return (LOOP_LIMIT's spin-wait rule applies, as to a `while`)."""
         k = len(self._iterations) - 1  # this loop's entry (loop_push came just before)
         iterations, ranges = self._iterations, self._loop_ranges
         if all(not isinstance(a, np.ndarray) for a in args):
@@ -178,12 +179,14 @@ class MaskStack:
             going_up = i < stop
             if isinstance(step, np.ndarray) or step < 0:
                 going_up = np.where(np.asarray(step) > 0, going_up, i > stop)
-            # (not `loop_test`: a range ends by itself, however long it is, so LOOP_LIMIT's
-            # spin-wait rule is not for it)
-            self._narrow_loop(going_up)
-            if not self.loop_head():
-                return
-            iterations[k] += 1
+            if exits:  # (counted by loop_test)
+                if not self.loop_test(going_up):
+                    return
+            else:  # it ends by itself, however long it runs: no spin-wait rule
+                self._narrow_loop(going_up)
+                if not self.loop_head():
+                    return
+                iterations[k] += 1
             ranges[k] = (i, stop, step, iterations[k])  # (one store: a watch reads a value and its number together)
             yield i
             for entry in self._compactions[seen:]:  # the body compacted this loop's lanes

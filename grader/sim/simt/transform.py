@@ -321,7 +321,10 @@ class Transformer:
             if self.may_compact(node.body) else []
         body = self.compaction(carried) + self.store_to(node.target, _name(var), node) + \
             self.block(node.body)
-        loop = ast.For(_name(var, True), _ctx("range", *[self.expr(a) for a in it.args]), body, [])
+        # a loop that can leave early may be a spin-wait bounded by its range (a flag another warp
+        # sets): it keeps LOOP_LIMIT's rule, a plain one runs to its end in lockstep
+        exits = [ast.keyword("exits", ast.Constant(True))] if _contains(node.body, (ast.Break, ast.Return)) else []
+        loop = ast.For(_name(var, True), _ctx("range", *[self.expr(a) for a in it.args], keywords=exits), body, [])
         # (the counter is carried: bound before the loop, which may run no iteration)
         start = [ast.Assign([_name(var, True)], ast.Constant(None))] if carried else []
         return [*start, ast.Expr(_ctx("loop_push")), loop, *self.expansion(carried),
