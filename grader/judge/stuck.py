@@ -67,7 +67,8 @@ def timeout_message(function: str, reason: str, dump: str, student_files: set[st
     if not where:
         return text + " (a loop that never ends, in its host code or in a kernel?)"
     if waiting and kernel:
-        question = "does each thread need that many?" if " of up to " in kernel else "does a loop in the kernel never end?"
+        bounded = " of up to " in kernel  # (a range() loop: it ends, after that many iterations)
+        question = "does each thread need that many?" if bounded else "does a loop in the kernel never end?"
         return text + f": it was at {where}, waiting for a kernel launched there, which was at {kernel} ({question})"
     if waiting:
         return text + f": it was at {where}, waiting for a kernel launched there (does a loop in the kernel never end?)"

@@ -91,8 +91,9 @@ def _confirmed(wrong: WrongAnswer, student, function: str, value, x: np.ndarray,
 def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
     """A sum that counts element k min(k // b + 1, g) times: a grid-stride loop of g blocks of b
     threads that steps by the block's size, not the grid's (each block adds everything from its
-    own start on); or k + 1 times: one that steps by 1. Of the candidates, one or another fits a stray sum now and then; the true one
-    fits far closer (rounding only), and fits a second call's sum too (`_closest`)."""
+    own start on); or k + 1 times: one that steps by 1. Of the candidates, one or another fits a
+    stray sum now and then; the true one fits far closer (rounding only), and fits a second call's
+    sum too (`_closest`)."""
     n, x64 = x.size, x.astype(np.float64)
     fits = {}
     # a loop stepping by 1 (each thread adds everything from its own index on) on at least n threads
