@@ -19,6 +19,7 @@ from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
 from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
+from .read_only import read_only_buffers
 from .sites import launch_site, launch_stack, launched
 
 __all__ = ["LaunchConfig", "LaunchRecord", "Launch", "SimLaunchConfiguration", "trace",
@@ -248,9 +249,11 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         bound = bind_args(sim, kernel, args, device.id)
     except WrongDeviceError as exc:
         raise _at_launch_site(exc, kernel.name) from None
+    unwritten, settled = _expected(sim.checks, kernel, bound)
     reason = typing_note = None
     for name in _executor_order(sim):
         inst = Instrument(kernel.name, kernel.filename, config, sim.checks)
+        inst.expect(unwritten, settled)
         launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed,
                         cooperative)
         if name == "simt":
@@ -316,6 +319,27 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
                           typing_note=typing_note, lines=lines, stream=stream_id)
     sim.signatures.launched(dispatcher, args)  # its `.overloads` entry (eager.Overload)
     sim.tracer.publish(record)
+
+
+def _expected(checks, kernel: KernelSource, bound: list) -> tuple[set[int], set[int]]:
+    """(the allocations of the arguments no thread of this launch can write, those initialised
+    throughout): what spares their loads the checkers (`Instrument.expect`). Found only for a
+    checker that is on: the source analysis and the scan of the flags cost a little per launch."""
+    unwritten = read_only_buffers(kernel.py_func, kernel.params, bound) \
+        if checks.enabled("races") else set()
+    settled = {b.buffer_id for b in _buffers(bound) if b.initialised.all()} \
+        if checks.enabled("uninitialised") else set()
+    return unwritten, settled
+
+
+def _buffers(bound: list) -> list:
+    out = []
+    for value in bound:
+        if isinstance(value, DeviceBuffer):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out += _buffers(list(value))
+    return out
 
 
 def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument) -> int:

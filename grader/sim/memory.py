@@ -33,7 +33,7 @@ from .counters.coalescing import SECTOR_BYTES
 from .counters.lines import LineCounts
 from .counters.names import COUNTERS, PER_THREAD, REQUEST_KEYS
 from .counters.vector import VectorCounts
-from .errors import Checks
+from .errors import Checks, NotSimulatedError
 from .geometry import WARP, LaunchConfig, Lanes
 from .kernel_arrays import LocalArray, SharedArray
 
@@ -60,6 +60,13 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self.per_thread = {k: np.zeros(nb * self.tpb, np.int64) for k in PER_THREAD}
         self.written: set[str] = set()
         self.read: set[str] = set()  # global arrays some thread loaded from or updated atomically (the data flow)
+        # allocations (buffer ids) of global arrays no thread of this launch can write (their
+        # loads need no race record), those whose every element was initialised at its start
+        # (no uninitialised read), and those whose loads no checker that is on needs to see
+        # (`quiet`: counted only); set by `expect`
+        self.unwritten: frozenset[int] = frozenset()
+        self.settled: frozenset[int] = frozenset()
+        self.quiet: frozenset[int] = frozenset()
         self._init_bounds()
         self._init_ordering(nb)
         self._init_races()
@@ -67,14 +74,34 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self._init_access_log()
         self._init_lines()
 
+    def expect(self, unwritten, settled) -> None:
+        """What the launch knows of its global arrays before it runs: the allocations no thread
+        can write (read_only.py) and those initialised throughout (buffer ids). Kept only for
+        a checker that is on."""
+        self.unwritten = frozenset(unwritten) if self.races else frozenset()
+        self.settled = frozenset(settled) if self.uninit else frozenset()
+        if self.races and self.uninit:
+            self.quiet = self.unwritten & self.settled
+        else:  # (both off: every load is counted only, whatever the array)
+            self.quiet = self.unwritten or self.settled
+
+    def _refuse_write(self, handle, line, filename) -> None:
+        """A store into an array the kernel's source was read as never writing (read_only.py):
+        its loads went unrecorded, so the launch cannot be checked for races."""
+        raise NotSimulatedError(
+            f"kernel {self.kernel!r} wrote {handle.name!r} at line {line}, which its source "
+            f"(and the device functions it calls) was read as never writing, so its races cannot "
+            f"be checked (was a device function it calls rebound after its first launch?)",
+            kernel=self.kernel, filename=filename, line=line)
+
     # ------------------------------------------------------------------ vector accesses
     def load_lanes(self, space, handle, idx, lanes: Lanes, line, filename=None) -> np.ndarray:
         """A SIMT load from global or shared memory: `index_lanes`, then `access`, then the
         lanes' values from `handle.flat`. With neither checker that needs positions on (races,
         uninitialised reads), a known pattern over ordered lanes is only counted: its positions
         are never made (the values come from `vec_flat` in a view shifted by `base`)."""
-        if not (self.races or self.uninit) and lanes.ordered and \
-                len(idx) == len(handle.shape):
+        if (not (self.races or self.uninit) or space == "global" and handle.buffer_id in self.quiet) \
+                and lanes.ordered and len(idx) == len(handle.shape):
             hit = self._pattern_hit(handle, idx, lanes)
             if hit is not None and hit[0].nonneg:
                 pat, base = hit
@@ -124,13 +151,16 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             last = None
         elif last is not None and last[0] is not flat:
             last = None
-        if self.uninit and kind != "store":
+        unwritten = space == "global" and handle.buffer_id in self.unwritten
+        if unwritten and kind != "load":
+            self._refuse_write(handle, line, filename)
+        if self.uninit and kind != "store" and not (space == "global" and handle.buffer_id in self.settled):
             init = handle.initialised[flat]
             if not init.all():
                 lane = int(np.argmin(init))
                 self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
                              int(lanes.thread[lane]), line, filename)
-        if self.races:
+        if self.races and not unwritten:
             race = self._race_units if space == "shared" and handle.memory is not None \
                 else self._race_vec
             race(space, handle, kind, flat, lanes, line, filename,
@@ -161,7 +191,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         """Scalar twin of `access` for one lane (`value`: what a store stores, optional)."""
         if space == "local" or space == "const":
             return
-        silent = False
+        # no race rule for an array nothing writes (its loads), nor for a silent store
+        unraced = space == "global" and handle.buffer_id in self.unwritten
+        if unraced and kind != "load":
+            self._refuse_write(handle, line, filename)
         if kind == "load":
             if self.uninit and not handle.initialised[flat]:
                 self._uninit(space, handle, flat, block, thread, line, filename)
@@ -174,14 +207,14 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 if space == "global":  # a read-modify-write: what it leaves depends on what was there
                     self.read.add(handle.name)
             elif value is not None and self.races and handle.initialised[flat]:
-                silent = same_bits1(handle.flat, flat, value)
+                unraced = same_bits1(handle.flat, flat, value)
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)
                 if handle.stored is not None:
                     handle.stored[flat] = True
         g = block * self.tpb + thread
-        if self.races and not silent:
+        if self.races and not unraced:
             if space == "shared" and handle.memory is not None:
                 self._race_units1(space, handle, kind, flat, block, g, line, filename)
             else:
@@ -258,15 +291,23 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         uninitialised-read checker is on, and for local and constant arrays."""
         if space == "local" or space == "const" or not (self.races or self.uninit):
             return None
+        store = kind != "load"
+        is_global = space == "global"
+        unraced = is_global and handle.buffer_id in self.unwritten
+        if unraced and store:
+            def refuse(flat, g, frame, value=None):
+                self._refuse_write(handle, frame.f_lineno, frame.f_code.co_filename)
+            return refuse
+        if is_global and not store and handle.buffer_id in self.quiet:
+            return None
         tpb = self.tpb
         init = flags_view(handle.initialised)
-        uninit_check = kind == "load" and self.uninit
-        store = kind != "load"
-        written, name, is_global = self.written, handle.name, space == "global"
+        uninit_check = kind == "load" and self.uninit and not (is_global and handle.buffer_id in self.settled)
+        written, name = self.written, handle.name
         uninit = self._uninit
         if self.races and space == "shared" and handle.memory is not None:
             return self._units_checker(space, handle, kind)
-        if self.races:
+        if self.races and not unraced:
             return self._race_checker(space, handle, store, uninit_check)
 
         def check(flat, g, frame, value=None):

@@ -128,7 +128,7 @@ def test_a_loop_a_device_function_returned_from_is_not_named_as_still_open(kerne
 
 def test_the_per_thread_executor_is_named_by_its_line_alone(kernels):
     k = kernels.sums_from_its_own_index
-    said = _samples(kernels, k, "thread", 1, 64, 400)
+    said = _samples(kernels, k, "thread", 1, 64, 4000)
     # (a thread entering the kernel is at its def line now and then)
     assert said and all(re.fullmatch(r"kernels.py:\d+ in sums_from_its_own_index", s) for s in said), said
     assert any(s == f"kernels.py:{_line(k, 4)} in sums_from_its_own_index" for s in said), said
