@@ -3,8 +3,9 @@
 A race needs a write, so the loads of an array that nothing in the launch writes need no race
 record; with every element initialised they need no uninitialised-read check either, and take
 the counters' fast path (`memory.Instrument.quiet`). Most global loads are such: vector add's
-`a` and `b`, matmul's `A` and `B`, the reduction's `x`. Measured: a grid-stride reduction at
-n = 540,679 over 1,056 blocks, 0.16 s a launch with the checks, 0.05 s without them.
+`a` and `b`, matmul's `A` and `B`, the reduction's `x`. Measured, a launch before and after:
+vector add over 2^20 floats 113 -> 61 ms; a grid-stride sum of 540,679 floats on 1,056 blocks
+0.08 -> 0.06 s, and 8.5 -> 2.4 s when its loop steps by the block (each element read ~1,000 times).
 
 `written_params(func, ndims)` reads the kernel's source, and the device functions it calls, and
 answers with the parameters whose arrays the code may write, or None when it cannot tell (then
