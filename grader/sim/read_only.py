@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import inspect
 import threading
 import types
 import weakref
@@ -126,6 +127,7 @@ def _analyse(func, ndims: dict, refs: dict, active: set) -> tuple[list[str] | No
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
         return None, None
     params = [a.arg for a in args.args]
+    fdef.decorator_list = []  # (`@cuda.jit(...)` is not the function's code)
     if any(node is not fdef and isinstance(node, SCOPES + _NOT_ANALYSED) for node in ast.walk(fdef)):
         return params, None
     local = stored_names(fdef)
@@ -234,8 +236,9 @@ class _Scope:
         self.writes |= _names(node)  # not known to leave its arguments alone
 
     def resolve(self, node):
-        """The object a global name or an attribute chain of a module (or of numba's own
-        objects) refers to; None for locals and for anything else (no student code runs)."""
+        """The object a global name or an attribute chain of one refers to; None for locals and
+        what is not there. Attributes are read statically: no `__getattr__` or property of the
+        student's runs here."""
         if isinstance(node, ast.Name):
             if node.id in self.local:
                 return None
@@ -246,13 +249,9 @@ class _Scope:
             base = self.resolve(node.value)
             if base is None:
                 return None
-            owner = base if isinstance(base, type) else type(base)
-            if not (isinstance(base, types.ModuleType) or
-                    (getattr(owner, "__module__", "") or "").startswith("numba")):
-                return None
             try:
-                return getattr(base, node.attr)
-            except Exception:
+                return inspect.getattr_static(base, node.attr)
+            except AttributeError:
                 return None
         return None
 

@@ -2,6 +2,8 @@
 source may write, what the launch then spares their loads, and that nothing else changes: the
 same findings, outputs and counters as with every load checked."""
 
+import types
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -146,6 +148,25 @@ def reads_the_tail_it_never_initialised(x, out):
     out[i] = x[i]
 
 
+class _Lazy(types.ModuleType):
+    """A module whose missing attributes run code (PEP 562's `__getattr__`, as a student's helper
+    module may have): the analysis must not run it."""
+
+    ran = False
+
+    def __getattr__(self, name):
+        type(self).ran = True
+        raise AttributeError(name)
+
+
+lazy_module = _Lazy("lazy_module")
+
+
+@cuda.jit
+def calls_into_a_lazy_module(x, out):
+    lazy_module.scale(x, out)
+
+
 def _written(kernel, ndims):
     return written_params(kernel.py_func, ndims)
 
@@ -191,6 +212,12 @@ def test_an_element_is_told_from_a_view_only_by_known_dimensions():
 
 def test_what_it_cannot_follow_is_not_told():
     assert _written(a_lambda_inside, {"x": 1, "out": 1}) is None
+
+
+def test_a_call_it_cannot_resolve_may_write_all_it_is_given_and_no_student_code_runs():
+    _Lazy.ran = False  # (pytest's collection looked into the test module's names)
+    assert _written(calls_into_a_lazy_module, {"x": 1, "out": 1}) == {"x", "out"}
+    assert not _Lazy.ran
 
 
 def test_a_record_array_and_an_array_given_twice_are_not_read_only():
