@@ -82,7 +82,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self.settled = frozenset(settled) if self.uninit else frozenset()
         if self.races and self.uninit:
             self.quiet = self.unwritten & self.settled
-        else:  # (both off: every load is counted only, whatever the array)
+        else:  # one checker on: its own set (both off: every load is counted only, whatever the array)
             self.quiet = self.unwritten or self.settled
 
     def _refuse_write(self, handle, line, filename) -> None:
@@ -98,8 +98,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
     def load_lanes(self, space, handle, idx, lanes: Lanes, line, filename=None) -> np.ndarray:
         """A SIMT load from global or shared memory: `index_lanes`, then `access`, then the
         lanes' values from `handle.flat`. With neither checker that needs positions on (races,
-        uninitialised reads), a known pattern over ordered lanes is only counted: its positions
-        are never made (the values come from `vec_flat` in a view shifted by `base`)."""
+        uninitialised reads), or from a global array none of those that are on needs to see
+        (`quiet`), a known pattern over ordered lanes is only counted: its positions are never
+        made (the values come from `vec_flat` in a view shifted by `base`)."""
         if (not (self.races or self.uninit) or space == "global" and handle.buffer_id in self.quiet) \
                 and lanes.ordered and len(idx) == len(handle.shape):
             hit = self._pattern_hit(handle, idx, lanes)
