@@ -89,9 +89,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         """A store into an array the kernel's source was read as never writing (read_only.py):
         its loads went unrecorded, so the launch cannot be checked for races."""
         raise NotSimulatedError(
-            f"kernel {self.kernel!r} wrote {handle.name!r} at line {line}, which its source "
-            f"(and the device functions it calls) was read as never writing, so its races cannot "
-            f"be checked (was a device function it calls rebound after its first launch?)",
+            f"kernel {self.kernel!r} wrote {handle.name!r} at line {line}, an array the simulator read its "
+            f"source (and the device functions it calls) as never writing: its loads of {handle.name!r} were "
+            f"not checked for races, so this launch is not simulated (was a device function it calls rebound "
+            f"after its first launch, or did it reach the array other than as an argument?)",
             kernel=self.kernel, filename=filename, line=line)
 
     # ------------------------------------------------------------------ vector accesses
