@@ -23,10 +23,11 @@ every array is treated as written). It is flow-insensitive and errs towards "wri
 - nested functions, lambdas, comprehensions, `global`, imports, `try`, `match` (bindings this
   does not follow), `*args`, no source: None.
 
-A device function rebound between launches: each launch's answer is joined with the earlier
-ones for the same function (`_seen`), so the function an executor compiled at an earlier launch
-is covered; `memory.Instrument` still refuses a store into an array found read-only, loudly,
-rather than miss a race.
+A device function rebound between launches: an answer is kept with the references of every function
+it read and is read again once any of them refers to another object; and each launch's answer is
+joined with the earlier ones for the same kernel (`_seen`), so the function an executor compiled at
+an earlier launch stays covered. `memory.Instrument` still refuses a store into an array found
+read-only, loudly, rather than miss a race.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ _NOT_ANALYSED = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.
 _SILENT_KINDS = frozenset({"ctx", "dim", "value", "builtin", "cast", "math"})
 # attributes of an array that are numbers or tuples of numbers, never a view of it
 _NUMBER_ATTRIBUTES = frozenset({"shape", "size", "ndim", "strides", "itemsize", "nbytes", "dtype"})
-_answers = BoundedCache(512)  # (code, ndims, ids of what it refers to) -> (params, written or None)
+# (function, its arguments' dimensions) -> (each function the answer read, with the references
+# it read it with; the answer): valid while every one of them refers to the same objects
+_answers = BoundedCache(512)
 # function -> the union of its answers so far (None once any was None)
 _seen: "weakref.WeakKeyDictionary[types.FunctionType, frozenset | None]" = weakref.WeakKeyDictionary()
 _seen_lock = threading.Lock()
@@ -59,13 +62,24 @@ def written_params(func, ndims: dict[str, int] | None = None) -> frozenset[str] 
     """The parameters of `func` (a kernel's or device function's Python function) whose arrays
     its code may write, or None when that cannot be told. `ndims`: the dimensions of the arrays
     some parameters are given (an element of one is told from a view by them)."""
-    written = _written(func, ndims or {}, set())[1]
+    key = (func, tuple(sorted((ndims or {}).items())))
+    hit = _answers.get(key)
+    if hit is not None and all(_same(references(fn), refs) for fn, refs in hit[0]):
+        written = hit[1]
+    else:  # (a device function it calls, or one that calls, may have been rebound since)
+        reading = _Reading()
+        written = reading.written(func, ndims or {})[1]
+        _answers[key] = (tuple(reading.analysed), written)
     with _seen_lock:  # (host threads of several GPUs launch at once)
         if func in _seen:
             before = _seen[func]
             written = None if before is None or written is None else before | written
         _seen[func] = written
     return written
+
+
+def _same(now: dict, then: dict) -> bool:
+    return now.keys() == then.keys() and all(now[name] is then[name] for name in now)
 
 
 def read_only_buffers(func, params: list[str], bound: list) -> set[int]:
@@ -94,27 +108,33 @@ def _buffer_ids(value) -> list[int]:
     return [value.buffer_id] if _is_buffer(value) else []
 
 
-def _written(func, ndims: dict, active: set) -> tuple[list[str] | None, frozenset | None]:
-    """(parameter names, written) of `func`; `active`: the functions being analysed up the call
-    chain (one seen again is a recursion: not told)."""
-    refs = references(func)
-    key = (func.__code__, tuple(sorted(ndims.items())),
-           tuple(sorted((name, id(value)) for name, value in refs.items())))
-    hit = _answers.get(key)
-    if hit is not None:
+class _Reading:
+    """One answer of `written_params`: the functions read for it, each once per dimensions."""
+
+    def __init__(self):
+        self.analysed: list = []  # (function, its references) of each function read
+        self._answers: dict = {}  # (function, dimensions) -> (parameter names, written)
+        self._active: set = set()  # the functions being read up the call chain
+
+    def written(self, func, ndims: dict) -> tuple[list[str] | None, frozenset | None]:
+        """(parameter names, written) of `func`; a function met again up its own call chain is a
+        recursion: not told."""
+        key = (func, tuple(sorted(ndims.items())))
+        if key in self._answers:
+            return self._answers[key]
+        if func in self._active:
+            return None, None
+        refs = references(func)
+        self.analysed.append((func, refs))
+        self._active.add(func)
+        try:
+            hit = self._answers[key] = _analyse(func, ndims, refs, self)
+        finally:
+            self._active.discard(func)
         return hit
-    if func in active:
-        return None, None
-    active.add(func)
-    try:
-        hit = _analyse(func, ndims, refs, active)
-    finally:
-        active.discard(func)
-    _answers[key] = hit
-    return hit
 
 
-def _analyse(func, ndims: dict, refs: dict, active: set) -> tuple[list[str] | None, frozenset | None]:
+def _analyse(func, ndims: dict, refs: dict, reading: _Reading) -> tuple[list[str] | None, frozenset | None]:
     try:
         tree, _ = parse_function(func)
         from .simt.intrinsics import lookup
@@ -133,7 +153,7 @@ def _analyse(func, ndims: dict, refs: dict, active: set) -> tuple[list[str] | No
     local = stored_names(fdef)
     # the dimensions hold for parameters the code never rebinds
     fixed = {name: n for name, n in ndims.items() if name in params and name not in local}
-    scope = _Scope(params, local | set(params), fixed, refs, lookup, active)
+    scope = _Scope(params, local | set(params), fixed, refs, lookup, reading)
     for node in ast.walk(fdef):
         scope.visit(node)
     return params, scope.written()
@@ -146,9 +166,9 @@ def _names(node) -> set[str]:
 class _Scope:
     """What one function's statements say: which names flow into which, and which are written."""
 
-    def __init__(self, params, local, ndims, refs, lookup, active):
+    def __init__(self, params, local, ndims, refs, lookup, reading):
         self.params, self.local, self.ndims = params, local, ndims
-        self.refs, self.lookup, self.active = refs, lookup, active
+        self.refs, self.lookup, self.reading = refs, lookup, reading
         self.flows: dict[str, set[str]] = {}  # name -> the names of what was assigned to it
         self.writes: set[str] = set()  # names whose values (and what flowed into them) are written
 
@@ -225,7 +245,7 @@ class _Scope:
             given.update((kw.arg, kw.value) for kw in node.keywords)
             ndims = {p: self.ndims[a.id] for p, a in given.items()
                      if isinstance(a, ast.Name) and a.id in self.ndims}
-            params, written = _written(inner, ndims, self.active)
+            params, written = self.reading.written(inner, ndims)
             if written is None or params is None or len(node.args) > len(params):
                 self.writes |= _names(node)
                 return

@@ -82,6 +82,24 @@ def through_device_functions(x, y, out):
     store_into(out, i, x[i] + y[i])
 
 
+@cuda.jit(device=True)
+def leaves_it_alone(target, i, value):
+    return value
+
+
+rebindable = leaves_it_alone
+
+
+@cuda.jit(device=True)
+def middle(target, i, value):
+    rebindable(target, i, value)
+
+
+@cuda.jit
+def calls_through_a_device_function(x, out):
+    middle(x, cuda.grid(1), out[0])
+
+
 @cuda.jit
 def device_function_by_keyword(x, y, out):
     i = cuda.grid(1)
@@ -208,6 +226,14 @@ def test_an_element_is_told_from_a_view_only_by_known_dimensions():
     # `acc += x[i]`: with x's dimensions unknown, x[i] may be a row, and acc an alias of it
     fresh = cuda.jit(grid_stride_sum.py_func)  # (the same function: its answers are joined)
     assert _written(fresh, {}) == {"x", "out"}
+
+
+def test_a_device_function_rebound_since_the_last_launch_is_read_again(monkeypatch):
+    """`rebindable`, two calls down, rebound to one that writes its first argument: the kernel's own
+    references are the same objects, the answer still changes."""
+    assert _written(calls_through_a_device_function, {"x": 1, "out": 1}) == frozenset()
+    monkeypatch.setitem(globals(), "rebindable", store_into)
+    assert _written(calls_through_a_device_function, {"x": 1, "out": 1}) == {"x"}
 
 
 def test_what_it_cannot_follow_is_not_told():
