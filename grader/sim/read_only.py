@@ -24,10 +24,10 @@ every array is treated as written). It is flow-insensitive and errs towards "wri
   does not follow), `*args`, no source: None.
 
 A device function rebound between launches: an answer is kept with the references of every function
-it read and is read again once any of them refers to another object; and each launch's answer is
-joined with the earlier ones for the same kernel (`_seen`), so the function an executor compiled at
-an earlier launch stays covered. `memory.Instrument` still refuses a store into an array found
-read-only, loudly, rather than miss a race.
+it read and the attributes it looked up (`helpers.fn`), and is read again once any of them is
+another object; each launch's answer is joined with the earlier ones for the same kernel (`_seen`),
+so the function an executor compiled at an earlier launch stays covered. `memory.Instrument` still
+refuses a store into an array found read-only, loudly, rather than miss a race.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ _SILENT_KINDS = frozenset({"ctx", "dim", "value", "builtin", "cast", "math"})
 # attributes of an array that are numbers or tuples of numbers, never a view of it
 _NUMBER_ATTRIBUTES = frozenset({"shape", "size", "ndim", "strides", "itemsize", "nbytes", "dtype"})
 # (function, its arguments' dimensions) -> (each function the answer read, with the references
-# it read it with; the answer): valid while every one of them refers to the same objects
+# it read it with; each attribute it looked up, with what it found; the answer): valid while every
+# one of them is the same object
 _answers = BoundedCache(512)
+_MISSING = object()
 # function -> the union of its answers so far (None once any was None)
 _seen: "weakref.WeakKeyDictionary[types.FunctionType, frozenset | None]" = weakref.WeakKeyDictionary()
 _seen_lock = threading.Lock()
@@ -64,12 +66,13 @@ def written_params(func, ndims: dict[str, int] | None = None) -> frozenset[str] 
     some parameters are given (an element of one is told from a view by them)."""
     key = (func, tuple(sorted((ndims or {}).items())))
     hit = _answers.get(key)
-    if hit is not None and all(_same(references(fn), refs) for fn, refs in hit[0]):
-        written = hit[1]
+    if hit is not None and all(_same(references(fn), refs) for fn, refs in hit[0]) and \
+            all(_static(base, attr) is found for base, attr, found in hit[1]):
+        written = hit[2]
     else:  # (a device function it calls, or one that calls, may have been rebound since)
         reading = _Reading()
         written = reading.written(func, ndims or {})[1]
-        _answers[key] = (tuple(reading.analysed), written)
+        _answers[key] = (tuple(reading.analysed), tuple(reading.looked_up), written)
     with _seen_lock:  # (host threads of several GPUs launch at once)
         if func in _seen:
             before = _seen[func]
@@ -80,6 +83,14 @@ def written_params(func, ndims: dict[str, int] | None = None) -> frozenset[str] 
 
 def _same(now: dict, then: dict) -> bool:
     return now.keys() == then.keys() and all(now[name] is then[name] for name in now)
+
+
+def _static(base, attr: str):
+    """`base.attr` read statically (no `__getattr__` or property runs), or _MISSING."""
+    try:
+        return inspect.getattr_static(base, attr)
+    except AttributeError:
+        return _MISSING
 
 
 def read_only_buffers(func, params: list[str], bound: list) -> set[int]:
@@ -113,6 +124,7 @@ class _Reading:
 
     def __init__(self):
         self.analysed: list = []  # (function, its references) of each function read
+        self.looked_up: list = []  # (object, attribute, what it was) of each attribute read
         self._answers: dict = {}  # (function, dimensions) -> (parameter names, written)
         self._active: set = set()  # the functions being read up the call chain
 
@@ -269,10 +281,9 @@ class _Scope:
             base = self.resolve(node.value)
             if base is None:
                 return None
-            try:
-                return inspect.getattr_static(base, node.attr)
-            except AttributeError:
-                return None
+            found = _static(base, node.attr)
+            self.reading.looked_up.append((base, node.attr, found))
+            return None if found is _MISSING else found
         return None
 
     def written(self) -> frozenset:

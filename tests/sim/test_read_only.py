@@ -100,6 +100,15 @@ def calls_through_a_device_function(x, out):
     middle(x, cuda.grid(1), out[0])
 
 
+helpers = types.ModuleType("helpers")  # a student's helper module, its function named as `helpers.fn`
+helpers.fn = leaves_it_alone
+
+
+@cuda.jit
+def calls_a_module_attribute(x, out):
+    helpers.fn(x, cuda.grid(1), out[0])
+
+
 @cuda.jit
 def device_function_by_keyword(x, y, out):
     i = cuda.grid(1)
@@ -229,11 +238,15 @@ def test_an_element_is_told_from_a_view_only_by_known_dimensions():
 
 
 def test_a_device_function_rebound_since_the_last_launch_is_read_again(monkeypatch):
-    """`rebindable`, two calls down, rebound to one that writes its first argument: the kernel's own
-    references are the same objects, the answer still changes."""
+    """`rebindable`, two calls down, and `helpers.fn`, an attribute of a module, rebound to one that
+    writes its first argument: the kernel's own references are the same objects, the answer still
+    changes."""
     assert _written(calls_through_a_device_function, {"x": 1, "out": 1}) == frozenset()
     monkeypatch.setitem(globals(), "rebindable", store_into)
     assert _written(calls_through_a_device_function, {"x": 1, "out": 1}) == {"x"}
+    assert _written(calls_a_module_attribute, {"x": 1, "out": 1}) == frozenset()
+    monkeypatch.setattr(helpers, "fn", store_into)  # (the module is the same object)
+    assert _written(calls_a_module_attribute, {"x": 1, "out": 1}) == {"x"}
 
 
 def test_what_it_cannot_follow_is_not_told():
