@@ -267,6 +267,15 @@ class DeviceBuffer:
         self.host = host  # the numpy array to copy back into after the launch, if any
 
 
+def device_buffers(value) -> list[DeviceBuffer]:
+    """The DeviceBuffers in a bound argument (or a list of them), tuples looked into."""
+    if isinstance(value, DeviceBuffer):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [b for v in value for b in device_buffers(v)]
+    return []
+
+
 def _order(sim):
     """The stream order of `sim` (a Simulator), or None (the device process's client keeps none)."""
     return getattr(sim, "streams", None)

@@ -15,7 +15,7 @@ from .argtypes import launch_scalar
 from .errors import (Checks, CompileError, LaunchConfigError, NotSimulatedError, OutOfBoundsError,
                      UninitialisedReadError, WrongDeviceError)
 from .grid_aware import reads_grid_size
-from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device
+from .host import DeviceBuffer, SimDeviceArray, SimStream, check_device, device_buffers
 from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
@@ -327,19 +327,9 @@ def _expected(checks, kernel: KernelSource, bound: list) -> tuple[set[int], set[
     checker that is on: the source analysis and the scan of the flags cost a little per launch."""
     unwritten = read_only_buffers(kernel.py_func, kernel.params, bound) \
         if checks.enabled("races") else set()
-    settled = {b.buffer_id for b in _buffers(bound) if b.initialised.all()} \
+    settled = {b.buffer_id for b in device_buffers(bound) if b.initialised.all()} \
         if checks.enabled("uninitialised") else set()
     return unwritten, settled
-
-
-def _buffers(bound: list) -> list:
-    out = []
-    for value in bound:
-        if isinstance(value, DeviceBuffer):
-            out.append(value)
-        elif isinstance(value, tuple):
-            out += _buffers(list(value))
-    return out
 
 
 def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument) -> int:

@@ -41,6 +41,7 @@ import weakref
 
 from .ast_tools import SCOPES, parse_function, stored_names
 from .bounded import BoundedCache
+from .host import DeviceBuffer, device_buffers
 from .kernel_graph import is_numba_dispatcher, references
 
 __all__ = ["written_params", "read_only_buffers"]
@@ -99,24 +100,14 @@ def read_only_buffers(func, params: list[str], bound: list) -> set[int]:
     parameters it never writes, unless a written parameter holds the same allocation."""
     # (an element of a record array is a reference into it: `r = x[i]; r.f = v` writes x)
     ndims = {name: len(value.shape) for name, value in zip(params, bound)
-             if _is_buffer(value) and value.dtype.names is None}
+             if isinstance(value, DeviceBuffer) and value.dtype.names is None}
     written = written_params(func, ndims)
     if written is None:
         return set()
     quiet, loud = set(), set()
     for name, value in zip(params, bound):
-        (loud if name in written else quiet).update(_buffer_ids(value))
+        (loud if name in written else quiet).update(b.buffer_id for b in device_buffers(value))
     return quiet - loud
-
-
-def _is_buffer(value) -> bool:
-    return hasattr(value, "flat") and getattr(value, "buffer_id", None) is not None
-
-
-def _buffer_ids(value) -> list[int]:
-    if isinstance(value, tuple):
-        return [b for v in value for b in _buffer_ids(v)]
-    return [value.buffer_id] if _is_buffer(value) else []
 
 
 class _Reading:
@@ -258,7 +249,7 @@ class _Scope:
             ndims = {p: self.ndims[a.id] for p, a in given.items()
                      if isinstance(a, ast.Name) and a.id in self.ndims}
             params, written = self.reading.written(inner, ndims)
-            if written is None or params is None or len(node.args) > len(params):
+            if written is None or len(node.args) > len(params):
                 self.writes |= _names(node)
                 return
             for name, arg in given.items():
