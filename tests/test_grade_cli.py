@@ -168,6 +168,13 @@ def test_a_wrong_sum_says_which_part_of_the_input_it_is_the_sum_of(tmp_path):
         output = strided[f"reduction::{name}"]
         assert f"element k counted {times}" in output and "cuda.gridsize(1)" in output, output
     assert "array(" not in strided["reduction::grid_stride_int32_exact[n=1000]"], "a number, not its repr"
+    # int32 sums are matched exactly, modulo 2^32 as the GPU's int32 wraps (the large input's wrong sum
+    # overflows); one off by float32's rounding names the float32 step
+    assert "min(k // 256 + 1, 1056) times" in strided["reduction::grid_stride_int32_exact[n=540679]"]
+    rounded = outputs("reduction_warp_sums_in_float32", 3)
+    for n in (1000, 540679):
+        output = rounded[f"reduction::grid_stride_int32_exact[n={n}]"]
+        assert "the right sum rounded: some partial sum went through float32" in output, output
 
 
 def test_a_grid_stride_loop_stepping_by_one_is_named_and_its_timeout_says_how_long_each_threads_loop_is(tmp_path):

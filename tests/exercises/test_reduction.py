@@ -28,6 +28,32 @@ def _ids(sizes):
     return [f"n={n}" for n in sizes]
 
 
+def _int32_input(rng, n: int) -> np.ndarray:
+    """Small integers, a third of them negative (a positive sum), plus `_cancelling_millions`."""
+    x = (rng.integers(1, 1000, n) * rng.choice(np.array([-1, 1, 1]), n)).astype(np.int32)
+    return x + _cancelling_millions(rng, n)
+
+
+def _other_int32_input(arguments: list, rng) -> list:
+    """The replay's input (grader.judge.replay): another `_int32_input` whose sum is another (drawn from
+    the input's own values, the millions would not cancel, and the sum would not fit an int32)."""
+    x = arguments[0]
+    other = _int32_input(rng, x.size)
+    if int(other.astype(np.int64).sum()) == int(x.astype(np.int64).sum()):
+        other[0] += 1
+    return [other]
+
+
+def _cancelling_millions(rng, n: int) -> np.ndarray:
+    """int32 terms of 2^24 to 1.25 * 2^24 in pairs (v, -v), shuffled: they add up to 0, but the partial
+    sums a kernel makes of them (a thread's, a warp's, a block's) are integers float32 cannot hold, so a
+    float32 step on the way (a float32 shared array of warp sums) loses the exact answer. Warp sums stay
+    inside int32 (under 2^31 even for 96 terms of one sign: 3 per lane on the grid)."""
+    half = rng.integers(1 << 24, (1 << 24) + (1 << 22), n // 2, dtype=np.int64)
+    terms = np.concatenate([half, -half, np.zeros(n % 2, np.int64)])
+    return rng.permutation(terms).astype(np.int32)
+
+
 def _expect_sum(got, x: np.ndarray, what: str) -> None:
     value = np.asarray(got)
     if value.size != 1 or value.dtype.kind not in "iuf":
@@ -40,7 +66,7 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
         if value.dtype.kind not in "iu" or int(value) != expected:
             got_text = str(value.item()) + (f" ({value.dtype})" if value.dtype.kind not in "iu" else "")
             raise WrongAnswer(f"{what}: expected exactly {expected} ({x.dtype}), got {got_text}"
-                              f"{_closest(_counted_again, [(float(value), x)]) if value.dtype.kind in 'iu' else ''}")
+                              f"{_pattern((int(value), x)) if value.dtype.kind in 'iu' else ''}")
         return
     expected = float(x.astype(np.float64).sum())
     allowed = reduction_rtol(x.size) * float(np.abs(x).astype(np.float64).sum()) + 1e-6
@@ -51,9 +77,26 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
 
 
 def _pattern(*sums: tuple[float, np.ndarray]) -> str:
-    """What wrong float sums (value, x) are exactly, as a note ("" when nothing fits): a part of x,
-    else elements counted again, else a multiple of the right sum."""
-    return next((note for fits in (_part, _counted_again, _multiple) if (note := _closest(fits, sums))), "")
+    """What wrong sums (value, x) are exactly, as a note ("" when nothing fits): a part of x, else
+    elements counted again, else a multiple of the right sum, else (integers) the right sum rounded.
+    Integer sums are matched exactly, as the int32 result holds them: modulo 2^32, as a GPU wraps."""
+    return next((note for fits in (_part, _counted_again, _multiple, _rounded)
+                 if (note := _closest(fits, sums))), "")
+
+
+def _misfit(value, sums, allowed, x: np.ndarray):
+    """How far `value` is from each of `sums`, in units of `allowed` (<= 1: it fits): for a float
+    sum; for an integer one 0 where it is the same number modulo 2^bits of x's dtype, else inf."""
+    if x.dtype.kind not in "iu":
+        return np.abs(value - sums) / allowed
+    wrap = (1 << (8 * x.dtype.itemsize)) - 1
+    return np.where(((np.asarray(sums, np.int64) - np.int64(value)) & wrap) == 0, 0.0, np.inf)
+
+
+def _exact(x: np.ndarray) -> np.ndarray:
+    """x in the type its sums are judged in: int64 for integers (wrapping as the GPU's int32 does, modulo
+    2^32), float64 otherwise."""
+    return x.astype(np.int64 if x.dtype.kind in "iu" else np.float64)
 
 
 def _closest(fits, sums) -> str:
@@ -94,12 +137,12 @@ def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
     own start on); or k + 1 times: one that steps by 1. Of the candidates, one or another fits a
     stray sum now and then; the true one fits far closer (rounding only), and fits a second call's
     sum too (`_closest`)."""
-    n, x64 = x.size, x.astype(np.float64)
+    n, x64 = x.size, _exact(x)
     fits = {}
     # a loop stepping by 1 (each thread adds everything from its own index on) on at least n threads
-    weights = np.arange(1, n + 1, dtype=np.float64)
+    weights = np.arange(1, n + 1, dtype=x64.dtype)
     allowed = reduction_rtol(n * (n + 1) // 2) * float(np.abs(x64) @ weights) + 1e-6
-    off = abs(value - float(x64 @ weights)) / allowed
+    off = float(_misfit(value, x64 @ weights, allowed, x))
     if n > 1 and off <= 1:
         fits["; that is exactly the sum with element k counted k + 1 times: each thread adds every element from "
              "its own index on, stepping by 1 (a grid-stride loop steps by the whole grid: cuda.gridsize(1))"] = off
@@ -111,9 +154,9 @@ def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
         chunks = -(-n // b)
         g = np.arange(2, chunks + 1)
         sums, magnitudes, terms = (_count_weighted(np.add.reduceat(v, np.arange(0, n, b)), g)
-                                   for v in (x64, np.abs(x64), np.ones(n)))
+                                   for v in (x64, np.abs(x64).astype(np.float64), np.ones(n)))
         allowed = np.array([reduction_rtol(int(t)) for t in terms]) * magnitudes + 1e-6
-        off = np.abs(value - sums) / allowed
+        off = _misfit(value, sums, allowed, x)
         for i in np.flatnonzero(off <= 1):
             times = f"k // {b} + 1" if g[i] >= chunks else f"min(k // {b} + 1, {g[i]})"
             fits[f"; that is exactly the sum with element k counted {times} times: each block adds every "
@@ -124,34 +167,52 @@ def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
 
 def _count_weighted(chunk: np.ndarray, g: np.ndarray) -> np.ndarray:
     """For each g: the sum over chunks j of chunk[j] * min(j + 1, g)."""
-    below = np.concatenate(([0.0], np.cumsum(chunk * np.arange(1, chunk.size + 1))))   # sum_{j < g} (j+1) c_j
-    above = np.concatenate((np.cumsum(chunk[::-1])[::-1], [0.0]))                        # sum_{j >= g} c_j
+    zero = np.zeros(1, chunk.dtype)
+    below = np.concatenate((zero, np.cumsum(chunk * np.arange(1, chunk.size + 1))))   # sum_{j < g} (j+1) c_j
+    above = np.concatenate((np.cumsum(chunk[::-1])[::-1], zero))                        # sum_{j >= g} c_j
     return below[g] + g * above[g]
 
 
 def _multiple(value: float, x: np.ndarray) -> dict[str, float]:
     """What a sum that is a whole multiple (or fraction) of the right one says about the bug
     (within 1% of it)."""
-    expected = float(x.astype(np.float64).sum())
+    expected = _exact(x).sum()
     if not expected or not np.isfinite(value):
         return {}
-    ratio, fits = value / expected, {}
+    fits = {}
     for k in range(2, 65):
-        if abs(ratio - k) < 0.01 * k:
+        if x.dtype.kind in "iu":  # exactly k times, or 1/k of, the sum
+            more = _misfit(value, expected * k, 1, x)
+            fewer = _misfit(value, expected // k, 1, x) if expected % k == 0 else np.inf
+        else:  # within 1% of it
+            more, fewer = abs(value / expected - k) / (0.01 * k), abs(value / expected - 1 / k) / (0.01 / k)
+        if more <= 1:
             fits[f"; that is {k}x the right sum: values are added more than once (a shuffle offset or stride "
-                 f"of a whole warp or block adds a lane's own value, or a step that is not halved)"] = abs(ratio - k) / (0.01 * k)
-        if abs(ratio - 1 / k) < 0.01 / k:
+                 f"of a whole warp or block adds a lane's own value, or a step that is not halved)"] = float(more)
+        if fewer <= 1:
             fits[f"; that is 1/{k} of the right sum: some partial sums are never added (a missed block, lane "
-                 f"or step)"] = abs(ratio - 1 / k) / (0.01 / k)
+                 f"or step)"] = float(fewer)
     return fits
+
+
+def _rounded(value, x: np.ndarray) -> dict[str, float]:
+    """An integer sum off by no more than float32 rounds it: a float32 step on the way."""
+    if x.dtype.kind not in "iu":
+        return {}
+    off, bound = abs(int(value) - int(_exact(x).sum())), float(np.finfo(np.float32).eps) * float(np.abs(_exact(x)).sum())
+    if not 0 < off <= bound:
+        return {}
+    return {"; that is the right sum rounded: some partial sum went through float32, which holds integers exactly "
+            "only up to 2^24 = 16,777,216 (keep integer partial sums in x.dtype: "
+            "`cuda.shared.array(WARPS_PER_BLOCK, x.dtype)`, an integer accumulator)": off / bound}
 
 
 def _part(value: float, x: np.ndarray) -> dict[str, float]:
     """Which part of x a wrong sum is exactly the sum of (within that part's own tolerance): the
     first p elements, one element in every k, or the first w of every b (the first warp of each
     block): each says which partial sums never reach the total."""
-    n, scale = x.size, np.abs(x).astype(np.float64)
-    x64 = x.astype(np.float64)
+    n, x64 = x.size, _exact(x)
+    scale = np.abs(x64).astype(np.float64)
     powers = [1 << j for j in range(1, 11)]                       # 2 .. 1024
     parts = [(f"the first {p} elements (x[0:{p}]): the other elements' partial sums are never added",
               np.s_[:p]) for p in sorted({p for b in powers if b >= 32 for p in (b, n // b * b)}) if 0 < p < n]
@@ -172,8 +233,7 @@ def _part(value: float, x: np.ndarray) -> dict[str, float]:
     fits = {}  # (parts of one size fit by chance now and then: `_closest` takes the closest of both calls)
     for what, part in parts:
         size = int(np.count_nonzero(part)) if isinstance(part, np.ndarray) else len(range(n)[part])
-        allowed = _part_tolerance(size, float(scale[part].sum()))
-        off = abs(value - float(x64[part].sum())) / allowed
+        off = float(_misfit(value, x64[part].sum(), _part_tolerance(size, float(scale[part].sum())), x))
         if off <= 1:
             fits[f"; that is exactly the sum of {what}"] = off
     return fits
@@ -192,15 +252,13 @@ def _part_tolerance(size: int, magnitude: float) -> float:
 def _check(student, backend, rng, function, n, dtype=np.float32):
     # Inputs with a positive mean and no zeros: a sum near 0 would let a doubled or halved result
     # (a wrong shuffle offset) pass inside the tolerance.
-    if dtype == np.int32:
-        x = (rng.integers(1, 1000, n) * rng.choice(np.array([-1, 1, 1]), n)).astype(np.int32)
-    else:
-        x = (rng.standard_normal(n) + 1.0).astype(np.float32)
+    x = _int32_input(rng, n) if dtype == np.int32 else (rng.standard_normal(n) + 1.0).astype(np.float32)
     result = student.call(function, x)
     what = f"{function}(x) with n={n} {np.dtype(dtype).name}"
     # (the check judges the answer first, then the data flow and the replay)
     try:
-        require_kernel_launch(result, backend, check=lambda args, got: _expect_sum(got, args[0], what))
+        require_kernel_launch(result, backend, check=lambda args, got: _expect_sum(got, args[0], what),
+                              draw=_other_int32_input if dtype == np.int32 else None)
     except WrongAnswer as wrong:
         raise _confirmed(wrong, student, function, result.value, x, rng) from None
     return result, x
