@@ -199,7 +199,8 @@ def _rounded(value, x: np.ndarray) -> dict[str, float]:
     """An integer sum off by no more than float32 rounds it: a float32 step on the way."""
     if x.dtype.kind not in "iu":
         return {}
-    off, bound = abs(int(value) - int(_exact(x).sum())), float(np.finfo(np.float32).eps) * float(np.abs(_exact(x)).sum())
+    exact = _exact(x)
+    off, bound = abs(int(value) - int(exact.sum())), float(np.finfo(np.float32).eps) * float(np.abs(exact).sum())
     if not 0 < off <= bound:
         return {}
     return {"; that is the right sum rounded: some partial sum went through float32, which holds integers exactly "
