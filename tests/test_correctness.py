@@ -134,6 +134,47 @@ def test_a_wrong_end_is_told_from_the_launch_not_guessed_from_a_power_of_two():
     assert "a missed block, or a grid" in str(info.value) and "one block" not in str(info.value)
 
 
+def launch_2d(grid, block):
+    return {"kernel": "matmul_tiled_kernel", "grid": [*grid, 1], "block": [*block, 1]}
+
+
+def test_a_matrix_wrong_past_its_first_rows_and_columns_is_told_from_the_2d_launch():
+    """The commonest 2-D mistakes: a grid rounded down, or its x and y swapped (x counts columns). The
+    right elements are a top-left corner; the call's one launch says whether its threads reach exactly
+    that far, and which mistake it is. A matrix wrong everywhere gets no note on where."""
+    from grader.judge.proof import require_kernel_launch
+    from grader.judge.student import CallResult
+
+    expected = np.ones((33, 65), np.float32)
+
+    def verdict(got, launches):
+        with pytest.raises(WrongAnswer) as info:
+            require_kernel_launch(CallResult(got, [], launches), "sim",
+                                  check=lambda args, out: expect_close(out, expected, what="matmul"))
+        return str(info.value)
+
+    swapped = expected.copy()
+    swapped[:, 48:] = np.nan  # grid (ceil(M / 16), ceil(N / 16)) = (3, 5): 48 columns, 80 rows
+    told = verdict(swapped, [launch_2d((3, 5), (16, 16))])
+    assert "the wrong elements are exactly rows 0..32, columns 48..64 (the last columns: the launch's 3 x 5 blocks " \
+           "of 16 x 16 threads reach 80 rows and 48 columns of the 33 x 65 output" in told, told
+    assert "are the grid's x and y swapped?" in told and "grid = ((N + 16 - 1) // 16, (M + 16 - 1) // 16)" in told
+    floor = expected.copy()
+    floor[32:, :] = floor[:, 64:] = np.nan  # grid (N // 16, M // 16) = (4, 2): an L of wrong elements
+    told = verdict(floor, [launch_2d((4, 2), (16, 16))])
+    assert "the right elements are exactly rows 0..31, columns 0..63; the last rows and columns are wrong: the " \
+           "launch's 4 x 2 blocks of 16 x 16 threads reach 32 rows and 64 columns" in told, told
+    assert "round the block counts up" in told and "swapped" not in told
+    # threads that reach further than the launch's block (a coarsened kernel's 4 rows each): the
+    # generic note stays, no claim about the grid
+    told = verdict(floor, [launch_2d((2, 1), (32, 8))])
+    assert told.endswith("the last rows and columns are wrong: a missed tile or edge?)"), told
+    with pytest.raises(WrongAnswer) as info:
+        expect_close(np.zeros_like(expected) + 2, expected, what="matmul")
+    assert "2145 of 2145 elements wrong" in str(info.value) and "rows" not in str(info.value)
+    assert info.value.right_corner is None
+
+
 def test_a_large_output_is_compared_in_chunks_with_the_same_verdict():
     # (a GPU timing checks 2^24 elements a call: compared in chunks on a few threads, never
     # differently from the whole-array comparison)

@@ -14,16 +14,21 @@ class WrongAnswer(AssertionError):
     """A student's output is wrong; the message is what the student reads. `wrong`: for a
     matrix, where its wrong elements are (`wrong_mask`), for the feedback's picture."""
 
-    def __init__(self, message: str, wrong: dict | None = None, right_prefix: int | None = None):
+    def __init__(self, message: str, wrong: dict | None = None, right_prefix: int | None = None,
+                 right_corner: tuple[int, int] | None = None):
         super().__init__(message)
         self.wrong = wrong
-        # a vector whose wrong elements are exactly its end: how many from 0 are right (what
-        # `short_grid` compares with the launches' threads)
+        # a vector whose wrong elements are exactly its end: how many from 0 are right; a matrix whose
+        # right elements are exactly its first rows and columns: how many of each (what `short_grid`
+        # compares with the launch's threads)
         self.right_prefix = right_prefix
+        self.right_corner = right_corner
 
 
 # the note on a vector wrong from some index to its end, when the launches are not known
 STOPS_SHORT = " (the end of the array: a missed block, or a grid or bounds guard that stops short?)"
+# the same for a matrix wrong in its last rows or columns (or both)
+EDGE_MISSED = ": a missed tile or edge?"
 
 
 # the most cells a side of the wrong-element picture has (a bigger matrix is coarsened)
@@ -84,7 +89,7 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
             f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}",
-            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad),
+            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad), _right_corner(bad),
         )
 
 
@@ -113,16 +118,33 @@ def _where(bad: np.ndarray, got: np.ndarray) -> str:
             # (the launches tell how many threads there were: proof.require_kernel_launch, short_grid)
             edge = STOPS_SHORT if i1 == bad.size - 1 else ""
             notes.append(span + edge)
-    if bad.ndim == 2:
+    if bad.ndim == 2 and not bad.all():  # (every element wrong: the count says so)
         rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
         r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]
+        corner = _right_corner(bad)
         if bad[r0:r1 + 1, c0:c1 + 1].all() and bad.sum() == (r1 - r0 + 1) * (c1 - c0 + 1):
             shape = bad.shape
             edge = [side for side, hit in (("last rows", r1 == shape[0] - 1 and r0 > 0),
                                            ("last columns", c1 == shape[1] - 1 and c0 > 0)) if hit]
             notes.append(f"the wrong elements are exactly rows {r0}..{r1}, columns {c0}..{c1}"
-                         + (f" (the {' and '.join(edge)}: a missed tile or edge?)" if edge else ""))
+                         + (f" (the {' and '.join(edge)}{EDGE_MISSED})" if edge else ""))
+        elif corner is not None:  # the last rows and the last columns: an L
+            notes.append(f"the right elements are exactly rows 0..{corner[0] - 1}, columns 0..{corner[1] - 1}; "
+                         f"the last rows and columns are wrong{EDGE_MISSED}")
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _right_corner(bad: np.ndarray) -> tuple[int, int] | None:
+    """(rows, columns) when the right elements of a matrix are exactly its first `rows` rows of its
+    first `columns` columns, and some of its last rows or columns are wrong; else None."""
+    if bad.ndim != 2 or bad.all() or not bad.any():
+        return None
+    rows_right, cols_right = ~bad.all(axis=1), ~bad.all(axis=0)  # (a row or column wholly wrong is past the corner)
+    r = int(np.argmin(rows_right)) if not rows_right.all() else bad.shape[0]
+    c = int(np.argmin(cols_right)) if not cols_right.all() else bad.shape[1]
+    if r == 0 or c == 0 or bad[:r, :c].any() or not bad[r:, :].all() or not bad[:, c:].all():
+        return None
+    return r, c
 
 
 def _right_prefix(bad: np.ndarray) -> int | None:
@@ -135,7 +157,10 @@ def _right_prefix(bad: np.ndarray) -> int | None:
 def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     """`wrong` with its note on a wrong end of a vector told from the call's one launch: when the
     right elements are as many as its threads, the grid stops short (rounded down), or, as many
-    as one block's, every block computes the first block's elements. Unchanged otherwise."""
+    as one block's, every block computes the first block's elements; of a matrix, when its right
+    corner is as many rows and columns as a 2-D launch's threads reach. Unchanged otherwise."""
+    if wrong.right_corner is not None:
+        return _short_grid_2d(wrong, launches)
     right = wrong.right_prefix
     if right is None or len(launches) != 1 or STOPS_SHORT not in str(wrong):
         return wrong
@@ -154,6 +179,27 @@ def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     else:
         return wrong
     return WrongAnswer(str(wrong).replace(STOPS_SHORT, note, 1), wrong.wrong, right)
+
+
+def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
+    """`short_grid` for a matrix: a one-thread-per-element 2-D launch (x counting columns, as
+    cuda.grid(2) gives (x, y)) whose threads reach exactly the right corner: its grid is rounded
+    down, or its x and y are swapped."""
+    if len(launches) != 1 or EDGE_MISSED not in str(wrong):
+        return wrong
+    grid, block = launches[0].get("grid") or [], launches[0].get("block") or []
+    if len(grid) < 2 or len(block) < 2 or any(int(d) != 1 for d in [*grid[2:], *block[2:]]):
+        return wrong
+    (gx, gy), (bx, by) = (int(d) for d in grid[:2]), (int(d) for d in block[:2])
+    rows, cols = wrong.wrong["shape"]
+    if wrong.right_corner != (min(gy * by, rows), min(gx * bx, cols)):
+        return wrong
+    fix = f"grid = ((N + {bx} - 1) // {bx}, (M + {by} - 1) // {by}) for an M x N output"
+    why = (f"are the grid's x and y swapped? x counts the columns (N), y the rows (M): {fix}"
+           if gx * bx >= rows and gy * by >= cols else f"round the block counts up: {fix}")
+    note = (f": the launch's {gx} x {gy} blocks of {bx} x {by} threads reach {gy * by} rows and {gx * bx} columns "
+            f"of the {rows} x {cols} output, x counting columns as cuda.grid(2) gives (x, y); {why}")
+    return WrongAnswer(str(wrong).replace(EDGE_MISSED, note, 1), wrong.wrong, None, wrong.right_corner)
 
 
 def reduction_rtol(n: int, eps: float = float(np.finfo(np.float32).eps)) -> float:
