@@ -144,6 +144,13 @@ def uses_format(a):
 
 
 @cuda.jit
+def prints_an_f_string(a):
+    i = cuda.grid(1)
+    print(f"thread {i}")  # <-- f-string
+    a[i] = 1.0
+
+
+@cuda.jit
 def uses_np_zeros(a):
     i = cuda.grid(1)
     t = np.zeros(4)  # <-- np.zeros
@@ -208,6 +215,8 @@ BAD = {
     "list": (uses_list, "list"),
     "dict": (uses_dict, "dict"),
     "format": (uses_format, "string"),
+    # (an f-string needs NRT too: the hint is the string's, not "memory allocation")
+    "f-string": (prints_an_f_string, "strings and string formatting are not supported"),
     "np.zeros": (uses_np_zeros, "np.zeros"),
     "python call": (calls_python, "plain Python function"),
     "generator": (uses_generator, "generator"),

@@ -231,6 +231,10 @@ def _hint(text: str, py, summary: str) -> str | None:
                     f"@cuda.jit(device=True) functions, math functions and the numpy functions "
                     f"numba supports")
         return f"{name!r} (a {kind}) cannot be used inside a CUDA kernel"
+    # (before the allocation's hint: an f-string or str() also needs NRT, but the string is the mistake)
+    if "Literal[str]" in text or "unicode_type" in text or "Function(<class 'str'>)" in text:
+        return ("strings and string formatting are not supported in CUDA kernels "
+                "(print('x =', x) with several arguments works)")
     if "NRT required" in text:
         if "build_list" in text:
             return ("Python lists cannot be created in a CUDA kernel (use a tuple, "
@@ -251,9 +255,6 @@ def _hint(text: str, py, summary: str) -> str | None:
         return "dicts are not supported in CUDA kernels"
     if re.search(r"reflected list|ListType|List\(", text):
         return "Python lists are not supported in CUDA kernels (use a tuple or cuda.local.array)"
-    if "Literal[str]" in text or "unicode_type" in text or "Function(<class 'str'>)" in text:
-        return ("strings and string formatting are not supported in CUDA kernels "
-                "(print('x =', x) with several arguments works)")
     return None
 
 
