@@ -76,11 +76,11 @@ def test_profile_reads_blocks_loops_and_the_lines_anchors():
     assert prof["loops"] == [-1]
     # the entry block (ends at its branch); the loop; what follows it
     assert prof["blocks"] == [
-        [4, -1, {}, 0],
-        [5, 0, {"global load 12": 2}, 1],  # two loads, one DRAM round trip
+        [4, -1, {}, 0, 0, 0],
+        [5, 0, {"global load 12": 2}, 1, 0, 0],  # two loads, one DRAM round trip; no float64 arithmetic
         # two shuffle halves are one collective; the other file's load, line 0's store and the
         # call's parameter are not anchors; the call is one instruction
-        [8, -1, {"warp op 14": 1, "global store 16": 1}, 0],
+        [8, -1, {"warp op 14": 1, "global store 16": 1}, 0, 0, 0],
     ]
 
 
@@ -108,15 +108,25 @@ def test_the_issue_limit_is_a_warp_instruction_a_scheduler_a_clock():
 
 def test_instructions_count_on_both_sides_of_a_comparison_or_on_neither():
     """Both counters read from the compiled code (loop instructions, DRAM round trips)."""
-    with_issue = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {"loop_warp_instructions": 10, "load_round_trips": 3}}
+    with_issue = {"grid": [1, 1, 1], "block": [32, 1, 1],
+                  "counters": {"loop_warp_instructions": 10, "loop_fp64_instructions": 0, "loop_fp64_conversions": 0,
+                               "load_round_trips": 3}}
     without = {"grid": [1, 1, 1], "block": [32, 1, 1], "counters": {}}
     mine, theirs = _comparable([with_issue], [without])
-    assert not {"loop_warp_instructions", "load_round_trips"} & set(mine[0]["counters"])
+    assert not {"loop_warp_instructions", "loop_fp64_instructions", "load_round_trips"} & set(mine[0]["counters"])
+    # a recording made before float64 instructions were counted: neither side counts any of them
+    before = {**with_issue, "counters": {"loop_warp_instructions": 10, "load_round_trips": 3}}
+    mine, theirs = _comparable([with_issue], [before])
+    assert not {"loop_warp_instructions", "loop_fp64_instructions", "load_round_trips"} & set(mine[0]["counters"])
     mine, theirs = _comparable([with_issue], [with_issue])
     assert mine[0]["counters"]["loop_warp_instructions"] == 10 and mine[0]["counters"]["load_round_trips"] == 3
 
 
-def _modelled_coarsened(source: str, tmp_path: Path, name: str):
+def _modelled_coarsened(source: str, tmp_path: Path, name: str, gpu: str = "H100"):
+    return perf_model.call_time(_coarsened_launches(source, tmp_path, name), perf_model.gpu(gpu), steady=True)
+
+
+def _coarsened_launches(source: str, tmp_path: Path, name: str) -> list[dict]:
     import grader.sim as sim
 
     (tmp_path / f"{name}.py").write_text(source)
@@ -131,7 +141,7 @@ def _modelled_coarsened(source: str, tmp_path: Path, name: str):
             with sim.trace() as launches:
                 C = module.matmul_coarsened(A, B)
         np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
-        return perf_model.call_time([r.summary() for r in launches], perf_model.gpu("H100"), steady=True)
+        return [r.summary() for r in launches]
     finally:
         sys.path.remove(str(tmp_path))
         sys.path.remove(str(ROOT / "solutions"))
@@ -159,6 +169,51 @@ def test_a_k_loop_the_compiler_left_rolled_is_modelled_issue_bound(tmp_path):
     assert rolled.parts["shared memory"] == pytest.approx(reference.parts["shared memory"])
     assert rolled.parts["issue"] > 2.5 * reference.parts["issue"]
     assert rolled.seconds > 1.5 * reference.seconds
+
+
+def test_float64_arithmetic_in_a_loop_issues_at_the_rate_of_the_fp64_units(tmp_path):
+    """`acc0 = 0.0`: numba makes the coarsened matmul's accumulators float64, each product converted and
+    added in float64. The profile counts those instructions; the model issues them at the SM's FP64
+    rates (an H100's conversions at an eighth of float32's, an L4's everything at a sixty-fourth): several
+    times slower on an H100, and more than twice that on an L4."""
+    pytest.importorskip("numba.cuda")
+    from grader.sim.compile_check import toolchain_status
+
+    if not toolchain_status().ptxas:
+        pytest.skip("no ptxas here: the compile check (and so the instruction profile) is off")
+    source = (ROOT / "solutions" / "matmul.py").read_text()
+    floats = "".join(f"    acc{i} = float32(0.0)\n" for i in range(4))
+    assert source.count(floats) == 1
+    reference = _coarsened_launches(source, tmp_path, "fp64_reference")
+    doubles = _coarsened_launches(source.replace(floats, floats.replace("float32(0.0)", "0.0")), tmp_path,
+                                  "fp64_doubles")
+    counted = [sum(launch["counters"]["loop_fp64_instructions"] + launch["counters"]["loop_fp64_conversions"]
+                   for launch in launches)
+               for launches in (reference, doubles)]
+    assert counted[0] == 0 and counted[1] > 0.1 * sum(launch["counters"]["loop_warp_instructions"]
+                                                       for launch in doubles)
+    slower = {gpu: perf_model.call_time(doubles, perf_model.gpu(gpu), steady=True).seconds
+              / perf_model.call_time(reference, perf_model.gpu(gpu), steady=True).seconds for gpu in ("H100", "L4")}
+    assert 1.2 < slower["H100"] < 6 and slower["L4"] > 2 * slower["H100"], slower
+
+
+def test_only_float64_arithmetic_counts_as_the_fp64_units_work():
+    body = """$L__BB0_1:
+\t.loc\t1 20 1
+\tld.global.f64 \t%fd1, [%rd1];
+\tmov.f64 \t%fd2, %fd1;
+\tcvt.f64.f32 \t%fd3, %f1;
+\tfma.rn.f64 \t%fd4, %fd2, %fd3, %fd4;
+\tsetp.lt.f64 \t%p2, %fd4, %fd1;
+\tadd.f32 \t%f2, %f1, %f1;
+\tst.global.f64 \t[%rd2], %fd4;
+\t@%p1 bra \t$L__BB0_1;
+\tret;"""
+    prof = profile(_kernel(body), "/course/kernel.py")
+    # the multiply-add and the comparison; the conversion (at the FP64 units' conversion rate)
+    assert [block[4:] for block in prof["blocks"]] == [[2, 1], [0, 0]]
+    assert warp_instructions(prof, [10, 1], loops_only=True, only="fp64 math") == 20
+    assert warp_instructions(prof, [10, 1], loops_only=True, only="fp64 conversions") == 10
 
 
 def _kernel(body: str) -> str:

@@ -235,6 +235,24 @@ def test_the_feedback_names_an_occupancy_lower_than_the_references():
     assert "occupancy" not in timing_sentence({**t, "occupancy": 1.0})
 
 
+def test_float64_in_the_loops_is_named_as_what_makes_a_kernel_issue_bound():
+    """numba makes `acc = 0.0` a float64: the instruction profile counts the loops' float64 arithmetic and
+    conversions, and the slow verdict names them, not unrolling."""
+    from grader.judge.perf import modelled_speed
+
+    def tile_loop(fp64):
+        return {"kernel": "k", "grid": [64, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
+                "counters": {"global_load_sectors": 1000, "global_store_sectors": 100, "loop_warp_instructions": 10 ** 7,
+                             "loop_fp64_instructions": fp64, "loop_fp64_conversions": fp64, "load_round_trips": 10}}
+
+    stage = Stage("ex", 3, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
+    ratio, sentence = modelled_speed(stage, [tile_loop(10 ** 6)], [tile_loop(0)])
+    assert ratio > 1.5 and "issue-bound (its loops compute in float64: 20% of their instructions" in sentence, sentence
+    assert "start accumulators from float32(0.0)" in sentence and "did not unroll" not in sentence
+    ratio, sentence = modelled_speed(stage, [tile_loop(0)], [tile_loop(0)])
+    assert ratio == pytest.approx(1.0) and "float64" not in sentence
+
+
 def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_told_why():
     """On the grid of a grid-stride stage, the same traffic with a DRAM round trip for every element
     (each store before the next element's loads) against one for four (the loads of four elements
@@ -246,7 +264,7 @@ def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_tol
     def grid_stride(elements_a_round_trip):
         return {"kernel": "k", "grid": [1056, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
                 "counters": {"global_load_sectors": 8 * n // 32, "global_store_sectors": 4 * n // 32,
-                             "reads_grid_size": 1, "loop_warp_instructions": n // 8,
+                             "reads_grid_size": 1, "loop_warp_instructions": n // 8, "loop_fp64_instructions": 0, "loop_fp64_conversions": 0,
                              "load_round_trips": n // 32 // elements_a_round_trip}}
 
     stage = Stage("ex", 2, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H200"))

@@ -159,7 +159,9 @@ def _without_registers(launches: list[dict]) -> list[dict]:
     return [{k: v for k, v in launch.items() if k != "compiled"} for launch in launches]
 
 
-_FROM_THE_COMPILED_CODE = ("loop_warp_instructions", "load_round_trips")  # the compile check's instruction profile
+# the compile check's instruction profile
+_FROM_THE_COMPILED_CODE = ("loop_warp_instructions", "loop_fp64_instructions", "loop_fp64_conversions",
+                           "load_round_trips")
 
 
 def _without_compiled(launches: list[dict]) -> list[dict]:
@@ -189,6 +191,10 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         theirs = _loop_instructions(reference_launches)
         if theirs:
             _last_timing["loop_instructions_ratio"] = round(_loop_instructions(student_launches) / theirs, 2)
+        fp64 = _fp64_instructions(student_launches)
+        if fp64 > 2 * _fp64_instructions(reference_launches):
+            _last_timing["fp64_share"] = round(fp64 / max(1.0, _loop_instructions(student_launches)), 3)
+            _last_timing["fp64_lanes_per_clock"] = gpu.fp64_lanes_per_clock
     if mine.bound == "latency":  # nor how often the compiled code makes a warp wait on memory
         mine_trips, theirs = _counted(student_launches, "load_round_trips"), _counted(reference_launches, "load_round_trips")
         if theirs and mine_trips > 1.05 * theirs:
@@ -200,6 +206,10 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
 
 def _loop_instructions(launches: list[dict]) -> float:
     return _counted(launches, "loop_warp_instructions")
+
+
+def _fp64_instructions(launches: list[dict]) -> float:
+    return _counted(launches, "loop_fp64_instructions") + _counted(launches, "loop_fp64_conversions")
 
 
 def _counted(launches: list[dict], counter: str) -> float:
@@ -220,6 +230,12 @@ def timing_sentence(t: dict) -> str:
 
 
 def _why_bound(t: dict) -> str:
+    if t.get("fp64_share"):  # (what numba makes of a float literal: the student cannot see it)
+        return (f" (its loops compute in float64: {t['fp64_share']:.0%} of their instructions are float64 arithmetic "
+                f"or conversions, which this GPU's FP64 units do {t['fp64_lanes_per_clock']} a clock an SM, against "
+                f"128 float32 lanes; a float literal "
+                f"such as 0.0 is a float64 to numba, and so is all it touches: start accumulators from "
+                f"float32(0.0) and write constants as float32(...))")
     ratio = t.get("loop_instructions_ratio")
     if ratio:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "

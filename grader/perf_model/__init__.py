@@ -46,6 +46,8 @@ class Gpu:
     name: str
     sms: int
     clock_ghz: float
+    fp64_lanes_per_clock: int
+    fp64_conversions_per_clock: int
     dram_bandwidth_gbs: float
     l2_bandwidth_gbs: float
     l2_mib: float
@@ -124,6 +126,15 @@ def _latency_path(trips: float, fixed: float, global_bytes: float, g: Gpu) -> fl
     return (a + math.sqrt(a * a + 4 * c)) / 2
 
 
+def _issue_cycles(c: dict, g: Gpu) -> float:
+    """An SM's clocks to issue a launch's loop instructions (`c`: its counters): a warp instruction a
+    scheduler a clock, but float64 arithmetic and conversions at the FP64 units' rates."""
+    math, conversions = c.get("loop_fp64_instructions", 0), c.get("loop_fp64_conversions", 0)
+    other = max(0.0, c.get("loop_warp_instructions", 0) - math - conversions)
+    fp64 = math / g.fp64_lanes_per_clock + conversions / g.fp64_conversions_per_clock
+    return other / SCHEDULERS_PER_SM + WARP * fp64
+
+
 def _prod(v) -> int:
     return int(v[0]) * int(v[1]) * int(v[2]) if isinstance(v, (list, tuple)) and len(v) == 3 else int(v or 1)
 
@@ -184,7 +195,9 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
         # of index arithmetic. Straight-line code is left out: once a thread, it stays behind the
         # memory traffic on a GPU-sized problem, where at the simulator's sizes a grid-stride
         # kernel's few iterations would make it look issue-bound
-        "issue": c.get("loop_warp_instructions", 0) / (active_sms * SCHEDULERS_PER_SM * g.clock_hz),
+        # (float64 arithmetic and conversions issue at the rates of the SM's FP64 units: on an H100 half
+        # of float32's and an eighth, on an L4 a sixty-fourth)
+        "issue": _issue_cycles(c, g) / (active_sms * g.clock_hz),
     }
     barriers = c.get("barriers", 0) * BARRIER_CYCLES / (active_sms * min(resident, math.ceil(blocks / active_sms))
                                                         * g.clock_hz)

@@ -308,6 +308,8 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         runs = block_runs(instructions, lines, inst.warp_ops_by_line, config.n_blocks * config.warps_per_block)
         # the loops' only: the work that grows with the problem (docs/PERF_MODEL.md)
         counters["loop_warp_instructions"] = warp_instructions(instructions, runs, loops_only=True)
+        counters["loop_fp64_instructions"] = warp_instructions(instructions, runs, True, "fp64 math")
+        counters["loop_fp64_conversions"] = warp_instructions(instructions, runs, True, "fp64 conversions")
         counters["load_round_trips"] = load_round_trips(instructions, runs)
     device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
         counters["global_load_sectors"] + counters["global_store_sectors"]) /

@@ -20,8 +20,8 @@ from ..bounded import BoundedCache
 from ..kernel_graph import KernelGraph, is_numba_dispatcher
 from .report import CompileReport
 
-_SCHEMA = 4  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt);
-            # 3: the instruction profile (issue.py); 4: its blocks' DRAM round trips
+_SCHEMA = 5  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt);
+            # 3: the instruction profile (issue.py); 4: its blocks' DRAM round trips; 5: their float64 instructions
 _MAX_DISK_ENTRIES = 4096
 
 

@@ -39,16 +39,20 @@ _ENDS_BLOCK = ("bra", "ret", "exit", "brx")
 _WARP_OPS = ("shfl.sync", "vote.sync", "match.", "bar.warp.sync")  # what the simulator counts as warp ops
 _REGISTER = re.compile(r"%[A-Za-z_]\w*")
 _NO_DESTINATION = ("st", "red", "bar", "barrier", "membar", "fence", "bra", "ret", "exit", "call", "brx", "trap")
+# moving a 64-bit float is no float64 arithmetic: loads, stores, moves, shuffles, selects
+_NOT_FP64_MATH = ("ld", "ldu", "st", "mov", "shfl", "selp", "atom", "red", "cvta")
 
 
 def profile(ptx: str, filename: str) -> dict | None:
     """The first `.entry` function of `ptx` as basic blocks, JSON-able:
-    {"blocks": [[instructions, loop, {anchor: count}, round trips]], "loops": [parent]}, an anchor
+    {"blocks": [[instructions, loop, {anchor: count}, round trips, float64 arithmetic, float64 conversions]],
+    "loops": [parent]}, an anchor
     being a source line's global or shared loads or stores ("shared load 42") or its warp
     collectives ("warp op 42"): `loop` indexes "loops" (-1: in no loop), a loop's parent likewise;
     only lines of `filename` (the kernel's source file) are kept as anchors; round trips: the
     groups of global loads a thread waits on, one after another, in one run of the block
-    (`_RoundTrips`). None when `ptx` has no entry function."""
+    (`_RoundTrips`); float64 arithmetic and conversions: instructions of the FP64 units, which most GPUs
+    have far fewer of than float32 lanes (`_fp64`). None when `ptx` has no entry function."""
     files = {m.group(1): os.path.abspath(m.group(2))
              for m in map(_FILE.match, (s.strip() for s in ptx.splitlines())) if m}
     filename = os.path.abspath(filename)
@@ -104,8 +108,18 @@ def profile(ptx: str, filename: str) -> dict | None:
             innermost[b] = i
     parents = [_parent(i, loops) for i in range(len(loops))]
     trips = _round_trips([code for _, _, code in blocks], loops, innermost)
-    return {"blocks": [[n, innermost[b], anchors, trips[b]] for b, (n, anchors, _) in enumerate(blocks)],
+    return {"blocks": [[n, innermost[b], anchors, trips[b], sum(_fp64(i) == "math" for i in code),
+                        sum(_fp64(i) == "conversion" for i in code)] for b, (n, anchors, code) in enumerate(blocks)],
             "loops": parents}
+
+
+def _fp64(instruction: tuple) -> str | None:
+    """"math" for float64 arithmetic (`fma.rn.f64`, `setp.lt.f64`), "conversion" for a conversion to
+    or from float64 (`cvt.f64.f32`): work of the FP64 units, at their own rates; None otherwise."""
+    parts = instruction[0].split(".")
+    if "f64" not in parts[1:] or parts[0] in _NOT_FP64_MATH:
+        return None
+    return "conversion" if parts[0] == "cvt" else "math"
 
 
 def _round_trips(code: list[list[tuple]], loops: list[tuple[int, int]], innermost: list[int]) -> list[int]:
@@ -126,16 +140,22 @@ def _round_trips(code: list[list[tuple]], loops: list[tuple[int, int]], innermos
     return counts
 
 
-def warp_instructions(prof: dict, runs: list[float], loops_only: bool = False) -> int:
+_COLUMN = {None: 0, "fp64 math": 4, "fp64 conversions": 5}  # of a block in `profile`
+
+
+def warp_instructions(prof: dict, runs: list[float], loops_only: bool = False, only: str | None = None) -> int:
     """Warp instructions a launch issued, estimated from its PTX `prof` (`profile`) and how often
-    each block ran (`runs`: `block_runs`); `loops_only`: those its loops issued."""
-    return int(round(sum(n * run for (n, loop, *_), run in zip(prof["blocks"], runs) if loop >= 0 or not loops_only)))
+    each block ran (`runs`: `block_runs`); `loops_only`: those its loops issued; `only`: of them,
+    its "fp64 math" or its "fp64 conversions"."""
+    column = _COLUMN[only]
+    return int(round(sum(block[column] * run for block, run in zip(prof["blocks"], runs)
+                         if block[1] >= 0 or not loops_only)))
 
 
 def load_round_trips(prof: dict, runs: list[float]) -> int:
     """The DRAM round trips a launch's warps waited on, one after another in each warp, summed over
     its warps: each block's groups of global loads (`profile`) times its runs (`block_runs`)."""
-    return int(round(sum(trips * run for (_, _, _, trips), run in zip(prof["blocks"], runs))))
+    return int(round(sum(block[3] * run for block, run in zip(prof["blocks"], runs))))
 
 
 def block_runs(prof: dict, lines: list[dict], warp_ops: dict[int, int], warps: int) -> list[float]:
