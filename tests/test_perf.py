@@ -253,6 +253,24 @@ def test_float64_in_the_loops_is_named_as_what_makes_a_kernel_issue_bound():
     assert ratio == pytest.approx(1.0) and "float64" not in sentence
 
 
+def test_an_occupancy_lost_to_small_blocks_is_told_as_such_not_as_registers():
+    """Blocks of 32 threads: an SM holds at most 32 blocks, so half its warps; the feedback names the
+    blocks, not the few registers the kernel uses."""
+    from grader.judge.perf import modelled_speed
+
+    def add(threads):
+        n = 1 << 22
+        return {"kernel": "add_kernel", "grid": [n // threads, 1, 1], "block": [threads, 1, 1], "shared_bytes": 0,
+                "lines": [], "compiled": {"registers": 15},
+                "counters": {"global_load_sectors": n // 4, "global_store_sectors": n // 8}}
+
+    stage = Stage("ex", 1, "t", "f", ("a", "b"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
+    _, sentence = modelled_speed(stage, [add(32)], [add(256)])
+    assert "occupancy 50% (an SM holds at most 32 blocks, and blocks of 32 threads leave it part empty: use more " \
+           "threads a block; the reference's: 100%)" in sentence, sentence
+    assert "registers" not in sentence
+
+
 def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_told_why():
     """On the grid of a grid-stride stage, the same traffic with a DRAM round trip for every element
     (each store before the next element's loads) against one for four (the loads of four elements

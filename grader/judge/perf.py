@@ -187,6 +187,9 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
                     "reference_occupancy": round(ref.occupancy, 4)}
     if mine.registers:
         _last_timing["registers"] = mine.registers
+    if mine.occupancy < ref.occupancy:  # (what the feedback says limits it)
+        _last_timing.update(occupancy_limit=mine.occupancy_limit, threads_per_block=mine.threads_per_block,
+                            max_blocks_per_sm=gpu.max_blocks_per_sm)
     if mine.bound == "issue":  # what the student cannot see: the compiler's instructions
         theirs = _loop_instructions(reference_launches)
         if theirs:
@@ -247,12 +250,20 @@ def _why_bound(t: dict) -> str:
 
 def _occupancy(t: dict) -> str:
     """", occupancy 50% (50 registers a thread; the reference's: 100%)" where the student's kernel
-    holds fewer warps per SM than the reference's (what registers or shared memory cost it)."""
+    holds fewer warps per SM than the reference's, with what limits it: registers, shared memory, or
+    an SM's most blocks where its blocks are small."""
     mine, theirs = t.get("occupancy", 1.0), t.get("reference_occupancy", 1.0)
     if mine >= theirs:
         return ""
-    registers = f"{t['registers']} registers a thread; " if t.get("registers") else ""
-    return f", occupancy {mine:.0%} ({registers}the reference's: {theirs:.0%})"
+    limit = t.get("occupancy_limit")
+    if limit == "blocks":
+        why = (f"an SM holds at most {t['max_blocks_per_sm']} blocks, and blocks of {t['threads_per_block']} "
+               f"threads leave it part empty: use more threads a block; ")
+    elif limit == "shared memory":
+        why = "the shared memory its blocks take; "
+    else:
+        why = f"{t['registers']} registers a thread; " if t.get("registers") else ""
+    return f", occupancy {mine:.0%} ({why}the reference's: {theirs:.0%})"
 
 
 def expect_performance(stage: Stage, student_launches: list[dict], reference_launches: list[dict],

@@ -105,6 +105,8 @@ class Modelled:
     global_bytes: float
     occupancy: float = 1.0    # the fraction of an SM's warps resident (of the longest launch)
     registers: int = 0        # per thread, where the compile check reported them (of the longest launch)
+    occupancy_limit: str = "warps"  # what limits it (`occupancy_limit`)
+    threads_per_block: int = 0
 
     @property
     def ms(self) -> float:
@@ -142,15 +144,25 @@ def _prod(v) -> int:
 def resident_blocks(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int = 0) -> int:
     """Blocks one SM holds at once: the block-size, warp, shared-memory and (when the compile check
     reported them: `registers` per thread) register limits."""
+    return max(1, min(_block_limits(g, threads_per_block, shared_bytes, registers).values()))
+
+
+def occupancy_limit(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int = 0) -> str:
+    """What limits the blocks an SM holds: "warps" (the SM's warps: full occupancy), "blocks" (its
+    most blocks, with blocks of few warps), "shared memory" or "registers"."""
+    limits = _block_limits(g, threads_per_block, shared_bytes, registers)
+    return min(limits, key=limits.get)  # (ties: the first, warps before the others)
+
+
+def _block_limits(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int) -> dict[str, int]:
     warps = max(1, -(-threads_per_block // WARP))
-    by_warps = g.max_warps_per_sm // warps
     by_shared = int(g.shared_kib_per_sm * 1024 // shared_bytes) if shared_bytes > 0 else g.max_blocks_per_sm
-    by_registers = g.max_blocks_per_sm
+    limits = {"warps": g.max_warps_per_sm // warps, "blocks": g.max_blocks_per_sm, "shared memory": by_shared}
     if registers > 0:
         # allocated per warp in units of 256, from each of the SM's 4 sub-partitions' quarter of the file
         per_warp = -(-registers * WARP // REGISTER_UNIT) * REGISTER_UNIT
-        by_registers = (g.registers_per_sm // SUB_PARTITIONS // per_warp) * SUB_PARTITIONS // warps
-    return max(1, min(g.max_blocks_per_sm, by_warps, by_shared, by_registers))
+        limits["registers"] = (g.registers_per_sm // SUB_PARTITIONS // per_warp) * SUB_PARTITIONS // warps
+    return limits
 
 
 def registers(launch: dict) -> int:
@@ -221,7 +233,7 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
                     {**parts, "barriers": barriers, "latency": latency, "launch": overhead}, global_bytes,
-                    occupancy, regs)
+                    occupancy, regs, occupancy_limit(g, tpb, int(launch.get("shared_bytes") or 0), regs), tpb)
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
@@ -236,7 +248,7 @@ def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelle
             parts[k] = parts.get(k, 0.0) + v
     longest = max(each, key=lambda m: m.seconds)
     return Modelled(sum(m.seconds for m in each), longest.bound, parts, sum(m.global_bytes for m in each),
-                    longest.occupancy, longest.registers)
+                    longest.occupancy, longest.registers, longest.occupancy_limit, longest.threads_per_block)
 
 
 def copy_time(nbytes: int, g: Gpu) -> float:
@@ -244,5 +256,5 @@ def copy_time(nbytes: int, g: Gpu) -> float:
     return g.launch_overhead_us * 1e-6 + 2 * nbytes / g.dram_bps
 
 
-__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "presets",
-           "registers", "resident_blocks"]
+__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "occupancy_limit",
+           "presets", "registers", "resident_blocks"]
