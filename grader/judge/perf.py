@@ -235,10 +235,9 @@ def timing_sentence(t: dict) -> str:
 def _why_bound(t: dict) -> str:
     if t.get("fp64_share"):  # (what numba makes of a float literal: the student cannot see it)
         return (f" (its loops compute in float64: {t['fp64_share']:.0%} of their instructions are float64 arithmetic "
-                f"or conversions, which this GPU's FP64 units do {t['fp64_lanes_per_clock']} a clock an SM, against "
-                f"128 float32 lanes; a float literal "
-                f"such as 0.0 is a float64 to numba, and so is all it touches: start accumulators from "
-                f"float32(0.0) and write constants as float32(...))")
+                f"or conversions, which this GPU's FP64 units do {t['fp64_lanes_per_clock']} lanes a clock an SM, a "
+                f"fraction of its float32 rate; a float literal such as 0.0 is a float64 to numba, and so is all it "
+                f"touches: start accumulators from float32(0.0) and write constants as float32(...))")
     ratio = t.get("loop_instructions_ratio")
     if ratio:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "

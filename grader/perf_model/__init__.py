@@ -131,9 +131,9 @@ def _latency_path(trips: float, fixed: float, global_bytes: float, g: Gpu) -> fl
 def _issue_cycles(c: dict, g: Gpu) -> float:
     """An SM's clocks to issue a launch's loop instructions (`c`: its counters): a warp instruction a
     scheduler a clock, but float64 arithmetic and conversions at the FP64 units' rates."""
-    math, conversions = c.get("loop_fp64_instructions", 0), c.get("loop_fp64_conversions", 0)
-    other = max(0.0, c.get("loop_warp_instructions", 0) - math - conversions)
-    fp64 = math / g.fp64_lanes_per_clock + conversions / g.fp64_conversions_per_clock
+    arithmetic, conversions = c.get("loop_fp64_instructions", 0), c.get("loop_fp64_conversions", 0)
+    other = max(0.0, c.get("loop_warp_instructions", 0) - arithmetic - conversions)
+    fp64 = arithmetic / g.fp64_lanes_per_clock + conversions / g.fp64_conversions_per_clock
     return other / SCHEDULERS_PER_SM + WARP * fp64
 
 
