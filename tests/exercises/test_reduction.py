@@ -48,11 +48,11 @@ def _other_int32_input(arguments: list, rng) -> list:
 
 def _cancelling_millions(rng, n: int) -> np.ndarray:
     """int32 terms of 2^24 to 1.25 * 2^24 in pairs (v, -v), shuffled, and one of 2^24 + 2^20 where n is odd
-    (alone, past 2^24 whatever is added to it): they add up to 0 or that, but the partial sums a kernel makes of them (a thread's, a warp's, a block's) are
-    integers float32 cannot always hold, so a float32 step on the way (a float32 shared array of warp sums)
-    loses the exact answer. Every element has one, so an element missed or added twice is never mistaken
-    for rounding. Warp sums stay inside int32 (under 2^31 even for 96 terms of one sign: 3 per lane on the
-    grid)."""
+    (alone, past 2^24 whatever is added to it): they add up to 0 or that, but the partial sums a kernel
+    makes of them (a thread's, a warp's, a block's) are integers float32 cannot always hold, so a float32
+    step on the way (a float32 shared array of warp sums) loses the exact answer. Every element has one, so
+    an element missed or added twice is never mistaken for rounding. Warp sums stay inside int32 (under
+    2^31 even for 96 terms of one sign: 3 per lane on the grid)."""
     half = rng.integers(1 << 24, (1 << 24) + (1 << 22), n // 2, dtype=np.int64)
     terms = np.concatenate([half, -half, np.full(n % 2, (1 << 24) + (1 << 20), np.int64)])
     return rng.permutation(terms).astype(np.int32)
