@@ -242,8 +242,9 @@ def test_float64_in_the_loops_is_named_as_what_makes_a_kernel_issue_bound():
 
     def tile_loop(fp64):
         return {"kernel": "k", "grid": [64, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
-                "counters": {"global_load_sectors": 1000, "global_store_sectors": 100, "loop_warp_instructions": 10 ** 7,
-                             "loop_fp64_instructions": fp64, "loop_fp64_conversions": fp64, "load_round_trips": 10}}
+                "counters": {"global_load_sectors": 1000, "global_store_sectors": 100,
+                             "loop_warp_instructions": 10 ** 7, "loop_fp64_instructions": fp64,
+                             "loop_fp64_conversions": fp64, "load_round_trips": 10}}
 
     stage = Stage("ex", 3, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
     ratio, sentence = modelled_speed(stage, [tile_loop(10 ** 6)], [tile_loop(0)])
@@ -282,7 +283,8 @@ def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_tol
     def grid_stride(elements_a_round_trip):
         return {"kernel": "k", "grid": [1056, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
                 "counters": {"global_load_sectors": 8 * n // 32, "global_store_sectors": 4 * n // 32,
-                             "reads_grid_size": 1, "loop_warp_instructions": n // 8, "loop_fp64_instructions": 0, "loop_fp64_conversions": 0,
+                             "reads_grid_size": 1, "loop_warp_instructions": n // 8,
+                             "loop_fp64_instructions": 0, "loop_fp64_conversions": 0,
                              "load_round_trips": n // 32 // elements_a_round_trip}}
 
     stage = Stage("ex", 2, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H200"))
