@@ -146,6 +146,19 @@ def test_the_rest_of_the_machine_is_not_in_view(attack, tmp_path):
         shm.unlink()
 
 
+def test_the_dynamic_loaders_cache_is_readable_in_the_view(attack):
+    """The runner's uid can read the loader's cache: ldconfig -p finds libdl (with the /etc bubblewrap
+    made for it of mode 0700 it could not, and every interpreter's ctypes.util.find_library fell back to
+    running gcc and ld: a tenth of a second in each runner and device process of a grade)."""
+    s = attack("""
+        import ctypes.util
+        def look():
+            return ctypes.util._findSoname_ldconfig("dl")
+    """)
+    found = s.call("look").value
+    assert found and found.startswith("libdl.so"), found
+
+
 def test_nothing_the_grade_depends_on_is_writable(attack):
     s = attack("""
         import os, numpy, grader, json

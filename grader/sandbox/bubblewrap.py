@@ -124,10 +124,10 @@ class View:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        for path in _LOADER_FILES:
-            if os.path.exists(path):
-                args += ["--ro-bind", path, path]
         made: set[str] = set()
+        for path in _LOADER_FILES:  # (an /etc bubblewrap made for them was 0700: the loader could not read its cache)
+            if os.path.exists(path):
+                args += _parents(path, made) + ["--ro-bind", path, path]
         for path in runtime_paths():
             args += _parents(path, made) + ["--ro-bind", path, path]
         args += ["--ro-bind", self.workspace, WORKSPACE]
