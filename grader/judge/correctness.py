@@ -84,12 +84,13 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
     else:
         bad = _beyond(got, expected, rtol, atol)
     if np.any(bad):
+        corner = _right_corner(bad)
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         index = first[0] if len(first) == 1 else first
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
-            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got)}",
-            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad), _right_corner(bad),
+            f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got, corner)}",
+            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad), corner,
         )
 
 
@@ -102,10 +103,11 @@ def _beyond(got: np.ndarray, expected: np.ndarray, rtol, atol) -> np.ndarray:
     return bad
 
 
-def _where(bad: np.ndarray, got: np.ndarray) -> str:
+def _where(bad: np.ndarray, got: np.ndarray, corner: tuple[int, int] | None) -> str:
     """What the wrong elements have in common: never written (NaN: the simulator fills fresh
     device memory with NaN bytes), or the run of indices (a vector) or block of rows and columns
-    (a matrix) they fill: a missed block, tile or edge shows as one."""
+    (a matrix) they fill, or the last rows and columns past a right `corner` (`_right_corner`): a
+    missed block, tile or edge shows as one."""
     notes = []
     if got.dtype.kind == "f" and np.all(np.isnan(got[bad])):
         notes.append("every wrong element is NaN: never written (the simulator fills fresh device memory with "
@@ -121,7 +123,6 @@ def _where(bad: np.ndarray, got: np.ndarray) -> str:
     if bad.ndim == 2 and not bad.all():  # (every element wrong: the count says so)
         rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
         r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]
-        corner = _right_corner(bad)
         if bad[r0:r1 + 1, c0:c1 + 1].all() and bad.sum() == (r1 - r0 + 1) * (c1 - c0 + 1):
             shape = bad.shape
             edge = [side for side, hit in (("last rows", r1 == shape[0] - 1 and r0 > 0),

@@ -105,7 +105,7 @@ class Modelled:
     global_bytes: float
     occupancy: float = 1.0    # the fraction of an SM's warps resident (of the longest launch)
     registers: int = 0        # per thread, where the compile check reported them (of the longest launch)
-    occupancy_limit: str = "warps"  # what limits it (`occupancy_limit`)
+    occupancy_limit: str = "warps"  # what limits it (`_block_limits`' names)
     threads_per_block: int = 0
 
     @property
@@ -147,14 +147,9 @@ def resident_blocks(g: Gpu, threads_per_block: int, shared_bytes: int, registers
     return max(1, min(_block_limits(g, threads_per_block, shared_bytes, registers).values()))
 
 
-def occupancy_limit(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int = 0) -> str:
-    """What limits the blocks an SM holds: "warps" (the SM's warps: full occupancy), "blocks" (its
-    most blocks, with blocks of few warps), "shared memory" or "registers"."""
-    limits = _block_limits(g, threads_per_block, shared_bytes, registers)
-    return min(limits, key=limits.get)  # (ties: the first, warps before the others)
-
-
 def _block_limits(g: Gpu, threads_per_block: int, shared_bytes: int, registers: int) -> dict[str, int]:
+    """The blocks an SM could hold by each of its limits: "warps" (the SM's warps: full occupancy),
+    "blocks" (its most blocks, reached first by blocks of few warps), "shared memory", "registers"."""
     warps = max(1, -(-threads_per_block // WARP))
     by_shared = int(g.shared_kib_per_sm * 1024 // shared_bytes) if shared_bytes > 0 else g.max_blocks_per_sm
     limits = {"warps": g.max_warps_per_sm // warps, "blocks": g.max_blocks_per_sm, "shared memory": by_shared}
@@ -181,7 +176,9 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     blocks, tpb = _prod(launch.get("grid")), _prod(launch.get("block"))
     warps_per_block = max(1, -(-tpb // WARP))
     regs = registers(launch)
-    resident = resident_blocks(g, tpb, int(launch.get("shared_bytes") or 0), regs)
+    limits = _block_limits(g, tpb, int(launch.get("shared_bytes") or 0), regs)
+    resident = max(1, min(limits.values()))  # (resident_blocks)
+    limit = min(limits, key=limits.get)  # what holds it there (ties: the first, warps before the others)
     active_sms = max(1, min(g.sms, blocks))
     # Latency hiding: DRAM saturates with about 60% of the SM's warps in flight on every SM; a
     # small grid, large blocks of few warps, or an occupancy that registers or shared memory
@@ -233,7 +230,7 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
                     {**parts, "barriers": barriers, "latency": latency, "launch": overhead}, global_bytes,
-                    occupancy, regs, occupancy_limit(g, tpb, int(launch.get("shared_bytes") or 0), regs), tpb)
+                    occupancy, regs, limit, tpb)
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
@@ -256,5 +253,5 @@ def copy_time(nbytes: int, g: Gpu) -> float:
     return g.launch_overhead_us * 1e-6 + 2 * nbytes / g.dram_bps
 
 
-__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "occupancy_limit",
-           "presets", "registers", "resident_blocks"]
+__all__ = ["DEFAULT_GPU", "Gpu", "Modelled", "call_time", "copy_time", "gpu", "launch_time", "presets",
+           "registers", "resident_blocks"]

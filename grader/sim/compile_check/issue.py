@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 
 # PTX statements: a guard predicate, a label, a line directive, a file, a branch
 _GUARD = re.compile(r"^@!?%\w+\s+")
@@ -108,8 +109,9 @@ def profile(ptx: str, filename: str) -> dict | None:
             innermost[b] = i
     parents = [_parent(i, loops) for i in range(len(loops))]
     trips = _round_trips([code for _, _, code in blocks], loops, innermost)
-    return {"blocks": [[n, innermost[b], anchors, trips[b], sum(_fp64(i) == "math" for i in code),
-                        sum(_fp64(i) == "conversion" for i in code)] for b, (n, anchors, code) in enumerate(blocks)],
+    fp64 = [Counter(map(_fp64, code)) for _, _, code in blocks]
+    return {"blocks": [[n, innermost[b], anchors, trips[b], fp64[b]["math"], fp64[b]["conversion"]]
+                       for b, (n, anchors, _) in enumerate(blocks)],
             "loops": parents}
 
 
