@@ -102,6 +102,25 @@ def test_a_wrong_float_buffer_says_whose_contributions_its_runs_hold():
         expect_allreduced([chunked.astype(np.float32)] * 3, inputs, "allreduce")
 
 
+def test_a_right_element_holds_every_rank_even_where_one_ranks_element_is_near_zero():
+    # (a right element near 0 in rank 0 fits "ranks 1, 2" too: the runs once split there)
+    inputs = rank_inputs(np.random.default_rng(5), 3, 12, np.float32)
+    inputs[0][5] = np.float32(1e-9)
+    buffer = np.concatenate([sum(inputs)[:10], inputs[0][10:]]).astype(np.float32)
+    with pytest.raises(WrongAnswer, match=r"by index: 0\.\.9 every rank; 10\.\.11 rank 0 only$"):
+        expect_allreduced([buffer] * 3, inputs, "allreduce")
+
+
+def test_many_ranks_of_a_long_float_buffer_still_say_whose_contributions_its_wrong_elements_hold():
+    # 8 ranks x 40,009 elements: 256 subsets, matched only where an element is wrong
+    inputs = rank_inputs(np.random.default_rng(6), 8, 40_009, np.float32)
+    buffer = sum(x.astype(np.float64) for x in inputs).astype(np.float32)
+    buffer[-1] = inputs[0][-1]
+    with pytest.raises(WrongAnswer, match=r"contributions of rank 0 only: ranks 1, 2, 3, 4, 5, 6, 7 missing\); "
+                                          r"by index: 0\.\.40007 every rank; 40008\.\.40008 rank 0 only$"):
+        expect_allreduced([buffer] * 8, inputs, "allreduce")
+
+
 def test_float_sums_pass_within_a_tolerance_and_fail_outside_it():
     inputs = rank_inputs(np.random.default_rng(4), 8, 100, np.float32)
     exact = sum(x.astype(np.float64) for x in inputs)

@@ -58,7 +58,7 @@ def expect_allreduced(outputs: list, inputs: list[np.ndarray], what: str) -> Non
             i = int(np.argmax(bad))
             raise WrongAnswer(f"{what}: rank {rank}'s buffer has {int(np.count_nonzero(bad))} of {got.size} "
                               f"elements wrong; first at index {i}: expected {_fmt(total[i])}, got {_fmt(got[i])}"
-                              f"{_contributions(got, wide, allowed, i)}")
+                              f"{_contributions(got, wide, allowed, bad, i)}")
 
 
 def _fmt(value) -> str:
@@ -66,13 +66,14 @@ def _fmt(value) -> str:
 
 
 MAX_RUNS = 8  # runs of indices a wrong buffer is described by
-MAX_SUBSET_SUMS = 1 << 22  # float buffers: subsets of ranks x elements tried at most
+MAX_SUBSET_SUMS = 1 << 22  # float buffers: subsets of ranks x wrong elements matched at a time
 
 
-def _held(got: np.ndarray, wide: list[np.ndarray], allowed) -> np.ndarray | None:
+def _held(got: np.ndarray, wide: list[np.ndarray], allowed, bad: np.ndarray) -> np.ndarray | None:
     """Per element, the ranks whose contributions it holds as a bit mask (-1: no set of ranks'
-    elements at that index sums to it). int32 witnesses tell it from their low byte; a float sum
-    is matched against the sums of every set of ranks, within the tolerance."""
+    elements at that index sums to it); a right element holds every rank's. int32 witnesses tell it
+    from their low byte; a wrong float element is the set of ranks whose sum is closest to it,
+    within the tolerance (an element near 0 fits with and without its rank: the closest decides)."""
     ranks = len(wide)
     if got.dtype.kind in "iu":
         if wide[0].dtype.kind not in "iu" or ranks > WITNESS_BITS:
@@ -81,19 +82,25 @@ def _held(got: np.ndarray, wide: list[np.ndarray], allowed) -> np.ndarray | None
         masks = value & 0xFF
         sums = sum(np.where((masks >> r) & 1, wide[r], 0) for r in range(ranks))
         return np.where((masks >> ranks == 0) & (value == sums), masks, -1)
-    if (1 << ranks) * got.size > MAX_SUBSET_SUMS:
-        return None
-    bits = (np.arange(1 << ranks)[:, None] >> np.arange(ranks)) & 1  # subset x rank
-    sums = bits @ np.stack(wide)                                     # subset x element
-    with np.errstate(invalid="ignore"):
-        match = np.abs(sums - got.astype(np.float64)) <= allowed
-    return np.where(match.any(axis=0), np.argmax(match, axis=0), -1)
+    held = np.full(got.size, (1 << ranks) - 1)
+    bits = ((np.arange(1 << ranks)[:, None] >> np.arange(ranks)) & 1).astype(np.float64)  # subset x rank
+    wrong = np.flatnonzero(bad)
+    step = max(1, MAX_SUBSET_SUMS >> ranks)
+    for start in range(0, wrong.size, step):
+        at = wrong[start:start + step]
+        sums = bits @ np.stack([w[at] for w in wide])                                      # subset x element
+        with np.errstate(invalid="ignore"):
+            off = np.abs(sums - got[at].astype(np.float64))
+        closest = np.argmin(np.where(np.isnan(off), np.inf, off), axis=0)
+        fits = off[closest, np.arange(at.size)] <= (allowed[at] if np.ndim(allowed) else allowed)
+        held[at] = np.where(fits, closest, -1)
+    return held
 
 
-def _contributions(got: np.ndarray, wide: list[np.ndarray], allowed, i: int) -> str:
+def _contributions(got: np.ndarray, wide: list[np.ndarray], allowed, bad: np.ndarray, i: int) -> str:
     """Whose contributions the first wrong element holds, and, when the buffer falls into a few
     runs of indices holding the same ranks' (a ring's chunks), each run's."""
-    held = _held(got, wide, allowed)
+    held = _held(got, wide, allowed, bad)
     if held is None:
         return ""
     ranks = len(wide)
