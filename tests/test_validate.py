@@ -121,6 +121,26 @@ def test_every_deviation_is_a_named_problem(tmp_path):
     assert "the tests grade stages [1, 2], course.toml declares [1]" in problems
 
 
+def test_a_known_wrong_submissions_feedback_must_say_what_its_expected_json_says(tmp_path):
+    """`says`: phrases a failing test's feedback must hold (a note naming the bug), checked by the
+    same grading; a phrase it does not say is a problem naming the test and what it said."""
+    from grader.errors import CourseError
+
+    course = make_course(tmp_path, {"bad_triple": (WRONG_TRIPLE, ["toy::triple"])})
+    spec = tmp_path / "tests" / "submissions" / "bad_triple" / "expected.json"
+    spec.write_text(json.dumps({"failing": ["toy::triple"], "says": {"toy::triple": ["16", "12"]}}))
+    v = validate(course, backend="gpu")
+    assert v.ok, v.problems
+    spec.write_text(json.dumps({"failing": ["toy::triple"], "says": {"toy::triple": ["12", "times four"]}}))
+    v = validate(course, backend="gpu")
+    assert [p.split(": ", 2)[:2] for p in v.problems] == [["bad_triple", "toy::triple's feedback does not say "
+                                                            "'times four'"]], v.problems
+    for says in ({"toy::double[1]": ["x"]}, {"toy::triple": "12"}, {"toy::triple": []}):
+        spec.write_text(json.dumps({"failing": ["toy::triple"], "says": says}))
+        with pytest.raises(CourseError, match="'says'"):
+            validate(course, backend="gpu")
+
+
 def test_cli_validate_exits_non_zero_on_problems(tmp_path):
     course = make_course(tmp_path, {"bad_triple": (WRONG_TRIPLE, [])})
     done = subprocess.run([sys.executable, "-m", "grader", "validate", "--course", str(course.root), "--backend", "sim"],

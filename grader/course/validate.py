@@ -45,6 +45,8 @@ class KnownWrong:
     folder: Path | None = None
     # tests that must fail with partial credit (a slower kernel): name -> (lowest, highest) fraction
     partial: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # what the feedback of a failing test must say: name -> the phrases its output must hold
+    says: dict[str, list[str]] = field(default_factory=dict)
     results: Results | None = None
 
     def materialize(self, course: Course, dest: Path) -> Path:
@@ -111,8 +113,12 @@ def load_known_wrong(course: Course) -> list[KnownWrong]:
             data = json.loads(spec.read_text())
             failing, mutations = data["failing"], data.get("mutations", [])
             partial = {str(k): (float(v[0]), float(v[1])) for k, v in data.get("partial", {}).items()}
-            if not set(partial) <= set(failing):
-                raise TypeError("every test in 'partial' must be in 'failing' too")
+            says = data.get("says", {})
+            if not isinstance(says, dict) or not all(
+                    isinstance(v, list) and v and all(isinstance(p, str) and p for p in v) for v in says.values()):
+                raise TypeError("'says' must map test names to lists of phrases their feedback holds")
+            if not set(partial) | set(says) <= set(failing):
+                raise TypeError("every test in 'partial' and 'says' must be in 'failing' too")
             if not isinstance(failing, list) or not all(isinstance(n, str) for n in failing):
                 raise TypeError("'failing' must be a list of test names")
             if not isinstance(mutations, list) or not all(
@@ -122,7 +128,7 @@ def load_known_wrong(course: Course) -> list[KnownWrong]:
         except (ValueError, KeyError, TypeError) as exc:
             raise CourseError(f"{spec}: {exc}") from None
         found.append(KnownWrong(spec.parent.name, str(data.get("why", "")), set(failing), mutations, spec.parent,
-                                partial=partial))
+                                partial=partial, says={str(k): list(v) for k, v in says.items()}))
     return found
 
 
@@ -211,6 +217,10 @@ def validate(course: Course | None = None, *, backend: str = "sim", seed: str = 
                 why = first_line(t.output)
                 v.problems.append(f"{kw.name}: {t.name} earned {credit:.0%} of its points, expected "
                                   f"{low:.0%}" + (f" to {high:.0%}" if high != low else "") + (f": {why}" if why else ""))
+            unsaid = [phrase for phrase in kw.says.get(t.name, []) if phrase not in (t.output or "")]
+            if unsaid:
+                v.problems.append(f"{kw.name}: {t.name}'s feedback does not say {unsaid[0]!r}: "
+                                  f"{first_line(t.output) or '(no output)'}")
     try:
         v.problems += _check_manifest(course, v.reference)
     except CourseError as exc:

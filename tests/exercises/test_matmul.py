@@ -8,7 +8,7 @@ the same input (criteria in course.toml) and count only when the stage's correct
 import numpy as np
 import pytest
 
-from grader.judge.correctness import expect_close
+from grader.judge.correctness import WrongAnswer, expect_close
 from grader.judge import Returns, require_kernel_launch
 from grader.judge.perf import expect_gpu_speed, expect_performance
 
@@ -31,7 +31,45 @@ def _expect_product(got, A, B, what):
     expected = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
     # float32 GEMM: rounding grows with K and with the magnitude of the terms, not of the sum
     scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
-    expect_close(got, expected, rtol=1e-5, atol=1e-5 * scale + 1e-6, what=f"{what} with A {A.shape}, B {B.shape}")
+    try:
+        expect_close(got, expected, rtol=1e-5, atol=1e-5 * scale + 1e-6, what=f"{what} with A {A.shape}, B {B.shape}")
+    except WrongAnswer as wrong:
+        note = _part_of_k(got, A, B, scale) if "elements wrong" in str(wrong) else ""
+        if not note:
+            raise
+        raise WrongAnswer(str(wrong) + note, wrong.wrong, wrong.right_prefix, wrong.right_corner) from None
+
+
+PARTIAL_SUMS_MAX = 1 << 22  # (M x K x N partial sums: the small shapes only, never a GPU's timed ones)
+
+
+def _part_of_k(got, A, B, scale) -> str:
+    """What a product wrong everywhere is, when it is the sum over only the first or the last k of
+    the inner dimension: a tile loop that stops short (the tile count rounded down), or
+    accumulators set to zero inside the tile loop (only the last tile's products are left)."""
+    (M, K), N = A.shape, B.shape[1]
+    if K < 2 or M * K * N > PARTIAL_SUMS_MAX or not isinstance(got, np.ndarray) or got.shape != (M, N):
+        return ""
+    # prefix[:, k, :]: the sum of the products of inner indices 0..k
+    prefix = np.cumsum(A.astype(np.float64)[:, :, None] * B.astype(np.float64)[None, :, :], axis=1)
+    total = prefix[:, -1, :]
+    value = got.astype(np.float64)
+
+    def fits(candidate) -> bool:
+        return bool(np.all(np.abs(value - candidate) <= 1e-5 * np.abs(candidate) + 1e-5 * scale + 1e-6))
+
+    for k in range(K - 1, 0, -1):
+        if fits(prefix[:, k - 1, :]):
+            last = "last" if K - k == 1 else f"last {K - k}"
+            return (f"; that is exactly A[:, :{k}] @ B[:{k}, :]: the products of the {last} of the {K} "
+                    f"columns of A never reach C: does the tile loop stop short of K? (round the number of "
+                    f"tiles up: (K + TILE - 1) // TILE; the last tile is partly past K, loaded as zeros)")
+    for k in range(1, K):
+        if fits(total - prefix[:, k - 1, :]):
+            return (f"; that is exactly A[:, {k}:] @ B[{k}:, :], the last tile's products only: the earlier "
+                    f"tiles' sums are lost: are the accumulators set to 0 inside the tile loop? (set them once, "
+                    f"before it)")
+    return ""
 
 
 def _check(student, backend, rng, function, shape):

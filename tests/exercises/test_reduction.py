@@ -82,9 +82,10 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
 
 def _pattern(*sums: tuple[float, np.ndarray]) -> str:
     """What wrong sums (value, x) are exactly, as a note ("" when nothing fits): a part of x, else
-    elements counted again, else a multiple of the right sum, else (integers) the right sum rounded.
+    elements counted again, else every lane's partial sum added, else a multiple of the right sum,
+    else (integers) the right sum rounded.
     Integer sums are matched exactly, as the int32 result holds them: modulo 2^32, as a GPU wraps."""
-    return next((note for fits in (_part, _counted_again, _multiple, _rounded)
+    return next((note for fits in (_part, _counted_again, _every_lane, _multiple, _rounded)
                  if (note := _closest(fits, sums))), "")
 
 
@@ -161,12 +162,39 @@ def _counted_again(value: float, x: np.ndarray) -> dict[str, float]:
                                    for v in (x64, np.abs(x64).astype(np.float64), np.ones(n)))
         allowed = np.array([reduction_rtol(int(t)) for t in terms]) * magnitudes + 1e-6
         off = _misfit(value, sums, allowed, x)
-        for i in np.flatnonzero(off <= 1):
+        # a candidate that cannot be told from g times the sum (a few small blocks over a large x) is
+        # left to `_multiple`, which names g x the sum: the simpler bug
+        plain = _misfit(g * x64.sum(), sums, allowed, x) <= 1
+        for i in np.flatnonzero((off <= 1) & ~plain):
             times = f"k // {b} + 1" if g[i] >= chunks else f"min(k // {b} + 1, {g[i]})"
             fits[f"; that is exactly the sum with element k counted {times} times: each block adds every "
                  f"element from its own start on, stepping by the block's size {b} (a grid-stride loop "
                  f"steps by the whole grid: cuda.gridsize(1))"] = float(off[i])
     return fits
+
+
+def _shuffle_down_weights() -> np.ndarray:
+    """How many times each lane's value is in the sum of all 32 lanes after a shfl_down_sync tree
+    (offsets 16, 8, 4, 2, 1): lane l gains lane l + offset's value, and a lane whose source is past
+    the warp gets its own (CUDA's shfl_down returns the caller's value there)."""
+    lanes = np.arange(32)
+    held = np.eye(32, dtype=np.int64)  # held[l]: lane l's value as counts of each lane's input
+    for offset in (16, 8, 4, 2, 1):
+        held = held + held[np.where(lanes + offset < 32, lanes + offset, lanes)]
+    return held.sum(axis=0)
+
+
+def _every_lane(value: float, x: np.ndarray) -> dict[str, float]:
+    """A shuffle reduction whose every lane adds its value to the total, not lane 0 only: element k
+    counted as often as lane k % 32's value reaches the lanes' values."""
+    weights = _shuffle_down_weights()[np.arange(x.size) % 32]
+    x64 = _exact(x)
+    allowed = reduction_rtol(int(weights.sum())) * float(np.abs(x64).astype(np.float64) @ weights) + 1e-6
+    off = float(_misfit(value, x64 @ weights.astype(x64.dtype), allowed, x))
+    if x.size < 2 or off > 1:
+        return {}
+    return {"; that is exactly the total when every lane adds what it holds after the shuffles: only lane 0 "
+            "holds the warp's sum (add it under `if cuda.laneid == 0:`)": off}
 
 
 def _count_weighted(chunk: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -175,6 +203,15 @@ def _count_weighted(chunk: np.ndarray, g: np.ndarray) -> np.ndarray:
     below = np.concatenate((zero, np.cumsum(chunk * np.arange(1, chunk.size + 1))))   # sum_{j < g} (j+1) c_j
     above = np.concatenate((np.cumsum(chunk[::-1])[::-1], zero))                        # sum_{j >= g} c_j
     return below[g] + g * above[g]
+
+
+_MORE_THAN_ONCE = (": values are added more than once (a shuffle offset or stride of a whole warp or block adds a "
+                   "lane's own value, or a step that is not halved)")
+# a sum added once by every lane of a warp, or by every warp of a block of 256 threads
+_TIMES = {32: ", once for each lane of a warp: does every lane add the warp's sum to the total, where only lane 0 "
+              "should (`if cuda.laneid == 0:`)? Else" + _MORE_THAN_ONCE[1:],
+          8: ", once for each of the 8 warps of a block of 256 threads: does every warp add the block's sum, "
+             "where only warp 0 should? Else" + _MORE_THAN_ONCE[1:]}
 
 
 def _multiple(value: float, x: np.ndarray) -> dict[str, float]:
@@ -191,8 +228,7 @@ def _multiple(value: float, x: np.ndarray) -> dict[str, float]:
         else:  # within 1% of it
             more, fewer = abs(value / expected - k) / (0.01 * k), abs(value / expected - 1 / k) / (0.01 / k)
         if more <= 1:
-            fits[f"; that is {k}x the right sum: values are added more than once (a shuffle offset or stride "
-                 f"of a whole warp or block adds a lane's own value, or a step that is not halved)"] = float(more)
+            fits[f"; that is {k}x the right sum{_TIMES.get(k, _MORE_THAN_ONCE)}"] = float(more)
         if fewer <= 1:
             fits[f"; that is 1/{k} of the right sum: some partial sums are never added (a missed block, lane "
                  f"or step)"] = float(fewer)
