@@ -45,6 +45,28 @@ def test_a_conflicted_load_is_named_beside_the_worse_store_and_a_clean_one_is_no
     assert [(line, kind) for _, line, kind, _ in clean] == [(30, "store")]
 
 
+def test_shared_float64_words_are_two_passes_at_best_and_named_as_wide_words_not_bank_conflicts():
+    """A float64 tile: a warp's 32 consecutive words are 256 bytes, two passes of 128 with no bank
+    conflict. Named as what it is (8-byte words; float32 takes one pass), and a float64 line with
+    more passes than two is a bank conflict against two."""
+    def line(n, kind, cost, size):
+        return {"line": n, "space": "shared", "kind": kind, "requests": 32, "wavefronts": 32 * cost,
+                "sample": {"itemsize": size}}
+
+    tile = {"kernel": "k", "counters": {}, "lines": [line(24, "store", 2, 8), line(34, "load", 1.5, 8)]}
+    notes = hotspots([tile], ["wavefronts_per_shared_request"])
+    assert [(n, kind) for _, n, kind, _ in notes] == [(24, "store"), (34, "load")], notes
+    assert notes[0][3] == ("8-byte words in shared memory at line 24 of kernel 'k' (store): 2.0 wavefronts per "
+                           "request, no bank conflict: a warp's 32 of them are 256 bytes, and a pass serves 128 (32 "
+                           "banks of 4 bytes); 32 float32 take 1. Do the shared arrays need 8 bytes an element? "
+                           "(cuda.shared.array(shape, float32))")
+    conflicted = {"kernel": "k", "counters": {}, "lines": [line(24, "store", 16, 8), line(34, "load", 2, 8)]}
+    (_, n, kind, note), (_, *wide) = hotspots([conflicted], ["wavefronts_per_shared_request"])
+    assert (n, kind) == (24, "store") and note.startswith("bank-conflicted access at line 24") \
+        and note.endswith("16.0 wavefronts per request (2 without bank conflicts for 8-byte words)"), note
+    assert wide[:2] == [34, "load"] and wide[2].startswith("8-byte words in shared memory at line 34"), wide
+
+
 def test_a_missed_criterion_says_where():
     criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
     stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))

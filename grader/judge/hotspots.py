@@ -73,15 +73,20 @@ def _per_line(launches: list[dict], keep, value) -> dict[tuple[int, str], float]
 def _costliest(launches: list[dict], space: str) -> list[tuple]:
     unit = "sectors" if space == "global" else "wavefronts"
     worst: dict[str, tuple] = {}  # kind -> (cost, line, kind, kernel, sample)
+    wide: dict[str, tuple] = {}   # the same, of shared lines of 8-byte words at their ideal (2 passes)
     for launch in launches:
         for entry in launch.get("lines") or []:
             kind = entry.get("kind", "")
             if entry.get("space") == space and kind != "atomic" and entry.get("requests"):
                 cost = entry.get(unit, 0) / entry["requests"]
                 sample = entry.get("sample")
-                # a line at the ideal is no culprit, however it weighs in an average criterion
+                found = (cost, entry["line"], kind, launch.get("kernel", "?"), sample)
+                # a line at the ideal is no culprit, however it weighs in an average criterion ...
                 if cost > _ideal_cost(space, sample) + 1e-9 and (kind not in worst or cost > worst[kind][0]):
-                    worst[kind] = (cost, entry["line"], kind, launch.get("kernel", "?"), sample)
+                    worst[kind] = found
+                # ... but one of 8-byte shared words costs twice float32's, however it is laid out
+                elif space == "shared" and cost > 1 + 1e-9 and (kind not in wide or cost > wide[kind][0]):
+                    wide[kind] = found
     ranked = sorted(worst.values(), key=lambda w: -w[0])
     what = "uncoalesced access" if space == "global" else "bank-conflicted access"
     notes = []
@@ -91,6 +96,16 @@ def _costliest(launches: list[dict], space: str) -> list[tuple]:
                           "per_request": round(cost, 2)})
         notes.append((space, line, kind, f"{what} at line {line} of kernel {kernel!r} ({kind}): "
                       f"{cost:.1f} {unit} per request ({_ideal_text(space, sample, kind)})"))
+    said = False
+    for cost, line, kind, kernel, sample in sorted((w for k, w in wide.items() if k not in worst), key=lambda w: -w[0]):
+        size = _itemsize(sample)
+        why = "the same" if said else (
+            f"no bank conflict: a warp's 32 of them are {32 * size} bytes, and a pass serves 128 (32 banks of 4 "
+            f"bytes); 32 float32 take 1. Do the shared arrays need {size} bytes an element? "
+            f"(cuda.shared.array(shape, float32))")
+        notes.append((space, line, kind, f"{size}-byte words in shared memory at line {line} of kernel {kernel!r} "
+                      f"({kind}): {cost:.1f} {unit} per request, {why}"))
+        said = True
     return notes
 
 
@@ -100,13 +115,18 @@ def _itemsize(sample) -> int:
 
 def _ideal_cost(space: str, sample) -> float:
     """The fewest units a full warp's request of the line's element size takes: one 32-byte
-    sector per 8 lanes of float32 (4), of float64 (8); one wavefront in shared memory."""
-    return max(1.0, float(_itemsize(sample))) if space == "global" else _IDEAL_COST[space]
+    sector per 8 lanes of float32 (4), of float64 (8); in shared memory one wavefront per 128
+    bytes (32 float32: 1; 32 float64: 2)."""
+    if space == "global":
+        return max(1.0, float(_itemsize(sample)))
+    return max(_IDEAL_COST[space], 32 * _itemsize(sample) / 128)
 
 
 def _ideal_text(space: str, sample, kind: str) -> str:
     size, accessing = _itemsize(sample), _ACCESSING.get(kind, "accessing")
-    if space != "global" or size == 4:
+    if space == "shared":
+        return _IDEAL[space] if size <= 4 else f"{_ideal_cost(space, sample):g} without bank conflicts for {size}-byte words"
+    if size == 4:
         return _IDEAL[space].format(accessing=accessing)
     return f"{max(1, size)} for a warp {accessing} consecutive {size}-byte elements"
 
