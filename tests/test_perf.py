@@ -276,6 +276,29 @@ def test_float64_in_the_loops_is_named_as_what_makes_a_kernel_issue_bound():
     assert ratio == pytest.approx(1.0) and "float64" not in sentence
 
 
+def test_an_issue_bound_kernel_whose_requests_have_few_active_lanes_is_told_its_threads_sit_out():
+    """A tree whose working threads are spread over every warp (t % (2 * s) == 0): every warp issues
+    every step for a few lanes. Its requests' active lanes against the reference's say so, before the
+    instruction count's guess at unrolling."""
+    from grader.judge.perf import modelled_speed
+
+    def tree(requests):
+        return {"kernel": "k", "grid": [64, 1, 1], "block": [256, 1, 1], "shared_bytes": 1024, "lines": [],
+                "counters": {"global_load_sectors": 2048, "global_store_sectors": 8, "shared_loads": 510 * 64,
+                             "shared_stores": 511 * 64, "shared_requests": requests * 64, "global_loads": 256 * 64,
+                             "global_stores": 64, "global_load_requests": 8 * 64, "global_store_requests": 64,
+                             "loop_warp_instructions": 2000 * requests * 64, "load_round_trips": 8 * 64,
+                             "loop_fp64_instructions": 0, "loop_fp64_conversions": 0}}
+
+    stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
+    ratio, sentence = modelled_speed(stage, [tree(149)], [tree(44)])
+    assert ratio > 1.2 and "for threads that mostly sit out: 8.1 of a warp's 32 lanes take part in a memory " \
+        "request on average, the reference's 24.1" in sentence, sentence
+    assert "did not unroll" not in sentence
+    _, sentence = modelled_speed(stage, [tree(60)], [tree(44)])  # (fewer lanes, not a fraction of them)
+    assert "sit out" not in sentence and "did not unroll" in sentence, sentence
+
+
 def test_an_occupancy_lost_to_small_blocks_is_told_as_such_not_as_registers():
     """Blocks of 32 threads: an SM holds at most 32 blocks, so half its warps; the feedback names the
     blocks, not the few registers the kernel uses."""

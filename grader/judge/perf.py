@@ -194,6 +194,9 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         theirs = _loop_instructions(reference_launches)
         if theirs:
             _last_timing["loop_instructions_ratio"] = round(_loop_instructions(student_launches) / theirs, 2)
+        lanes, their_lanes = _lanes_per_request(student_launches), _lanes_per_request(reference_launches)
+        if lanes and their_lanes and lanes < DIVERGED * their_lanes:
+            _last_timing.update(lanes_per_request=round(lanes, 1), reference_lanes_per_request=round(their_lanes, 1))
         fp64 = _fp64_instructions(student_launches)
         if fp64 > 2 * _fp64_instructions(reference_launches):
             _last_timing["fp64_share"] = round(fp64 / max(1.0, _loop_instructions(student_launches)), 3)
@@ -205,6 +208,19 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
+
+
+# a kernel whose memory requests have this fraction of the reference's active lanes, or fewer, issues
+# for threads that mostly sit out: the feedback says so before the instruction count
+DIVERGED = 0.6
+
+
+def _lanes_per_request(launches: list[dict]) -> float:
+    """Active lanes per warp memory request, global and shared together (0 without requests): 32
+    where whole warps work, a few where the working threads are spread over many warps."""
+    lanes = sum(_counted(launches, c) for c in ("global_loads", "global_stores", "shared_loads", "shared_stores"))
+    requests = sum(_counted(launches, c) for c in ("global_load_requests", "global_store_requests", "shared_requests"))
+    return lanes / requests if requests else 0.0
 
 
 def _loop_instructions(launches: list[dict]) -> float:
@@ -239,6 +255,12 @@ def _why_bound(t: dict) -> str:
                 f"fraction of its float32 rate; a float literal such as 0.0 is a float64 to numba, and so is all it "
                 f"touches: start accumulators from float32(0.0) and write constants as float32(...))")
     ratio = t.get("loop_instructions_ratio")
+    if ratio and t.get("lanes_per_request"):
+        return (f" (its loops issue {ratio:.1f}x the reference's instructions, for threads that mostly sit out: "
+                f"{t['lanes_per_request']:g} of a warp's 32 lanes take part in a memory request on average, the "
+                f"reference's {t['reference_lanes_per_request']:g}. A warp issues every step any of its threads "
+                f"takes: where the threads that work in a step are spread over every warp (each 2s-th thread, say), "
+                f"every warp issues it; gathered in the first threads, the other warps skip it)")
     if ratio:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
                 f"the compiler did not unroll, or more work a step)")
