@@ -171,8 +171,13 @@ def test_a_slow_verdict_names_the_work_done_most_more_than_the_references():
     ref = {"global_loads": 100, "global_load_sectors": 50, "atomics": 0, "threads_launched": 256}
     got = {"global_loads": 3200, "global_load_sectors": 1000, "atomics": 7, "threads_launched": 256}
     assert heaviest(got, ref) == ("; its kernels load 32.0x the reference's elements from global memory "
-                                  "(3,200 against 100)")
+                                  "(3,200 against 100): more than any access pattern adds (an uncoalesced float32 "
+                                  "load reads at most 8x its sectors), so the same elements are read by many "
+                                  "threads: do several blocks, or every thread, loop over the same elements?")
     assert heaviest({**ref, "global_loads": 140}, ref) == ""  # under 1.5x, and atomics the reference has none of
+    # 8x or less may be the layout (a strided load's sectors): not called re-reading
+    assert heaviest({**ref, "global_load_sectors": 400}, ref) == (
+        "; its kernels read 8.0x the reference's global memory sectors (400 against 50)")
 
 
 def test_a_criterion_per_warp_divides_both_sides_by_the_warps_launched():

@@ -356,8 +356,17 @@ def heaviest(got: dict, ref: dict, launches: list[dict] = ()) -> str:
     top = busiest_lines(launches, *lines) if lines else []
     at = ", by line: " + ", ".join(f"line {line} of kernel {kernel!r} ({share:.0%})" for line, kernel, share in top) \
         if top else ""
+    again = (f": more than any access pattern adds (an uncoalesced float32 load reads at most "
+             f"{REREAD:g}x its sectors), so the same elements are read by many threads: do several blocks, or "
+             f"every thread, loop over the same elements?") \
+        if counter in ("global_load_sectors", "global_loads") and ratio > REREAD else ""
     return (f"; its kernels {words.format(r=f'{ratio:.1f}x')} "
-            f"({got[counter]:,.0f} against {ref[counter]:,.0f}){at}")
+            f"({got[counter]:,.0f} against {ref[counter]:,.0f}){at}{again}")
+
+
+# 32 sectors for a warp's 32 scattered float32 against 4 coalesced: past this many times the
+# reference's global reads, elements are read again, not read badly
+REREAD = 8.0
 
 
 # A kernel cannot move its minimal traffic faster than the GPU's copy engine moves the same bytes
