@@ -65,7 +65,7 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
     if got.dtype != expected.dtype:
         raise WrongAnswer(f"{what}: dtype {got.dtype}, expected {expected.dtype}")
     if got.size and np.any(expected != 0) and not np.any(got != 0):
-        raise WrongAnswer(f"{what}: all zeros (was it ever written?)")
+        raise WrongAnswer(f"{what}: all zeros (never written, or only zeros written: a loop that never ran?)")
     if got.dtype.kind in "iub":
         bad = got != expected
     elif got.dtype.kind == "f" and got.size > CHUNK:  # (a GPU timing's answers: 2^24 elements a call)
