@@ -76,8 +76,13 @@ def test_at_two_ranks_only_the_message_count_tells_naive_from_ring(solution):
     naive, _ = _recorded(solution.allreduce_naive, 2, 1003)
     traffic = Traffic.of(naive, 2)
     expect_ring_traffic(traffic, 1003, 4)  # the same links and bytes
-    with pytest.raises(PerformanceShortfall, match="1 message"):
+    with pytest.raises(PerformanceShortfall, match="1 message") as found:
         expect_ring_traffic(traffic, 1003, 4, messages_per_link=2)
+    # what every link does wrong is said once, for every link, not once a link
+    assert str(found.value).startswith("not a ring's traffic: every link of the ring: 1 message(s); the ring sends "
+                                       "exactly 2 (N - 1) = 2 over each link (one chunk per step)\n\n  - every "
+                                       "link of the ring: 1 message(s)"), str(found.value)
+    assert str(found.value).count("message(s)") == 2, str(found.value)
 
 
 def test_int32_witnesses_name_the_missing_ranks():

@@ -271,20 +271,28 @@ def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_li
             if moved > bound:
                 problems.append(f"rank {r} {what} {moved:,} bytes; in a ring each rank {what} at most {bound:,}")
     if n >= count:
+        wrong: dict[str, list[str]] = {}  # what a ring link does wrong -> the links doing it (said once)
         for key in sorted(ring):
-            link = traffic.links.get(key, Link())
+            link, name = traffic.links.get(key, Link()), f"{key[0]} -> {key[1]}"
             if messages_per_link is not None and link.messages != messages_per_link:
-                problems.append(f"link {key[0]} -> {key[1]} carries {link.messages} message(s); the ring sends "
-                                f"exactly 2 (N - 1) = {messages_per_link} over each link (one chunk per step)")
+                wrong.setdefault(f"{link.messages} message(s); the ring sends exactly 2 (N - 1) = "
+                                 f"{messages_per_link} over each link (one chunk per step)", []).append(name)
             if min_messages_per_link is not None and link.messages < min_messages_per_link:
-                problems.append(f"link {key[0]} -> {key[1]} carries {link.messages} message(s); pipelined, it "
-                                f"carries at least {min_messages_per_link} (every chunk in pieces)")
+                wrong.setdefault(f"{link.messages} message(s); pipelined, a link carries at least "
+                                 f"{min_messages_per_link} (every chunk in pieces)", []).append(name)
             if largest_elements is not None and link.largest > largest_elements * itemsize:
-                problems.append(f"link {key[0]} -> {key[1]}: a message of {link.largest // itemsize:,} elements; "
-                                f"pipelined, no piece is larger than {largest_elements:,}")
+                wrong.setdefault(f"a message of {link.largest // itemsize:,} elements; pipelined, no piece is "
+                                 f"larger than {largest_elements:,}", []).append(name)
+        problems += [f"{_links(links, count)}: {what}" for what, links in wrong.items()]
     if problems:
         raise PerformanceShortfall("not a ring's traffic: " + problems[0] + "\n\n" + "\n".join(
             f"  - {p}" for p in problems) + f"\n\n{traffic.table()}")
+
+
+def _links(names: list[str], count: int) -> str:
+    if len(names) == count:
+        return "every link of the ring"
+    return ("link " if len(names) == 1 else "links ") + ", ".join(names)
 
 
 def _device_report(proof, what: str) -> None:
