@@ -102,6 +102,23 @@ def test_a_sum_of_partial_sums_the_host_copied_back_says_the_last_step_ran_on_th
         verify(report, [x], np.float32(x.astype(np.float64).sum() + 1))  # nothing it is the sum of
 
 
+def test_an_answer_copied_back_from_memory_no_kernel_wrote_says_so_not_that_the_host_computed_it():
+    """A bounds guard that leaves every thread out (`i < n - 1` at n = 1): the answer is the fresh
+    device array, copied back untouched. Not a host computation: the note asks about the guard."""
+    from grader.judge.correctness import WrongAnswer
+    from grader.judge.dataflow import verify
+    from grader.wire import DeviceReport
+
+    x = np.random.default_rng(4).standard_normal(1).astype(np.float32)
+    fresh = np.full(1, np.nan, np.float32)
+    upload = Transfer(digest(x), x.nbytes, head=x.copy(), id=1, shape=x.shape)
+    download = Transfer(digest(fresh), fresh.nbytes, kernel_written=False, head=fresh.copy(), shape=fresh.shape)
+    report = DeviceReport(1, [], [], [upload], [download])
+    with pytest.raises(WrongAnswer, match=r"copied back from GPU memory no kernel of this call wrote to \(did every "
+                                          r"thread skip its store"):
+        verify(report, [x], fresh.copy())
+
+
 def test_column_panels_of_a_matrix_in_copies_of_their_own_tile_it():
     from grader.judge.dataflow import _tiles, _tiling
 

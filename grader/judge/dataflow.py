@@ -178,6 +178,9 @@ def _answer(report: DeviceReport, value: Any, key: str | None, made: set[str], c
         return []
     if not found:
         _summed_on_the_host(value, written)
+        if key is not None and any(t.digest == key and not t.kernel_written for t in report.downloads):
+            raise WrongAnswer("the answer was copied back from GPU memory no kernel of this call wrote to (did "
+                              "every thread skip its store: a bounds guard or a grid that leaves them all out?)")
         raise WrongAnswer("the answer was not copied back from GPU memory written by a kernel of this call "
                           "(was it computed on the host?)")
     reasons = [_host_made(copied, host_made, np.shape(value)) for copied in found]

@@ -62,8 +62,9 @@ def _part_of_k(got, A, B, scale) -> str:
         if fits(prefix[:, k - 1, :]):
             last = "last" if K - k == 1 else f"last {K - k}"
             return (f"; that is exactly A[:, :{k}] @ B[:{k}, :]: the products of the {last} of the {K} "
-                    f"columns of A never reach C: does the tile loop stop short of K? (round the number of "
-                    f"tiles up: (K + TILE - 1) // TILE; the last tile is partly past K, loaded as zeros)")
+                    f"columns of A never reach C: does the loop over k stop short of K = A.shape[1]? (a tile loop "
+                    f"rounds the number of tiles up, (K + TILE - 1) // TILE, and loads the last tile's part past "
+                    f"K as zeros)")
     for k in range(1, K):
         if fits(total - prefix[:, k - 1, :]):
             return (f"; that is exactly A[:, {k}:] @ B[{k}:, :], the last tile's products only: the earlier "

@@ -192,6 +192,24 @@ def uses_device_generator(a):
         a[i] += v
 
 
+SIDE = 16
+PADDED_SIDE = SIDE + 1
+
+
+@cuda.jit
+def shared_of_padded_side(a):
+    s = cuda.shared.array((SIDE, SIDE + 1), float32)  # <-- padded
+    s[0, 0] = a[0]
+    a[0] = s[0, 0]
+
+
+@cuda.jit
+def shared_of_padded_constant(a):
+    s = cuda.shared.array((SIDE, PADDED_SIDE), float32)
+    s[0, 0] = a[0]
+    a[0] = s[0, 0]
+
+
 @cuda.jit
 def shared_of_argument_size(a, n):
     s = cuda.shared.array(n, float32)  # <-- shape
@@ -358,6 +376,10 @@ def test_shared_array_shape_must_be_constant(cache_env, toolchain):
     r = compile_check(shared_of_argument_size, (float32[:], types.int64))
     assert r.failed and r.stage == "typing"
     assert r.lineno == _line_of("shape") and "compile-time constant" in r.message
+    # a padded tile, (SIDE, SIDE + 1): numba types SIDE + 1 as an int64, no constant; named at module level it is
+    r = compile_check(shared_of_padded_side, (float32[:],))
+    assert r.failed and r.lineno == _line_of("padded") and "name it at module level (PADDED = TILE + 1)" in r.message
+    assert compile_check(shared_of_padded_constant, (float32[:],)).ok
 
 
 def test_kernel_returning_a_value(cache_env, toolchain):

@@ -220,7 +220,8 @@ def _hint(text: str, py, summary: str) -> str | None:
         return "a kernel cannot return a value: write results into an output array"
     if re.search(r"Function\(<function (shared|local|const)\.array", summary):
         return ("the shape of cuda.shared.array / cuda.local.array must be a compile-time "
-                "constant (a literal or a module-level constant), not a variable or argument")
+                "constant (a literal or a module-level constant), not a variable or argument; an expression "
+                "such as TILE + 1 is not one either: name it at module level (PADDED = TILE + 1)")
     if m:
         name, kind = m.groups()
         obj = py.__globals__.get(name)
