@@ -211,3 +211,27 @@ def test_a_tolerance_per_element_holds_past_the_chunked_comparison():
     got[0, 0] += 0.5
     with pytest.raises(WrongAnswer, match=r"1 of 1048576 elements wrong; first at index \(0, 0\)"):
         expect_close(got, expected, atol=atol)
+
+
+def test_a_wrong_end_of_a_vector_is_told_from_the_calls_one_launch():
+    """Right elements as many as the launch's threads: the grid was rounded down. The launch reaches
+    every element and the end is still wrong: the bounds guard stops short (`i < n - 1`)."""
+    from grader.judge.correctness import short_grid
+
+    def wrong_end(n, right):
+        got = np.ones(n, np.float32)
+        got[right:] = np.nan
+        with pytest.raises(WrongAnswer) as found:
+            expect_close(got, np.ones(n, np.float32), what="out")
+        return found.value
+
+    def launch(blocks, threads):
+        return [{"grid": [blocks, 1, 1], "block": [threads, 1, 1]}]
+
+    rounded = short_grid(wrong_end(1000, 768), launch(3, 256))
+    assert "the launch's 3 blocks of 256 threads cover 768 elements" in str(rounded), str(rounded)
+    guard = short_grid(wrong_end(1000, 999), launch(4, 256))
+    assert "the launch's 4 blocks of 256 threads reach all 1000 elements, yet the last one is wrong: does a bounds " \
+           "guard or a loop's bound stop short of n?" in str(guard), str(guard)
+    assert "yet the last 2 are wrong" in str(short_grid(wrong_end(1000, 998), launch(4, 256)))
+    assert guard.size == 1000 and guard.right_prefix == 999

@@ -15,8 +15,9 @@ class WrongAnswer(AssertionError):
     matrix, where its wrong elements are (`wrong_mask`), for the feedback's picture."""
 
     def __init__(self, message: str, wrong: dict | None = None, right_prefix: int | None = None,
-                 right_corner: tuple[int, int] | None = None):
+                 right_corner: tuple[int, int] | None = None, size: int | None = None):
         super().__init__(message)
+        self.size = size  # the elements of a wrong vector (what its right prefix is out of)
         self.wrong = wrong
         # a vector whose wrong elements are exactly its end: how many from 0 are right; a matrix whose
         # right elements are exactly its first rows and columns: how many of each (what `short_grid`
@@ -90,7 +91,7 @@ def expect_close(got, expected: np.ndarray, *, rtol: float = 1e-5, atol: float =
         raise WrongAnswer(
             f"{what}: {int(np.count_nonzero(bad))} of {got.size} elements wrong; first at index {index}: "
             f"expected {_fmt(expected[first])}, got {_fmt(got[first])}{_where(bad, got, corner)}",
-            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad), corner,
+            wrong_mask(bad) if bad.ndim == 2 else None, _right_prefix(bad), corner, int(got.size),
         )
 
 
@@ -177,9 +178,15 @@ def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
         note = (f" (only the first {right} are right, as many as one block of {threads} threads computes: "
                 f"does every block compute the first block's elements? the global index is cuda.grid(1), "
                 f"blockIdx.x * blockDim.x + threadIdx.x)")
+    elif wrong.size and blocks * threads >= wrong.size and wrong.size - right < threads:  # (a few past a guard)
+        last = wrong.size - right
+        note = (f" (the launch's {blocks} block{'s' if blocks != 1 else ''} of {threads} threads reach all "
+                f"{wrong.size} elements, yet {f'the last {last} are' if last > 1 else 'the last one is'} wrong: "
+                f"does a bounds guard or a loop's bound stop short of n? `if i < n:`, n the array's size, keeps "
+                f"exactly the threads past the end out)")
     else:
         return wrong
-    return WrongAnswer(str(wrong).replace(STOPS_SHORT, note, 1), wrong.wrong, right)
+    return WrongAnswer(str(wrong).replace(STOPS_SHORT, note, 1), wrong.wrong, right, None, wrong.size)
 
 
 def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:

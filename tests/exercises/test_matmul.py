@@ -37,7 +37,7 @@ def _expect_product(got, A, B, what):
         note = _part_of_k(got, A, B, scale) if "elements wrong" in str(wrong) else ""
         if not note:
             raise
-        raise WrongAnswer(str(wrong) + note, wrong.wrong, wrong.right_prefix, wrong.right_corner) from None
+        raise WrongAnswer(str(wrong) + note, wrong.wrong, wrong.right_prefix, wrong.right_corner, wrong.size) from None
 
 
 PARTIAL_SUMS_MAX = 1 << 22  # (M x K x N partial sums: the small shapes only, never a GPU's timed ones)
