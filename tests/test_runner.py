@@ -397,3 +397,31 @@ def test_policy_violations_are_said_once_in_the_failure(make_student):
         s.call("f")
     text = failure_message(info.value)
     assert text.count("os") == 1 and text.count("socket") == 1 and "ex.py:2" in text and "ex.py:3" in text, text
+
+
+def test_the_process_sandboxs_probe_shows_the_system_folders_not_the_whole_root(monkeypatch):
+    """The probe once bound / recursively: every mount below it was remounted, and a container that
+    docker was making or removing meanwhile failed it (EINVAL on an overlay's merged folder), so a
+    batch beside a busy docker engine refused to start. It shows what the runners see instead."""
+    import subprocess
+
+    from grader.sandbox import bubblewrap
+
+    if bubblewrap.bwrap() is None:
+        pytest.skip("bubblewrap is not installed")
+    seen = []
+    real = subprocess.run
+
+    def run(argv, *args, **kwargs):
+        seen.append(list(argv))
+        return real(argv, *args, **kwargs)
+
+    bubblewrap.unavailable.cache_clear()
+    monkeypatch.setattr(bubblewrap.subprocess, "run", run)
+    try:
+        assert bubblewrap.unavailable() is None
+    finally:
+        bubblewrap.unavailable.cache_clear()
+    [probe] = seen
+    binds = [tuple(probe[i + 1:i + 3]) for i, a in enumerate(probe) if a == "--ro-bind"]
+    assert ("/", "/") not in binds and ("/usr", "/usr") in binds, probe

@@ -57,7 +57,10 @@ def unavailable() -> str | None:
     if exe is None:
         return ("the process sandbox needs bubblewrap: install it (Debian/Ubuntu: apt-get install "
                 "bubblewrap), or self-check with --sandbox none")
-    probe = [exe, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent"]
+    # the system folders the runners see, not the whole root: a recursive bind of / remounts every
+    # mount below it, and one a container is making or removing then fails it (EINVAL on a docker
+    # overlay's merged folder), which made the sandbox look unavailable while docker was busy
+    probe = [exe, *_system_folders(), "--unshare-pid", "--unshare-net", "--die-with-parent"]
     if not as_root():
         probe.insert(1, "--unshare-user")
     try:
@@ -89,6 +92,19 @@ def runtime_paths() -> list[str]:
     return [p for p in kept if not any(p != q and p.startswith(q + os.sep) for q in kept)]
 
 
+def _system_folders() -> list[str]:
+    """bubblewrap's arguments that show /usr read-only, and /bin, /lib ... as this system has them
+    (links into /usr where /usr is merged)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _MERGED_USR:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
 @dataclass
 class View:
     workspace: str                  # host folder shown read-only at /workspace
@@ -117,13 +133,7 @@ class View:
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--perms", "1777", "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(self.tmp_bytes), "--tmpfs", "/dev/shm"]
-        args += ["--ro-bind", "/usr", "/usr"]
-        for name in _MERGED_USR:
-            path = f"/{name}"
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
+        args += _system_folders()
         made: set[str] = set()
         for path in _LOADER_FILES:  # (an /etc bubblewrap made for them was 0700: the loader could not read its cache)
             if os.path.exists(path):
