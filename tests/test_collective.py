@@ -164,6 +164,25 @@ def test_the_pipelined_ring_overlaps_copies_and_adds_and_beats_the_synchronous_r
         expect_pipelined(_stage(), sync, mine)
 
 
+def test_a_ring_in_more_pieces_keeps_within_the_rings_bytes_and_is_told_it_is_host_bound(solution, monkeypatch):
+    """SLICES = 4, an honest choice: n = 1003 in 16 pieces makes chunks of up to 252 elements where
+    ceil(n / N) is 251, one element per piece past the ring's cut, which the traffic bound allows.
+    Modelled, its twice as many operations keep the GPUs waiting on the host: the verdict says so."""
+    monkeypatch.setattr(solution, "SLICES", 4)
+    four, _ = _recorded(solution.allreduce_pipelined, 4, 1003)
+    expect_ring_traffic(Traffic.of(four, 4), 1003, 4, min_messages_per_link=12, largest_elements=126)
+    monkeypatch.setattr(solution, "SLICES", 2)
+    big_two, _ = _recorded(solution.allreduce_pipelined, 4, 40009)
+    monkeypatch.setattr(solution, "SLICES", 4)
+    big_four, _ = _recorded(solution.allreduce_pipelined, 4, 40009)
+    mine, theirs = _timeline(big_four, 40009), _timeline(big_two, 40009)
+    assert mine.host_bound and len(mine.spans) > len(theirs.spans)
+    with pytest.raises(PartialCredit, match=r"host-bound: the host issues \d+ copies and kernels one after another, "
+                                            r"about 10 us each from Python, and the GPUs wait for it \(the reference "
+                                            r"issues \d+\): fewer, larger pieces"):
+        expect_pipelined(_stage(), mine, theirs)
+
+
 def test_a_slower_timeline_earns_partial_credit():
     from grader.perf_model.timeline import Span, Timeline
 

@@ -45,6 +45,17 @@ class Timeline:
     spans: list[Span]
     host_waits: int
     waits_between_copies: int  # host waits after the first GPU-to-GPU copy and before the last
+    issued_s: float = 0.0      # when the host had issued its last operation (`host_issue_us` each)
+
+    @property
+    def host_bound(self) -> bool:
+        """The GPUs mostly wait for the host: its last operation was issued within the last tenth
+        of the device work (one Python thread issues every rank's copies and kernels)."""
+        spans = self._device_spans()
+        if not spans:
+            return False
+        first, last = min(s.start_s for s in spans), max(s.end_s for s in spans)
+        return self.issued_s >= first + 0.9 * (last - first)
 
     def _device_spans(self) -> list[Span]:
         return [s for s in self.spans if s.kind == "kernel" or s.peer]
@@ -128,7 +139,7 @@ def schedule(ops: Iterable[dict], launches: list[dict], g: Gpu, scale: float = 1
                           op.get("src"), op.get("dst")))
     peers = [i for what, i in events if what == "peer"]
     between = sum(1 for what, i in events if what == "sync" and peers and peers[0] < i < peers[-1])
-    return Timeline(spans, waits, between)
+    return Timeline(spans, waits, between, host)
 
 
 def _union(spans: list[Span]) -> list[tuple[float, float]]:
