@@ -304,6 +304,26 @@ def test_an_issue_bound_kernel_whose_requests_have_few_active_lanes_is_told_its_
     assert "sit out" not in sentence and "did not unroll" in sentence, sentence
 
 
+def test_a_grid_stride_loop_on_a_grid_sized_to_the_data_is_modelled_as_the_data_sized_reference():
+    """SAXPY written as a grid-stride loop, launched on (n + 255) // 256 blocks: each thread loads
+    its two elements once, as the reference's threads do. Modelled as filling the GPU like the
+    reference (it was 3.75x the reference's time as a fixed grid of its test's few blocks); a
+    grid that makes its threads loop stays a fixed grid."""
+    from grader.judge.perf import modelled_speed
+
+    def saxpy(blocks, reads_grid_size, per_thread):
+        n = blocks * 256
+        return {"kernel": "saxpy", "grid": [blocks, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
+                "counters": {"global_load_sectors": 2 * n // 8, "global_store_sectors": n // 8,
+                             "reads_grid_size": reads_grid_size, "max_global_loads_per_thread": per_thread}}
+
+    stage = Stage("ex", 3, "t", "f", ("a", "b"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
+    ratio, _ = modelled_speed(stage, [saxpy(64, 1, 2)], [saxpy(64, 0, 2)])
+    assert ratio == pytest.approx(1.0)
+    ratio, _ = modelled_speed(stage, [saxpy(8, 1, 16)], [saxpy(64, 0, 2)])  # 8 blocks, 8 elements a thread
+    assert ratio > 1.5
+
+
 def test_an_occupancy_lost_to_small_blocks_is_told_as_such_not_as_registers():
     """Blocks of 32 threads: an SM holds at most 32 blocks, so half its warps; the feedback names the
     blocks, not the few registers the kernel uses."""

@@ -139,7 +139,8 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
     - the student's modelled with a fixed grid where the reference's grid is fixed (it reads its
       grid's size: a grid-stride stage, whose tests require a grid that does not depend on n):
       whether the student's kernel names `cuda.gridsize` is its spelling, not the judge's decision
-      (a stride from a module constant would otherwise be modelled as filling the GPU);
+      (a stride from a module constant would otherwise be modelled as filling the GPU); elsewhere,
+      a grid-stride kernel whose threads each did one iteration's loads is sized to the data;
     - registers (occupancy) on both sides or on neither: where one side's compile check did not
       report them (no toolchain, a recording without them), neither side's occupancy counts them;
       the counters read from the compiled code (loop instructions: the issue limit; DRAM round
@@ -147,12 +148,28 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
     if any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches):
         student_launches = [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
                             for launch in student_launches]
+    else:
+        student_launches = [_sized_to_the_data(launch, reference_launches) for launch in student_launches]
     both = [*student_launches, *reference_launches]
     if not all(perf_model.registers(launch) for launch in both):
         student_launches, reference_launches = _without_registers(student_launches), _without_registers(reference_launches)
     if not all(all(k in (launch.get("counters") or {}) for k in _FROM_THE_COMPILED_CODE) for launch in both):
         student_launches, reference_launches = _without_compiled(student_launches), _without_compiled(reference_launches)
     return student_launches, reference_launches
+
+
+def _sized_to_the_data(launch: dict, reference_launches: list[dict]) -> dict:
+    """A grid-stride loop (the kernel reads its grid's size) on a grid the host sized to the data,
+    in a stage whose reference sizes its grid to the data: each thread loads no more elements than
+    the reference's threads do, so one iteration each. Modelled as the reference is, filling the
+    GPU at full load, not as a fixed grid whose few blocks would loop (3.75x the reference's time
+    for an honest SAXPY written as a grid-stride loop)."""
+    counters = launch.get("counters") or {}
+    most = max((int((r.get("counters") or {}).get("max_global_loads_per_thread", 0)) for r in reference_launches),
+               default=0)
+    if not counters.get("reads_grid_size") or not most or int(counters.get("max_global_loads_per_thread", most + 1)) > most:
+        return launch
+    return {**launch, "counters": {**counters, "reads_grid_size": 0}}
 
 
 def _without_registers(launches: list[dict]) -> list[dict]:
