@@ -324,6 +324,24 @@ def test_a_grid_stride_loop_on_a_grid_sized_to_the_data_is_modelled_as_the_data_
     assert ratio > 1.5
 
 
+def test_a_memory_bound_kernel_on_too_few_blocks_is_told_its_warps_in_flight():
+    """A grid-stride loop on 32 blocks where the reference fills the GPU: memory-bound at 5% of the
+    bandwidth, because too few warps have loads on their way, not because of its accesses."""
+    from grader.judge.perf import modelled_speed
+
+    def grid_stride(blocks):
+        n = 1 << 20
+        return {"kernel": "k", "grid": [blocks, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
+                "counters": {"global_load_sectors": 2 * n // 8, "global_store_sectors": n // 8, "reads_grid_size": 1}}
+
+    stage = Stage("ex", 2, "t", "f", ("a", "b"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
+    ratio, sentence = modelled_speed(stage, [grid_stride(32)], [grid_stride(1056)])
+    assert ratio > 10 and "memory-bound with too few warps in flight: its launch keeps 5% of the warps that " \
+        "saturate this GPU's memory busy (the reference's: 100%)" in sentence, sentence
+    _, sentence = modelled_speed(stage, [grid_stride(1056)], [grid_stride(1056)])
+    assert "too few warps" not in sentence
+
+
 def test_an_occupancy_lost_to_small_blocks_is_told_as_such_not_as_registers():
     """Blocks of 32 threads: an SM holds at most 32 blocks, so half its warps; the feedback names the
     blocks, not the few registers the kernel uses."""

@@ -207,6 +207,8 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
     if mine.occupancy < ref.occupancy:  # (what the feedback says limits it)
         _last_timing.update(occupancy_limit=mine.occupancy_limit, threads_per_block=mine.threads_per_block,
                             max_blocks_per_sm=gpu.max_blocks_per_sm)
+    if mine.bound == "memory" and mine.in_flight < STARVED and mine.in_flight < ref.in_flight:  # too few warps
+        _last_timing.update(in_flight=round(mine.in_flight, 3), reference_in_flight=round(ref.in_flight, 3))
     if mine.bound == "issue":  # what the student cannot see: the compiler's instructions
         theirs = _loop_instructions(reference_launches)
         if theirs:
@@ -226,6 +228,10 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
 
+
+# a memory-bound kernel with fewer warps in flight than this fraction of those that saturate DRAM is
+# told so: its bandwidth is lost to the grid, not to its accesses
+STARVED = 0.5
 
 # a kernel whose memory requests have this fraction of the reference's active lanes, or fewer, issues
 # for threads that mostly sit out: the feedback says so before the instruction count
@@ -281,6 +287,10 @@ def _why_bound(t: dict) -> str:
     if ratio:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
                 f"the compiler did not unroll, or more work a step)")
+    if t.get("in_flight") is not None:
+        return (f" with too few warps in flight: its launch keeps {t['in_flight']:.0%} of the warps that saturate "
+                f"this GPU's memory busy (the reference's: {min(t['reference_in_flight'], 1.0):.0%}), too few loads on "
+                f"their way at once: blocks enough to fill every SM, at a good occupancy, stream faster)")
     ratio = t.get("round_trips_ratio")
     return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's: a load issued only after "
             f"a store or another load's value, or fewer loads issued before their values are used)") if ratio else ""

@@ -107,6 +107,7 @@ class Modelled:
     registers: int = 0        # per thread, where the compile check reported them (of the longest launch)
     occupancy_limit: str = "warps"  # what limits it (`_block_limits`' names)
     threads_per_block: int = 0
+    in_flight: float = 1.0    # its warps in flight over those that saturate DRAM (at most 1; of the longest launch)
 
     @property
     def ms(self) -> float:
@@ -230,7 +231,7 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     occupancy = min(resident * warps_per_block, g.max_warps_per_sm) / g.max_warps_per_sm
     return Modelled(overhead + busy, bound if busy > overhead else "launch",
                     {**parts, "barriers": barriers, "latency": latency, "launch": overhead}, global_bytes,
-                    occupancy, regs, limit, tpb)
+                    occupancy, regs, limit, tpb, utilisation)
 
 
 def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelled:
@@ -245,7 +246,8 @@ def call_time(launches: Iterable[dict], g: Gpu, steady: bool = False) -> Modelle
             parts[k] = parts.get(k, 0.0) + v
     longest = max(each, key=lambda m: m.seconds)
     return Modelled(sum(m.seconds for m in each), longest.bound, parts, sum(m.global_bytes for m in each),
-                    longest.occupancy, longest.registers, longest.occupancy_limit, longest.threads_per_block)
+                    longest.occupancy, longest.registers, longest.occupancy_limit, longest.threads_per_block,
+                    longest.in_flight)
 
 
 def copy_time(nbytes: int, g: Gpu) -> float:
