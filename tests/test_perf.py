@@ -336,7 +336,7 @@ def test_a_memory_bound_kernel_on_too_few_blocks_is_told_its_warps_in_flight():
 
     stage = Stage("ex", 2, "t", "f", ("a", "b"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H100"))
     ratio, sentence = modelled_speed(stage, [grid_stride(32)], [grid_stride(1056)])
-    assert ratio > 10 and "memory-bound with too few warps in flight: its launch keeps 5% of the warps that " \
+    assert ratio > 10 and "memory-bound (too few warps in flight: its launch keeps 5% of the warps that " \
         "saturate this GPU's memory busy (the reference's: 100%)" in sentence, sentence
     _, sentence = modelled_speed(stage, [grid_stride(1056)], [grid_stride(1056)])
     assert "too few warps" not in sentence

@@ -125,7 +125,9 @@ def _ideal_cost(space: str, sample) -> float:
 def _ideal_text(space: str, sample, kind: str) -> str:
     size, accessing = _itemsize(sample), _ACCESSING.get(kind, "accessing")
     if space == "shared":
-        return _IDEAL[space] if size <= 4 else f"{_ideal_cost(space, sample):g} without bank conflicts for {size}-byte words"
+        if size <= 4:
+            return _IDEAL[space]
+        return f"{_ideal_cost(space, sample):g} without bank conflicts for {size}-byte words"
     if size == 4:
         return _IDEAL[space].format(accessing=accessing)
     return f"{max(1, size)} for a warp {accessing} consecutive {size}-byte elements"

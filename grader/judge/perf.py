@@ -167,7 +167,8 @@ def _sized_to_the_data(launch: dict, reference_launches: list[dict]) -> dict:
     counters = launch.get("counters") or {}
     most = max((int((r.get("counters") or {}).get("max_global_loads_per_thread", 0)) for r in reference_launches),
                default=0)
-    if not counters.get("reads_grid_size") or not most or int(counters.get("max_global_loads_per_thread", most + 1)) > most:
+    mine = int(counters.get("max_global_loads_per_thread", most + 1))
+    if not counters.get("reads_grid_size") or not most or mine > most:
         return launch
     return {**launch, "counters": {**counters, "reads_grid_size": 0}}
 
@@ -288,7 +289,7 @@ def _why_bound(t: dict) -> str:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
                 f"the compiler did not unroll, or more work a step)")
     if t.get("in_flight") is not None:
-        return (f" with too few warps in flight: its launch keeps {t['in_flight']:.0%} of the warps that saturate "
+        return (f" (too few warps in flight: its launch keeps {t['in_flight']:.0%} of the warps that saturate "
                 f"this GPU's memory busy (the reference's: {min(t['reference_in_flight'], 1.0):.0%}), too few loads on "
                 f"their way at once: blocks enough to fill every SM, at a good occupancy, stream faster)")
     ratio = t.get("round_trips_ratio")
