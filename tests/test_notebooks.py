@@ -157,26 +157,58 @@ def test_the_self_check_cell_is_not_part_of_the_module_graded(tmp_path):
     assert results.score == results.max_score > 0, [t.output for t in results.tests if t.output][:1]
 
 
-def test_a_shell_cell_fails_every_test_of_the_exercise_with_the_cell_named(tmp_path):
-    folder = submission(tmp_path, "pip", with_cell("!pip install x\nimport numpy", at=3))
+def test_ipython_lines_a_student_left_in_are_left_out_and_the_notebook_graded_with_a_note(tmp_path):
+    """A midnight notebook: `!pip install`, `%load_ext` beside the imports, a `%timeit` and a
+    `%%time` cell. The grader runs plain Python: those lines are `pass` (the cell's other lines and
+    their numbers unchanged) and the cell magic's cell is left out, each said in the results' notes;
+    nothing else of the grade changes (the filled notebook keeps full marks)."""
+    work = notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(), "vector_add")
+    imports = next(i for i, c in enumerate(work.cells) if "import numpy" in c.source)
+    work.cells[imports].source = "!pip install numba-cuda\n%load_ext autoreload\n" + work.cells[imports].source
+    a = "a = np.ones(1 << 10, np.float32)"
+    work.cells.append(nbformat.v4.new_code_cell(f"{a}\n%timeit vector_add(a, a)\nt = %timeit -o vector_add(a, a)",
+                                                id="timing"))
+    work.cells.append(nbformat.v4.new_code_cell(f"%%time\n{a}\nvector_add(a, a)", id="cell-magic"))
+    folder = submission(tmp_path, "magics", work)
+    module = module_source(folder / "exercises" / "vector_add.ipynb")
+    assert "pass  # (IPython, left out)\npass  # (IPython, left out)\nimport numpy" in module
+    assert "%%time" not in module and "%timeit" not in module and "!pip" not in module
+    results = grade_folder(folder, tmp_path)
+    assert results.score == results.max_score > 0, [t.output for t in results.tests if t.output][:1]
+    cell = imports + 1
+    assert results.notes == [
+        f"vector_add.ipynb, cell {cell}: `!pip install numba-cuda` is a shell command: left out of the module "
+        f"graded (the grader runs plain Python)",
+        f"vector_add.ipynb, cell {cell}: `%load_ext autoreload` is an IPython magic: left out of the module "
+        f"graded (the grader runs plain Python)",
+        f"vector_add.ipynb, cell {len(work.cells) - 1}: `%timeit vector_add(a, a)` is an IPython magic: left out "
+        f"of the module graded (the grader runs plain Python)",
+        f"vector_add.ipynb, cell {len(work.cells) - 1}: `t = %timeit -o vector_add(a, a)` is an IPython magic: "
+        f"left out of the module graded (the grader runs plain Python)",
+        f"vector_add.ipynb, cell {len(work.cells)}: `%%time` is a cell magic: the cell is left out of the module "
+        f"graded (the grader runs plain Python)"], results.notes
+
+
+@pytest.mark.parametrize("source, message", [
+    ("x = (1,\n", "cell 2, line 1: SyntaxError: "),
+    ("%timeit 1 +\nx = (1,\n", "cell 2, line 2: SyntaxError: "),  # still not Python once the magic is left out
+])
+def test_a_cell_that_is_not_python_even_without_its_ipython_lines_is_refused_naming_the_cell(tmp_path, source,
+                                                                                            message):
+    nbformat.write(with_cell(source), tmp_path / "vector_add.ipynb")
+    with pytest.raises(NotebookRefused, match=re.escape(message)):
+        module_source(tmp_path / "vector_add.ipynb")
+
+
+def test_a_refused_notebook_fails_every_test_of_the_exercise_with_the_cell_named(tmp_path):
+    folder = submission(tmp_path, "broken-cell", with_cell("import numpy\nx = (1,\n", at=3))
     results = grade_folder(folder, tmp_path)
     assert results.tests and results.score == 0
-    reason = "vector_add.ipynb, cell 3: `!pip install x` is a shell command: a submission holds plain Python only"
+    reason = "vector_add.ipynb, cell 3, line 2: SyntaxError: "
     assert all(t.status == Status.FAILED for t in results.tests)
     told = [t for t in results.tests if not t.output.startswith("needs correctness first")]  # perf: not run
     assert told and all(t.output.startswith(f"could not import the submission (vector_add.ipynb in <module>): "
                                             f"NotebookRefused: {reason}") for t in told), results.to_dict()
-
-
-@pytest.mark.parametrize("source, message", [
-    ("%timeit 1 + 1", "cell 2: `%timeit 1 + 1` is an IPython magic"),
-    ("%%time\nx = 1", "cell 2: `%%time` is a cell magic"),
-    ("x = (1,\n", "cell 2, line 1: SyntaxError: "),
-])
-def test_magics_and_syntax_errors_are_refused_naming_the_cell(tmp_path, source, message):
-    nbformat.write(with_cell(source), tmp_path / "vector_add.ipynb")
-    with pytest.raises(NotebookRefused, match=re.escape(message)):
-        module_source(tmp_path / "vector_add.ipynb")
 
 
 def test_a_malformed_notebook_is_refused_with_a_clear_reason(tmp_path):

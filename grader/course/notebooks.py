@@ -21,9 +21,12 @@ Reading (a submission holding `<exercise>.ipynb`): the notebook is the student's
 most `MAX_NOTEBOOK_BYTES`, parsed by `nbformat.reads` and validated against the notebook schema;
 the module is the code cells in order, joined with blank lines, each under a `# %% (cell N)` line
 so that a line of the module leads back to its cell; the student's self-check cell (`import
-grader`, `grader.check(...)`) is left out. A cell that is not Python because it holds
-IPython syntax (`%magic`, `%%cell magic`, `!shell`) is refused, naming the cell: a submission holds
-plain Python only, and the grader never runs IPython.
+grader`, `grader.check(...)`) is left out. The grader never runs IPython: in a cell that is not
+Python because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) becomes `pass`
+(the cell's other lines, and their numbers, unchanged), and a `%%cell magic` cell is left out
+whole; `read` says each, naming the cell, and the results carry it as a note. Leaving code out can
+only take from the submission: a `%timeit` a student left in costs nothing, and a `%run` or `%load`
+that brought code in shows as what is missing. A cell still not Python is refused, naming the cell.
 """
 
 from __future__ import annotations
@@ -125,6 +128,12 @@ def write_notebooks(exercises: Path, modules: list[Path]) -> list[Path]:
 
 def module_source(path: Path) -> str:
     """The Python module of a student's notebook, or NotebookRefused with the student's reason."""
+    return read(path)[0]
+
+
+def read(path: Path) -> tuple[str, list[str]]:
+    """(the Python module of a student's notebook, what of its IPython syntax was left out), or
+    NotebookRefused with the student's reason."""
     name = path.name
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
@@ -155,40 +164,58 @@ def module_source(path: Path) -> str:
     except Exception as exc:  # noqa: BLE001 - nbformat raises more kinds for malformed input; all mean "refused"
         raise NotebookRefused(f"{name} is not a valid notebook: {type(exc).__name__}: {_first_line(str(exc))}"
                               ) from None
-    parts = []
+    parts, left_out = [], []
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type != "code" or not cell.source.strip():
             continue
-        _check_cell(cell.source, name, number)
-        if _self_check(cell.source):
+        source, said = _plain(cell.source, name, number)
+        left_out += said
+        if source is None or _self_check(source):
             continue
-        parts.append(f"# %% (cell {number})\n{cell.source.rstrip()}")  # CELL_MARKER
+        parts.append(f"# %% (cell {number})\n{source.rstrip()}")  # CELL_MARKER
     if not parts:
         raise NotebookRefused(f"{name} has no code cell")
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts) + "\n", left_out
 
 
-def _check_cell(source: str, name: str, number: int) -> None:
-    """Refuse a cell with IPython syntax. Only a cell that is not Python is looked at, so `%` or
-    `!` at the start of a continued line or inside a string is never mistaken for a magic."""
+# a line of IPython syntax: a line magic or shell command, alone or assigned (`x = !ls`, `t = %timeit -o f()`)
+_IPYTHON_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:,\s*[A-Za-z_][\w.]*\s*)*=\s*)?[!%]")
+LEFT_OUT = "left out of the module graded (the grader runs plain Python)"
+
+
+def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
+    """A cell as plain Python: (its source, or None for a cell magic's cell, left out whole; what was
+    left out). Only a cell that is not Python is looked at, so `%` or `!` at the start of a
+    continued line or inside a string is never mistaken for a magic; a cell still not Python once
+    its IPython lines are `pass` is refused with its syntax error."""
     try:
         ast.parse(source)
-        return
+        return source, []
     except SyntaxError as exc:
         error = exc
     except UnicodeEncodeError:  # a lone surrogate, from a JSON escape: no file can hold it
         raise NotebookRefused(f"{name}, cell {number}: it is not text Python reads (a lone surrogate "
                               f"character)") from None
-    for line in source.splitlines():
-        text = line.strip()
-        if text.startswith("!"):
-            raise NotebookRefused(f"{name}, cell {number}: `{_short(text)}` is a shell command: a submission "
-                                  f"holds plain Python only")
-        if text.startswith("%"):
-            kind = "a cell magic" if text.startswith("%%") else "an IPython magic"
-            raise NotebookRefused(f"{name}, cell {number}: `{_short(text)}` is {kind}: a submission holds plain "
-                                  f"Python only")
-    raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
+    lines = source.splitlines()
+    first = next(line.strip() for line in lines if line.strip())
+    if first.startswith("%%"):
+        return None, [f"{name}, cell {number}: `{_short(first)}` is a cell magic: the cell is {LEFT_OUT}"]
+    plain, said = [], []
+    for line in lines:
+        if _IPYTHON_LINE.match(line):
+            text = line.strip()
+            kind = "a shell command" if "!" in text.split("%")[0] else "an IPython magic"
+            said.append(f"{name}, cell {number}: `{_short(text)}` is {kind}: {LEFT_OUT}")
+            line = line[:len(line) - len(line.lstrip())] + "pass  # (IPython, left out)"
+        plain.append(line)
+    try:
+        if not said:
+            raise error
+        text = "\n".join(plain)
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise NotebookRefused(f"{name}, cell {number}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
+    return text, said
 
 
 def _self_check(source: str) -> bool:

@@ -85,26 +85,31 @@ def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dic
     return found
 
 
-def make_workspace(modules: dict[str, Path], workspace: Path) -> None:
-    """Copy the student's exercise modules, and nothing else, into a fresh workspace.
+def make_workspace(modules: dict[str, Path], workspace: Path) -> list[str]:
+    """Copy the student's exercise modules, and nothing else, into a fresh workspace; returns what
+    of the notebooks' IPython syntax was left out (`notebooks.read`), for the results' notes.
 
     The workspace is world-readable and its parent traversable (not listable), because a docker
     runner (an unprivileged uid of its own) mounts it; the process sandbox shows its runner a copy.
     Whatever else sits beside it stays private.
     """
     workspace.mkdir(parents=True, exist_ok=True)
+    left_out: list[str] = []
     for name, path in modules.items():
         target = workspace / f"{name}.py"
         if _linked(path):
             target.write_text(notebooks.refusal_module(f"{path.name} is a link: submit the file itself",
                                                        "SubmissionRefused"))
         elif path.suffix == ".ipynb":
-            target.write_text(_notebook_module(path))
+            text, said = _notebook_module(path)
+            target.write_text(text)
+            left_out += said
         else:
             shutil.copyfile(path, target)
         os.chmod(target, 0o644)
     os.chmod(workspace, 0o755)
     os.chmod(workspace.parent, workspace.parent.stat().st_mode | 0o111)
+    return left_out
 
 
 def _linked(path: Path) -> bool:
@@ -114,7 +119,7 @@ def _linked(path: Path) -> bool:
     return path.is_symlink() or path.parent.name == "exercises" and path.parent.is_symlink()
 
 
-def _notebook_module(path: Path) -> str:
+def _notebook_module(path: Path) -> tuple[str, list[str]]:
     """The workspace module of a notebook: its code cells, or, for a refused notebook, a module
     whose import raises the reason. The workspace is the one channel from here to the judge (a
     missing module is told by its absence), so the reason travels as that module: the judge reports
@@ -122,6 +127,6 @@ def _notebook_module(path: Path) -> str:
     and nothing of the refused notebook is run. The stand-in is the grader's text, not the student's,
     checked by the same static policy and run in the same sandbox as any submission."""
     try:
-        return notebooks.module_source(path)
+        return notebooks.read(path)
     except notebooks.NotebookRefused as refused:
-        return notebooks.refusal_module(str(refused))
+        return notebooks.refusal_module(str(refused)), []
