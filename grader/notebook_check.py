@@ -3,7 +3,7 @@
 It runs in the notebook's kernel, the student's own environment, as `gpugrade check` runs in their
 shell: the course is found from the kernel's current folder (a notebook's kernel starts in the
 notebook's folder), the notebook is graded as a submission holding `<exercise>.ipynb` would be
-(its code cells are the module; magics and shell lines refused), always on the simulator. The
+(its code cells are the module; magics and shell lines left out, said in notes), always on the simulator. The
 course's own `exercises/<exercise>.ipynb` is graded with the `.py` beside it, as `gpugrade check`
 and the batch grade it: the notebook unless the student changed the `.py` (grader.course.choice).
 The student's code never imports the grader (the static policy refuses it); this call only reads
