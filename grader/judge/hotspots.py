@@ -168,8 +168,9 @@ def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
 def busiest_lines(launches: list[dict], space: str, kind: str, top: int = 3) -> list[tuple[int, str, float]]:
     """The `top` lines with most warp requests of `kind` ("load", "store", "atomic": operations) in
     `space`, as (line, kernel, share of them all), the most first."""
-    if kind == "atomic":
-        per_line = _per_line(launches, lambda e: e.get("kind") == "atomic", lambda e: int(e.get("atomics", 0)))
+    if kind == "atomic":  # (of `space`: the atomics criterion and counter are global atomics)
+        per_line = _per_line(launches, lambda e: e.get("kind") == "atomic" and e.get("space", space) == space,
+                             lambda e: int(e.get("atomics", 0)))
     else:
         per_line = _per_line(launches, lambda e: e.get("space") == space and e.get("kind") == kind,
                              lambda e: e.get("requests", 0))
@@ -187,7 +188,9 @@ def _busiest(launches: list[dict], kind: str) -> list[tuple]:
 
 
 def _atomics(launches: list[dict]) -> list[tuple]:
-    per_line = _per_line(launches, lambda e: e.get("kind") == "atomic", lambda e: int(e.get("atomics", 0)))
+    """The line with most global atomics (the `atomics` counter's; shared ones the SM does itself)."""
+    per_line = _per_line(launches, lambda e: e.get("kind") == "atomic" and e.get("space", "global") == "global",
+                         lambda e: int(e.get("atomics", 0)))
     if not per_line:
         return []
     (line, kernel), n = max(per_line.items(), key=lambda item: item[1])

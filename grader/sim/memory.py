@@ -224,7 +224,7 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         if kind == "atomic":
             if space == "global" and self.races:
                 self._acquired(block, g)
-            self.counts["atomics"] += 1
+            self.counts["atomics" if space == "global" else "shared_atomics"] += 1
             if space == "global":
                 a = self._byte_addr(space, handle, flat)
                 self._atomic_hits[a] = self._atomic_hits.get(a, 0) + 1

@@ -24,7 +24,7 @@ EXECUTORS = ("simt", "thread")
 COMPILED = sim.Checks(off={"races", "uninitialised"})
 
 # counters that do not depend on how an executor groups accesses into requests
-COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "atomics",
+COUNTERS = ("global_loads", "global_stores", "shared_loads", "shared_stores", "atomics", "shared_atomics",
             "barriers", "warp_ops", "threads_launched", "max_global_loads_per_thread",
             "max_global_stores_per_thread", "global_load_requests", "global_store_requests",
             "global_load_sectors", "global_store_sectors", "shared_requests",
@@ -177,6 +177,33 @@ def test_atomics_on_one_address_are_counted_per_address():
     spread = run_both(atomic_own_bin, 2, 64, lambda: [dev(np.zeros(128, np.int64))])
     assert {name: record.counters["atomic_same_address"] for name, (_, record) in spread.items()} == \
         dict.fromkeys(spread, 1)
+
+
+@cuda.jit
+def block_total_in_shared(a, total):
+    """Lane 0 of each warp adds its warp's value into a shared total; thread 0 adds that to the
+    global one: 2 shared atomics and 1 global atomic a block of 64."""
+    block = cuda.shared.array(1, int64)
+    if cuda.threadIdx.x == 0:
+        block[0] = 0
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if cuda.laneid == 0:
+        cuda.atomic.add(block, 0, a[i] if i < a.size else 0)
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(total, 0, block[0])
+
+
+def test_shared_atomics_are_counted_apart_from_global_ones():
+    """A global atomic goes to the L2 (the model's atomics limit, the courses' atomics criteria); a
+    shared one the SM does itself: `shared_atomics`, on every executor."""
+    a = np.arange(128, dtype=np.int64)
+    results = run_both(block_total_in_shared, 2, 64, lambda: [dev(a), dev(np.zeros(1, np.int64))])
+    out = assert_agree(results)
+    assert {name: (record.counters["atomics"], record.counters["shared_atomics"])
+            for name, (_, record) in results.items()} == dict.fromkeys(results, (2, 4))
+    assert out[-1][0] == a[::32].sum()
 
 
 @cuda.jit

@@ -5,7 +5,7 @@ from __future__ import annotations
 COUNTERS = (
     "global_loads", "global_stores", "global_load_requests", "global_store_requests",
     "global_load_sectors", "global_store_sectors", "shared_loads", "shared_stores",
-    "shared_requests", "bank_conflict_wavefronts", "atomics", "barriers", "warp_ops")
+    "shared_requests", "bank_conflict_wavefronts", "atomics", "shared_atomics", "barriers", "warp_ops")
 PER_THREAD = ("global_loads", "global_stores", "shared_loads", "shared_stores")
 
 

@@ -53,10 +53,12 @@ class VectorCounts:
         if space == "global" and kind != "store":  # loads, and atomics (read-modify-write)
             self.read.add(handle.name)
         n = lanes.n
-        if kind == "atomic":
-            self.counts["atomics"] += n
+        if kind == "atomic":  # (global atomics go to the L2; an SM does shared ones itself)
             if space == "global":
+                self.counts["atomics"] += n
                 self._note_atomic_addresses(handle, flat)
+            else:
+                self.counts["shared_atomics"] += n
             return
         key = COUNT_KEYS[space, kind]
         self.counts[key] += n
