@@ -100,3 +100,22 @@ def test_extra_coalesced_accesses_get_the_register_accumulator_hint_not_the_unco
     kind = hints.failure_kind(results, stage)
     [(number, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
     assert kind == "extra_accesses" and "in a local variable (a register)" in text, (kind, text)
+
+
+def test_float64_tiles_get_the_float32_hint_not_the_bank_conflict_one(tmp_path):
+    """A float64 tile misses the shared-passes criterion (labelled "bank conflicts" in course.toml),
+    but the feedback names 8-byte words: kind float64, and the course's float32 hint comes first."""
+    from pathlib import Path
+
+    from grader.course.manifest import load
+    from grader.report.results import Status, TestResult
+
+    stage = load(Path(__file__).parent.parent / "course.toml").stage("matmul", 2)
+    message = ("shared memory passes per warp request (bank conflicts): 1.52941 against the reference's 1 (at most "
+               "1.25 allowed), worst at line 124 (store)\n\nwhere:\n  - 8-byte words in shared memory at line 124 "
+               "of kernel 'matmul_tiled_kernel' (store): 2.0 wavefronts per request, no bank conflict")
+    results = Results("s", "sim", tests=[TestResult("matmul::tiled_reuses_shared_memory", "matmul", 2, 3, 0,
+                                                    Status.FAILED, message)])
+    kind = hints.failure_kind(results, stage)
+    [(number, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
+    assert kind == "float64" and "not np.float64" in text, (kind, text)

@@ -80,6 +80,8 @@ _MESSAGE_KINDS = (
     # before "uncoalesced": a missed coalescing average with every line at the ideal (judge.hotspots)
     (("extra global memory accesses",), "extra_accesses"),
     (("sectors per", "uncoalesced", "coalescing"), "uncoalesced"),
+    # before "bank conflict": a float64 tile's two passes a request, or float64 arithmetic (judge.hotspots, judge.perf)
+    (("-byte words in shared memory", "compute in float64"), "float64"),
     (("bank conflict", "wavefronts", "shared memory passes"), "bank_conflicts"),
     (("atomic",), "atomics"),
     (("not a ring", "bytes between ranks", "host traffic", "went between the host"), "traffic"),
