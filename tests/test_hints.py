@@ -84,38 +84,34 @@ def test_all_shows_every_hint_and_a_damaged_state_file_is_ignored(tmp_path):
     assert "hint 1/3: ex1a" in text and "--hints for the next one" in text
 
 
-def test_extra_coalesced_accesses_get_the_register_accumulator_hint_not_the_uncoalesced_one(tmp_path):
-    """The course's naive matmul stage: a coalescing average missed through extra accesses (the
-    judge's message, judge.hotspots) is kind extra_accesses, and its hint comes first."""
+def _course_hint(tmp_path, exercise: str, number: int, test: str, message: str) -> tuple[str, str]:
+    """(the failure kind, the hint shown first) for a failed test of the course's own stage."""
     from pathlib import Path
 
     from grader.course.manifest import load
     from grader.report.results import Status, TestResult
 
-    stage = load(Path(__file__).parent.parent / "course.toml").stage("matmul", 1)
-    message = ("global memory sectors per warp request (coalescing): 3.00312 against the reference's 2.01242 "
-               "(at most 2.51553 allowed), from extra global memory accesses at line 79 (load, store)")
-    results = Results("s", "sim", tests=[TestResult("matmul::naive_is_coalesced", "matmul", 1, 2, 0,
-                                                    Status.FAILED, message)])
+    stage = load(Path(__file__).parent.parent / "course.toml").stage(exercise, number)
+    results = Results("s", "sim", tests=[TestResult(test, exercise, number, 2, 0, Status.FAILED, message)])
     kind = hints.failure_kind(results, stage)
-    [(number, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
+    [(_, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
+    return kind, text
+
+
+def test_extra_coalesced_accesses_get_the_register_accumulator_hint_not_the_uncoalesced_one(tmp_path):
+    """The course's naive matmul stage: a coalescing average missed through extra accesses (the
+    judge's message, judge.hotspots) is kind extra_accesses, and its hint comes first."""
+    kind, text = _course_hint(tmp_path, "matmul", 1, "matmul::naive_is_coalesced", (
+        "global memory sectors per warp request (coalescing): 3.00312 against the reference's 2.01242 "
+        "(at most 2.51553 allowed), from extra global memory accesses at line 79 (load, store)"))
     assert kind == "extra_accesses" and "in a local variable (a register)" in text, (kind, text)
 
 
 def test_float64_tiles_get_the_float32_hint_not_the_bank_conflict_one(tmp_path):
     """A float64 tile misses the shared-passes criterion (labelled "bank conflicts" in course.toml),
     but the feedback names 8-byte words: kind float64, and the course's float32 hint comes first."""
-    from pathlib import Path
-
-    from grader.course.manifest import load
-    from grader.report.results import Status, TestResult
-
-    stage = load(Path(__file__).parent.parent / "course.toml").stage("matmul", 2)
-    message = ("shared memory passes per warp request (bank conflicts): 1.52941 against the reference's 1 (at most "
-               "1.25 allowed), worst at line 124 (store)\n\nwhere:\n  - 8-byte words in shared memory at line 124 "
-               "of kernel 'matmul_tiled_kernel' (store): 2.0 wavefronts per request, no bank conflict")
-    results = Results("s", "sim", tests=[TestResult("matmul::tiled_reuses_shared_memory", "matmul", 2, 3, 0,
-                                                    Status.FAILED, message)])
-    kind = hints.failure_kind(results, stage)
-    [(number, text)] = hints.reveal(stage, hints.HintState.load(tmp_path), kind=kind)
+    kind, text = _course_hint(tmp_path, "matmul", 2, "matmul::tiled_reuses_shared_memory", (
+        "shared memory passes per warp request (bank conflicts): 1.52941 against the reference's 1 (at most "
+        "1.25 allowed), worst at line 124 (store)\n\nwhere:\n  - 8-byte words in shared memory at line 124 "
+        "of kernel 'matmul_tiled_kernel' (store): 2.0 wavefronts per request, no bank conflict"))
     assert kind == "float64" and "not np.float64" in text, (kind, text)
