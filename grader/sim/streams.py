@@ -69,6 +69,7 @@ class _Stream:
     default: bool
     tick: int = 0
     clock: dict[int, int] = field(default_factory=dict)  # what its next operation is ordered after
+    waited: list[int] = field(default_factory=list)  # the streams of the events it waited for (the last few)
 
 
 @dataclass
@@ -97,6 +98,9 @@ def extent(array) -> tuple[int, int, int]:
         reach = (n - 1) * stride
         lo, hi = lo + min(0, reach), hi + max(0, reach)
     return array._alloc.id, lo, hi + 1
+
+
+WAITS_KEPT = 4  # events a stream waited for that a race message names (the last ones)
 
 
 class StreamOrder:
@@ -206,14 +210,17 @@ class StreamOrder:
                     f"device {s.device}'s; CUDA refuses that (invalid handle): create the event with "
                     f"device {s.device} current (`with cuda.gpus[{s.device}]:` or `with rank:`)")
             event.order_clock = dict(s.clock)
+            event.recorded_on = ident
 
     def wait(self, event, stream, current: int) -> None:
         with self._lock:
             ident = self.resolve(stream, current)
             clock = getattr(event, "order_clock", None)
+            s = self._streams[ident]
             if clock:  # waiting for an event never recorded does not wait, as in CUDA
-                s = self._streams[ident]
                 s.clock = _join(s.clock, clock)
+            if getattr(event, "recorded_on", None) is not None:
+                s.waited = [*s.waited[-(WAITS_KEPT - 1):], event.recorded_on]
 
     def sync_event(self, event) -> None:
         with self._lock:
@@ -274,7 +281,19 @@ class StreamOrder:
                 f"{'writes' if prior.write else 'reads'} {prior.what}, may still be running: nothing orders the "
                 f"two (they are on different streams). On a GPU they can run at the same time. Order them: record an "
                 f"event on the first one's stream after it (`e.record(s1)`) and wait for it on the second's "
-                f"(`e.wait(s2)`), or synchronize in between")
+                f"(`e.wait(s2)`), or synchronize in between{self._waited_elsewhere(op, prior.op)}")
+
+    def _waited_elsewhere(self, op: Op, prior: Op) -> str:
+        """Where the racing operation's stream did wait for events, but none recorded on the other's
+        stream: the event was recorded on the wrong stream (the add's, not the copy's)."""
+        s = self._streams.get(op.stream)
+        elsewhere = [w for w in dict.fromkeys(s.waited if s else []) if w != prior.stream]
+        if not elsewhere or prior.stream in (s.waited if s else []):
+            return ""
+        where = ", ".join(self.stream_label(w) for w in elsewhere)
+        return (f". Its stream did wait for events, recorded on {where}, but none on "
+                f"{self.stream_label(prior.stream)}, where the {'kernel' if prior.kind == 'kernel' else prior.name} "
+                f"runs: record the event on that stream, after it")
 
     # -- the report -----------------------------------------------------------------------------
     def take_log(self) -> tuple[list[dict], bool]:

@@ -61,6 +61,22 @@ def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
     assert "they can run at the same time" in message  # not "they run": they may not
 
 
+def test_an_event_recorded_on_the_wrong_stream_is_named_in_the_race(gpus):
+    """The event the add waits for was recorded on the add's own stream, not the copy's: a race,
+    and the message says which stream the event came from."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        done = cuda.event()
+        done.record(adds)  # the wrong stream: the copy runs on `copies`
+        done.wait(adds)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    assert "Its stream did wait for events, recorded on stream" in str(found.value) and "but none on stream" in \
+        str(found.value) and "where the copy device 0 -> device 1 runs: record the event on that stream, after it" \
+        in str(found.value), str(found.value)
+
+
 def test_reusing_a_scratch_buffer_before_the_kernel_reading_it_is_ordered_is_a_race(gpus):
     a, b, scratch, copies, adds = _arrays()
     with cuda.gpus[1]:
