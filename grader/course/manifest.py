@@ -80,8 +80,8 @@ class GpuThreshold:
 # What a failure is about, as hints name it (grader.course.hints.failure_kind tells them apart):
 # the simulator's checkers, and what a message says.
 FAILURE_KINDS = frozenset({"races", "bounds", "uninitialised", "barriers", "warps", "deadlock", "devices",
-                           "streams", "compile", "uncoalesced", "extra_accesses", "bank_conflicts", "float64", "atomics",
-                           "stub",
+                           "streams", "compile", "uncoalesced", "extra_accesses", "bank_conflicts", "float64",
+                           "atomics", "stub",
                            "wrong_answer", "traffic", "slow"})
 
 

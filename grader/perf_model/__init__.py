@@ -196,7 +196,8 @@ def launch_time(launch: dict, g: Gpu, steady: bool = False) -> Modelled:
     parts = {
         "memory": global_bytes / (g.dram_bps * utilisation),
         # (a shared atomic is a read-modify-write a lane: one a clock an SM, lanes on one address in turn)
-        "shared memory": (c.get("bank_conflict_wavefronts", 0) + c.get("shared_atomics", 0)) / (active_sms * g.clock_hz),
+        "shared memory": ((c.get("bank_conflict_wavefronts", 0) + c.get("shared_atomics", 0))
+                          / (active_sms * g.clock_hz)),
         # throughput over all addresses, or the queue at the busiest address, whichever is longer
         "atomics": max(c.get("atomics", 0) / (g.atomics_per_clock * g.clock_hz),
                        c.get("atomic_same_address", 0) * g.same_address_atomic_ns * 1e-9),
