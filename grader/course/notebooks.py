@@ -208,14 +208,14 @@ def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
             said.append(f"{name}, cell {number}: `{_short(text)}` is {kind}: {LEFT_OUT}")
             line = line[:len(line) - len(line.lstrip())] + "pass  # (IPython, left out)"
         plain.append(line)
-    try:
-        if not said:
-            raise error
-        text = "\n".join(plain)
-        ast.parse(text)
-    except SyntaxError as exc:
-        raise NotebookRefused(f"{name}, cell {number}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
-    return text, said
+    text = "\n".join(plain)
+    if said:
+        try:
+            ast.parse(text)
+            return text, said
+        except SyntaxError as exc:
+            error = exc
+    raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
 
 
 def _self_check(source: str) -> bool:

@@ -208,6 +208,12 @@ class Traffic:
     def received(self, rank: int) -> int:
         return sum(link.bytes for (_, dst), link in self.links.items() if dst == rank)
 
+    def messages_sent(self, rank: int) -> int:
+        return sum(link.messages for (src, _), link in self.links.items() if src == rank)
+
+    def messages_received(self, rank: int) -> int:
+        return sum(link.messages for (_, dst), link in self.links.items() if dst == rank)
+
     @property
     def total(self) -> int:
         return sum(link.bytes for link in self.links.values())
@@ -276,9 +282,8 @@ def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_li
             problems.append(f"link {src} -> {dst} carries {link.bytes:,} bytes; a ring needs at most {allowed:,} "
                             f"(2 (N - 1) chunks of ceil(n / N) elements)")
     for r in range(count):
-        for what, moved, messages in (
-                ("sends", traffic.sent(r), sum(k.messages for (a, _), k in traffic.links.items() if a == r)),
-                ("receives", traffic.received(r), sum(k.messages for (_, b), k in traffic.links.items() if b == r))):
+        for what, moved, messages in (("sends", traffic.sent(r), traffic.messages_sent(r)),
+                                      ("receives", traffic.received(r), traffic.messages_received(r))):
             allowed = bound + _rounding(messages, count, itemsize)
             if moved > allowed:
                 problems.append(f"rank {r} {what} {moved:,} bytes; in a ring each rank {what} at most {allowed:,}")

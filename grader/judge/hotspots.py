@@ -168,15 +168,20 @@ def _extra_accesses(launches: list[dict], reference: list[dict]) -> list[tuple]:
 def busiest_lines(launches: list[dict], space: str, kind: str, top: int = 3) -> list[tuple[int, str, float]]:
     """The `top` lines with most warp requests of `kind` ("load", "store", "atomic": operations) in
     `space`, as (line, kernel, share of them all), the most first."""
-    if kind == "atomic":  # (of `space`: the atomics criterion and counter are global atomics)
-        per_line = _per_line(launches, lambda e: e.get("kind") == "atomic" and e.get("space", space) == space,
-                             lambda e: int(e.get("atomics", 0)))
+    if kind == "atomic":
+        per_line = _atomic_lines(launches, space)
     else:
         per_line = _per_line(launches, lambda e: e.get("space") == space and e.get("kind") == kind,
                              lambda e: e.get("requests", 0))
     total = sum(per_line.values()) or 1
     ranked = sorted(per_line.items(), key=lambda item: -item[1])[:top]
     return [(line, kernel, n / total) for (line, kernel), n in ranked if n > 0]
+
+
+def _atomic_lines(launches: list[dict], space: str) -> dict[tuple[int, str], float]:
+    """(line, kernel) -> atomic operations on `space` (the `atomics` counter and criteria: global)."""
+    return _per_line(launches, lambda e: e.get("kind") == "atomic" and e.get("space", space) == space,
+                     lambda e: int(e.get("atomics", 0)))
 
 
 def _busiest(launches: list[dict], kind: str) -> list[tuple]:
@@ -189,8 +194,7 @@ def _busiest(launches: list[dict], kind: str) -> list[tuple]:
 
 def _atomics(launches: list[dict]) -> list[tuple]:
     """The line with most global atomics (the `atomics` counter's; shared ones the SM does itself)."""
-    per_line = _per_line(launches, lambda e: e.get("kind") == "atomic" and e.get("space", "global") == "global",
-                         lambda e: int(e.get("atomics", 0)))
+    per_line = _atomic_lines(launches, "global")
     if not per_line:
         return []
     (line, kernel), n = max(per_line.items(), key=lambda item: item[1])

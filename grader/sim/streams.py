@@ -287,10 +287,10 @@ class StreamOrder:
         """Where the racing operation's stream did wait for events, but none recorded on the other's
         stream: the event was recorded on the wrong stream (the add's, not the copy's)."""
         s = self._streams.get(op.stream)
-        elsewhere = [w for w in dict.fromkeys(s.waited if s else []) if w != prior.stream]
-        if not elsewhere or prior.stream in (s.waited if s else []):
+        waited = s.waited if s else []
+        if not waited or prior.stream in waited:
             return ""
-        where = ", ".join(self.stream_label(w) for w in elsewhere)
+        where = ", ".join(self.stream_label(w) for w in dict.fromkeys(waited))
         return (f". Its stream did wait for events, recorded on {where}, but none on "
                 f"{self.stream_label(prior.stream)}, where the {'kernel' if prior.kind == 'kernel' else prior.name} "
                 f"runs: record the event on that stream, after it")
