@@ -101,7 +101,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     launches: list = []
     status, found = 0, False
     try:
-        with sim.installed(devices=devices, seed=seed), sim.trace() as records:
+        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key), sim.trace() as records:
             try:
                 runpy.run_path(str(path), run_name="__main__")
             except SystemExit as exc:

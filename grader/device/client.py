@@ -209,8 +209,8 @@ class RemoteStream(SimStream):
 
 
 class RemoteEvent(SimEvent):
-    """An event made in the device process; `elapsed_time` is the difference of the device's
-    modelled clock when each was recorded."""
+    """An event made in the device process; `elapsed_time` is the difference of the modelled times
+    the device process gave each when it was recorded (grader/sim/event_clock.py)."""
 
     def __init__(self, sim, timing=True):
         super().__init__(sim, timing)

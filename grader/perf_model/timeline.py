@@ -88,6 +88,69 @@ def copy_seconds(nbytes: int, src: int, dst: int, g: Gpu) -> float:
     return g.peer_latency_us * 1e-6 + nbytes / (g.peer_bandwidth_gbs * 1e9)
 
 
+class Scheduler:
+    """The timeline built one operation at a time, in issue order (`schedule` runs it over a whole
+    log; the simulator's events read it as the host issues work: grader/sim/event_clock.py). A
+    later operation never moves an earlier one."""
+
+    def __init__(self, g: Gpu, scale: float = 1.0, keep_spans: bool = True):
+        self.g, self.scale, self.keep_spans = g, scale, keep_spans
+        self.host = 0.0  # the host's clock: issue costs, and the waits that move it on
+        self.spans: list[Span] = []
+        self.waits = 0
+        self._ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
+        self._free: dict[tuple, float] = {}             # resource -> when it is free
+        self._events: list[str] = []                    # "sync" | "peer", for waits between copies
+
+    def end_of(self, clock) -> float:
+        """When everything `clock` names has ended ([stream, tick] pairs, or {stream: tick})."""
+        pairs = clock.items() if isinstance(clock, dict) else clock
+        return max((self._ends.get((int(s), int(t)), 0.0) for s, t in pairs), default=0.0)
+
+    def add(self, op: dict, launch: dict | None = None) -> Span | None:
+        """Schedule `op` (plain data: grader/sim/streams.Op.summary); `launch`: a kernel's launch
+        record, whose modelled time is the kernel's duration. None for a host wait."""
+        g = self.g
+        ready = self.end_of(op.get("after", []))
+        kind = op.get("kind")
+        if kind == "sync":
+            self.host = max(self.host, ready)
+            self.waits += 1
+            self._events.append("sync")
+            return None
+        self.host += g.host_issue_us * 1e-6
+        if kind == "kernel":
+            overhead = g.launch_overhead_us * 1e-6
+            if not launch:
+                duration = overhead
+            elif self.scale == 1.0:
+                duration = launch_time(launch, g).seconds
+            else:  # the work at full occupancy (a large problem fills the GPU), times the scale
+                duration = overhead + launch_time(launch, g, steady=True).seconds * self.scale
+            resource: tuple = ("sm", op.get("device"))
+        else:
+            src, dst = int(op.get("src", HOST)), int(op.get("dst", HOST))
+            nbytes = int(op.get("nbytes", 0))
+            duration = copy_seconds(int(nbytes * self.scale) if HOST not in (src, dst) else nbytes, src, dst, g)
+            resource = ("link", src, dst)
+            if HOST not in (src, dst) and src != dst:
+                self._events.append("peer")
+        start = max(self.host, ready, self._free.get(resource, 0.0))
+        end = start + duration
+        self._free[resource] = end
+        self._ends[(int(op.get("stream", 0)), int(op.get("tick", 0)))] = end
+        span = Span(int(op.get("index", len(self.spans))), str(kind), int(op.get("device", 0)),
+                    int(op.get("stream", 0)), start, end, str(op.get("name", "")), op.get("src"), op.get("dst"))
+        if self.keep_spans:
+            self.spans.append(span)
+        return span
+
+    def timeline(self) -> Timeline:
+        peers = [i for i, what in enumerate(self._events) if what == "peer"]
+        between = sum(1 for i, what in enumerate(self._events) if what == "sync" and peers and peers[0] < i < peers[-1])
+        return Timeline(list(self.spans), self.waits, between, self.host)
+
+
 def schedule(ops: Iterable[dict], launches: list[dict], g: Gpu, scale: float = 1.0) -> Timeline:
     """The timeline of `ops` (the report's stream order, as plain data, in issue order); kernel
     durations are the performance model's for `launches[op["launch"]]`.
@@ -95,51 +158,12 @@ def schedule(ops: Iterable[dict], launches: list[dict], g: Gpu, scale: float = 1
     `scale`: the same operations on data `scale` times as large (every GPU-to-GPU copy and every
     kernel's work grows by it; issue costs and latencies do not): the simulator runs buffers of
     kilobytes, and what a pipelined all-reduce gains shows on megabytes, as nccl-tests measure it."""
-    ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
-    free: dict[tuple, float] = {}
-    host = 0.0
-    spans: list[Span] = []
-    waits = 0
-    events: list[tuple[str, int]] = []  # ("sync" | "peer", position) for waits between copies
-    issue = g.host_issue_us * 1e-6
+    scheduler = Scheduler(g, scale)
     for op in ops:
-        after = [tuple(pair) for pair in op.get("after", [])]
-        ready = max((ends.get((int(s), int(t)), 0.0) for s, t in after), default=0.0)
-        kind = op.get("kind")
-        if kind == "sync":
-            host = max(host, ready)
-            waits += 1
-            events.append(("sync", len(events)))
-            continue
-        host += issue
-        if kind == "kernel":
-            index = op.get("launch")
-            launch = launches[index] if isinstance(index, int) and 0 <= index < len(launches) else {}
-            overhead = g.launch_overhead_us * 1e-6
-            if not launch:
-                duration = overhead
-            elif scale == 1.0:
-                duration = launch_time(launch, g).seconds
-            else:  # the work at full occupancy (a large problem fills the GPU), times the scale
-                duration = overhead + launch_time(launch, g, steady=True).seconds * scale
-            resource: tuple = ("sm", op.get("device"))
-        else:
-            src, dst = int(op.get("src", HOST)), int(op.get("dst", HOST))
-            nbytes = int(op.get("nbytes", 0))
-            duration = copy_seconds(int(nbytes * scale) if HOST not in (src, dst) else nbytes, src, dst, g)
-            resource = ("link", src, dst)
-            if HOST not in (src, dst) and src != dst:
-                events.append(("peer", len(events)))
-        start = max(host, ready, free.get(resource, 0.0))
-        end = start + duration
-        free[resource] = end
-        ends[(int(op.get("stream", 0)), int(op.get("tick", 0)))] = end
-        spans.append(Span(int(op.get("index", len(spans))), str(kind), int(op.get("device", 0)),
-                          int(op.get("stream", 0)), start, end, str(op.get("name", "")),
-                          op.get("src"), op.get("dst")))
-    peers = [i for what, i in events if what == "peer"]
-    between = sum(1 for what, i in events if what == "sync" and peers and peers[0] < i < peers[-1])
-    return Timeline(spans, waits, between, host)
+        index = op.get("launch")
+        launch = launches[index] if isinstance(index, int) and 0 <= index < len(launches) else None
+        scheduler.add(op, launch)
+    return scheduler.timeline()
 
 
 def _union(spans: list[Span]) -> list[tuple[float, float]]:
@@ -169,4 +193,4 @@ def _measure(intervals: list[tuple[float, float]]) -> float:
     return sum(b - a for a, b in intervals)
 
 
-__all__ = ["Span", "Timeline", "copy_seconds", "schedule"]
+__all__ = ["Scheduler", "Span", "Timeline", "copy_seconds", "schedule"]

@@ -20,6 +20,7 @@ import threading
 from . import patching
 from .devices import Devices, GpuList
 from .eager import Signatures
+from .event_clock import EventClock
 from .errors import (BarrierDivergenceError, Checks, DeadlockError, LaunchConfigError,
                      NotSimulatedError, OutOfBoundsError, RaceError, SimError, SimWarning,
                      StreamRaceError, UninitialisedReadError, WarpOpError, WrongDeviceError)
@@ -58,7 +59,7 @@ class Simulator(LaunchTarget):
     """One installation: devices, checks, executor choice; the target of numba's patches."""
 
     def __init__(self, devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-                 seed: int | None = None, compile_check: bool = False):
+                 seed: int | None = None, compile_check: bool = False, gpu_key: str | None = None):
         if executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
         self.devices = Devices(devices)
@@ -73,7 +74,9 @@ class Simulator(LaunchTarget):
         # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
         self.signatures = Signatures(lambda: self.devices.current)
         self.tracer = Tracer()  # this simulator's launch records (`trace()`)
-        self.streams = StreamOrder()  # what the GPU's streams and events would order; stream races
+        # events' times: the performance model's timeline on `gpu_key`'s preset (default the H100)
+        self.clock = EventClock(gpu_key)
+        self.streams = StreamOrder(self.clock.issued)  # what the GPU's streams and events would order; stream races
 
     def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
         _run(self, dispatcher, griddim, blockdim, stream, sharedmem, args)
@@ -106,11 +109,12 @@ def tune_process() -> None:
 
 
 def install(devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-            seed: int | None = None, compile_check: bool = False) -> Simulator:
-    """Simulate every numba.cuda launch and host-API call of this process until `uninstall()`.
-    Installing again replaces the previous installation."""
+            seed: int | None = None, compile_check: bool = False, gpu_key: str | None = None) -> Simulator:
+    """Simulate every numba.cuda launch and host-API call of this process until `uninstall()`
+    (`gpu_key`: the performance model's preset that events' times follow). Installing again
+    replaces the previous installation."""
     global _active
-    sim = Simulator(devices, executor, checks, seed, compile_check)
+    sim = Simulator(devices, executor, checks, seed, compile_check, gpu_key)
     with _state_lock:
         if _active is not None:
             _active[1].restore()
@@ -146,9 +150,9 @@ def current() -> Simulator | None:
 
 @contextlib.contextmanager
 def installed(devices: int = 1, executor: str = "auto", checks: Checks | None = None,
-              seed: int | None = None, compile_check: bool = False):
+              seed: int | None = None, compile_check: bool = False, gpu_key: str | None = None):
     """`with installed(...) as sim:` install for the block, uninstall after."""
-    sim = install(devices, executor, checks, seed, compile_check)
+    sim = install(devices, executor, checks, seed, compile_check, gpu_key)
     try:
         yield sim
     finally:

@@ -1,7 +1,7 @@
 """Virtual GPUs: N simulated devices, the current device of each host thread, peer-copy links.
 
-Each device carries the limits a launch is validated against (an sm_90-like part) and a modelled
-clock that launches and copies advance, which is what simulated events measure.
+Each device carries the limits a launch is validated against (an sm_90-like part); events' times
+are the performance model's (grader/sim/event_clock.py).
 """
 
 from __future__ import annotations
@@ -13,12 +13,6 @@ from dataclasses import dataclass
 # The one compute capability everything simulated targets: the devices report it, kernels are
 # typed, compiled and ptxas-checked for it, occupancy is computed for its SM (an H100/H200).
 TARGET_CC = (9, 0)
-
-# Modelled costs used by the event clock (documented as a model, not a measurement).
-LAUNCH_OVERHEAD_MS = 0.005
-DEVICE_BANDWIDTH_BPS = 3.35e12  # HBM3 of an H100/H200 class part
-HOST_LINK_BPS = 25e9  # PCIe 4/5 x16 effective
-PEER_LINK_BPS = 150e9  # NVLink-class peer bandwidth
 
 
 # numba Device attributes host code reads (grid sizing, limits) that a real GPU's device process
@@ -52,8 +46,6 @@ class VirtualDevice:
         self.name = f"Simulated GPU {ident} (gpugrade)"
         self.compute_capability = TARGET_CC
         self.limits = Limits()
-        self.clock_ms = 0.0
-        self._lock = threading.Lock()
         # numba's Device attributes that host code commonly reads
         self.MAX_THREADS_PER_BLOCK = self.limits.max_threads_per_block
         self.MAX_BLOCK_DIM_X, self.MAX_BLOCK_DIM_Y, self.MAX_BLOCK_DIM_Z = self.limits.max_block_dim
@@ -79,11 +71,6 @@ class VirtualDevice:
             self.compute_capability = tuple(capability)
         if isinstance(attributes.get("name"), str):
             self.name = attributes["name"][:200]
-
-    def advance(self, ms: float) -> float:
-        with self._lock:
-            self.clock_ms += ms
-            return self.clock_ms
 
     # `with cuda.gpus[i]:` makes this device current for the block
     def __enter__(self):
@@ -153,7 +140,6 @@ class Devices:
             link = self._links[(src, dst)]
             link.bytes += nbytes
             link.count += 1
-        self.devices[dst].advance(nbytes / PEER_LINK_BPS * 1e3)
 
     def links(self) -> dict[tuple[int, int], LinkStats]:
         """Peer copies so far: {(src, dst): LinkStats(bytes, count)}."""

@@ -17,7 +17,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import devices as _devices
 from .errors import NotSimulatedError, WrongDeviceError
 
 _ids = itertools.count(1)
@@ -204,7 +203,6 @@ class SimDeviceArray:
 
     # --- copies ---
     def copy_to_host(self, ary=None, stream=0):
-        self._advance(self.nbytes, _devices.HOST_LINK_BPS)
         order = _order(self._sim)
         if order is not None:
             order.copy(ary if ary is not None else np.empty(0), self, stream, self._current())
@@ -225,7 +223,6 @@ class SimDeviceArray:
             source = ary._view
         else:
             source = np.asarray(ary)
-            self._advance(source.nbytes, _devices.HOST_LINK_BPS)
         order = _order(self._sim)
         if order is not None:
             order.copy(self, ary if isinstance(ary, SimDeviceArray) else source, stream, self._current())
@@ -233,10 +230,6 @@ class SimDeviceArray:
             raise ValueError(f"copy_to_device: {source.shape} does not fit {self.shape}")
         self._view[...] = source.reshape(self.shape)
         self._flags_view()[...] = True
-
-    def _advance(self, nbytes, bps):
-        if self._sim is not None:
-            self._sim.devices[self.device_id].advance(nbytes / bps * 1e3)
 
 
 class DeviceBuffer:
@@ -309,8 +302,8 @@ class SimStream:
 
 
 class SimEvent:
-    """An event; `elapsed_time` is the difference of the device's *modelled* clock (launch
-    overhead + bytes moved / bandwidth), not a measurement."""
+    """An event; `elapsed_time` is the difference of *modelled* times: when the performance
+    model's timeline reaches the event (grader/sim/event_clock.py), not a measurement."""
 
     def __init__(self, sim, timing=True):
         self._sim = sim
@@ -326,7 +319,8 @@ class SimEvent:
         if order is not None:
             order.record(self, stream, dev.id)
         self.device = dev.id
-        self.time_ms = dev.clock_ms
+        clock = getattr(self._sim, "clock", None)
+        self.time_ms = clock.ms_at(self.order_clock or {}) if clock is not None else 0.0
 
     def synchronize(self):
         order = _order(self._sim)

@@ -311,10 +311,10 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         counters["loop_fp64_instructions"] = warp_instructions(instructions, runs, True, "fp64 math")
         counters["loop_fp64_conversions"] = warp_instructions(instructions, runs, True, "fp64 conversions")
         counters["load_round_trips"] = load_round_trips(instructions, runs)
-    device.advance(_devices.LAUNCH_OVERHEAD_MS + 1e3 * 32 * (
-        counters["global_load_sectors"] + counters["global_store_sectors"]) /
-        _devices.DEVICE_BANDWIDTH_BPS)
-    stream_id = _order_kernel(sim, config, device.id, kernel.name, bound, inst)
+    # (what the performance model reads of a launch: the events' clock times it)
+    model = {"grid": config.grid, "block": config.block, "shared_bytes": config.shared_bytes, "counters": counters,
+             "compiled": compiled}
+    stream_id = _order_kernel(sim, config, device.id, kernel.name, bound, inst, model)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,
@@ -334,7 +334,8 @@ def _expected(checks, kernel: KernelSource, bound: list) -> tuple[set[int], set[
     return unwritten, settled
 
 
-def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument) -> int:
+def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument,
+                  model: dict) -> int:
     """The launch in the simulator's stream order (a race with work on another stream raises
     StreamRaceError); the stream's id."""
     order = getattr(sim, "streams", None)
@@ -343,7 +344,7 @@ def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list
     stream = order.resolve(config.stream, device)
     arrays = [b for b in bound if isinstance(b, DeviceBuffer) and b.host is None]
     order.kernel(stream, name, [(b.array, b.name) for b in arrays if b.name in inst.read],
-                 [(b.array, b.name) for b in arrays if b.name in inst.written])
+                 [(b.array, b.name) for b in arrays if b.name in inst.written], model)
     return stream
 
 

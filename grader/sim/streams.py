@@ -17,7 +17,8 @@ on other streams: two that conflict (one writes) with neither ordered before the
 
 The log of operations (kind, stream, what each is ordered after, bytes, link) is what the device
 process reports to the judge, where the performance model schedules it into a modelled timeline
-(grader.perf_model.timeline): nothing here models time.
+(grader.perf_model.timeline); each operation also goes to `listener` as it is issued (the
+simulated events' clock, grader/sim/event_clock.py): nothing here models time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .errors import StreamRaceError, WrongDeviceError
 from .sites import launch_site
@@ -106,8 +108,9 @@ WAITS_KEPT = 4  # events a stream waited for that a race message names (the last
 class StreamOrder:
     """The stream order of one simulator's devices (see the module docstring)."""
 
-    def __init__(self):
+    def __init__(self, listener: Callable[[dict, dict | None], None] | None = None):
         self._lock = threading.RLock()
+        self.listener = listener  # told of each operation issued (plain data) and a kernel's launch
         self._ids = itertools.count(1)
         self._streams: dict[int, _Stream] = {}
         self._defaults: dict[int, int] = {}  # device -> its legacy default stream's id
@@ -141,7 +144,7 @@ class StreamOrder:
         return ident
 
     # -- operations ---------------------------------------------------------------------------
-    def _issue(self, kind: str, stream: int, name: str, **fields) -> Op:
+    def _issue(self, kind: str, stream: int, name: str, model: dict | None = None, **fields) -> Op:
         s = self._streams[stream]
         clock = _join(s.clock, self._host)
         for other in self._streams.values():
@@ -157,16 +160,22 @@ class StreamOrder:
                 site=f"{site[0]}:{site[1]}" if site else "")
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
+        self._keep(op, model)
+        return op
+
+    def _keep(self, op: Op, model: dict | None = None) -> None:
+        if self.listener is not None:
+            self.listener(op.summary(), model)
         if len(self.log) < MAX_LOG:
             self.log.append(op)
         else:
             self.truncated = True
-        return op
 
-    def kernel(self, stream: int, name: str, reads: list, writes: list) -> Op:
-        """A kernel on `stream` that read the arrays `reads` and wrote `writes` (with names)."""
+    def kernel(self, stream: int, name: str, reads: list, writes: list, model: dict | None = None) -> Op:
+        """A kernel on `stream` that read the arrays `reads` and wrote `writes` (with names);
+        `model`: its launch as the performance model reads it (for `listener`)."""
         with self._lock:
-            op = self._issue("kernel", stream, name, launch=self.launches)
+            op = self._issue("kernel", stream, name, model, launch=self.launches)
             self.launches += 1
             for array, param in reads:
                 self._touch(op, array, False, f"its argument {param!r}")
@@ -249,9 +258,7 @@ class StreamOrder:
         clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}  # what is new
         self.host_syncs += 1
         self._host = _join(self._host, clock)
-        op = Op(len(self.log), "sync", HOST, 0, 0, dict(clock), name)
-        if len(self.log) < MAX_LOG:
-            self.log.append(op)
+        self._keep(Op(len(self.log), "sync", HOST, 0, 0, dict(clock), name))
         for alloc, entries in list(self._accesses.items()):  # what the host waited for races with nothing later
             kept = [a for a in entries if self._host.get(a.op.stream, 0) < a.op.tick]
             if kept:
