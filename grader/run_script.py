@@ -12,6 +12,7 @@ conflicts, atomics, the modelled time on a GPU preset). Not grading: nothing her
 
 from __future__ import annotations
 
+import ast
 import linecache
 import runpy
 import sys
@@ -71,6 +72,44 @@ def _table(rows: list[dict], gpu_key: str) -> str:
     return out.get()
 
 
+_HOST_CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time"}
+
+
+def host_clock_reads(source: str) -> list[tuple[int, str]]:
+    """(line, call) of each read of the host's clock in a script (`time.perf_counter()`,
+    `perf_counter()` imported from time, `timeit.timeit(...)`): on the simulator those time the
+    simulation, not a GPU."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    from_time = {alias.asname or alias.name: alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module in ("time", "timeit") for alias in node.names}  # local name -> its own
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (
+                (f.value.id == "time" and f.attr in _HOST_CLOCKS) or f.value.id == "timeit"):
+            found.append((node.lineno, f"{f.value.id}.{f.attr}()"))
+        elif isinstance(f, ast.Name) and from_time.get(f.id) in _HOST_CLOCKS | {"timeit", "repeat", "default_timer"}:
+            found.append((node.lineno, f"{f.id}()"))
+    return sorted(set(found))
+
+
+def _host_clock_note(script: Path) -> str:
+    reads = host_clock_reads(script.read_text(errors="replace"))
+    if not reads:
+        return ""
+    where = ", ".join(f"{script.name}:{line} ({call})" for line, call in reads[:3]) + (" ..." if len(reads) > 3 else "")
+    return (f"note: {where} read the host's clock: here that times the simulator running your kernels in "
+            f"Python, thousands of times slower than a GPU. Time them with events (start, end = cuda.event(), "
+            f"cuda.event(); start.record(); ...; end.record(); end.synchronize(); "
+            f"cuda.event_elapsed_time(start, end)): on the simulator they read the model the table shows, "
+            f"on a GPU the GPU.\n")
+
+
 def _around(filename: str | None, line: int | None, context: int = 2) -> str:
     """The source lines around a finding, the line itself marked."""
     if not filename or not line:
@@ -119,7 +158,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     if summary and launches:
-        print(_table(launch_rows(launches, gpu_key), gpu_key), end="")
+        print(_table(launch_rows(launches, gpu_key), gpu_key) + _host_clock_note(path), end="")
     elif summary and not found:
         print("no kernel was launched", file=sys.stderr)
     return status

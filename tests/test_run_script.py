@@ -133,3 +133,56 @@ print("sums", sums)
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "sums [100.0, 200.0]" in done.stdout and "fill (GPU 1)" in done.stdout
+
+
+def test_a_script_timing_kernels_with_the_hosts_clock_is_told_to_use_events(tmp_path):
+    """At midnight a student times a launch with time.perf_counter(): on the simulator that reads
+    seconds of Python, not microseconds of GPU. The run says so, and what to use instead; events
+    read the model the table shows."""
+    script = tmp_path / "timed.py"
+    script.write_text('''
+import time
+from time import perf_counter as clock
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def fill(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 1.0
+
+out = cuda.device_array(1 << 12, np.float32)
+t = time.perf_counter()
+fill[16, 256](out)
+cuda.synchronize()
+print("wall", time.perf_counter() - t, clock())
+start, end = cuda.event(), cuda.event()
+start.record()
+fill[16, 256](out)
+end.record()
+end.synchronize()
+print("event_us", round(1000 * cuda.event_elapsed_time(start, end), 3))
+''')
+    done = subprocess.run([sys.executable, "-m", "grader", "run", "--model-gpu", "T4", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    note = next(line for line in done.stdout.splitlines() if line.startswith("note:"))
+    assert "timed.py:14 (time.perf_counter())" in note and "timed.py:17 (clock())" in note
+    assert "timed.py:17 (time.perf_counter())" in note and "cuda.event_elapsed_time" in note
+    # one launch between two events: the T4's host issue (10 us) and the launch's time in the table
+    row = [line for line in done.stdout.splitlines() if line.startswith("│ fill ")][-1]
+    modelled_us = float(row.split("│")[7].split()[0])
+    event_us = float(next(line for line in done.stdout.splitlines() if line.startswith("event_us")).split()[1])
+    assert abs(event_us - (10 + modelled_us)) < 0.1, (event_us, modelled_us)
+    quiet = _run(tmp_path, "mine.py", "good", "100")
+    assert "note:" not in quiet.stdout
+
+
+def test_host_clock_reads_are_found_by_name_not_by_text():
+    from grader.run_script import host_clock_reads
+
+    source = "import time, timeit\nfrom time import monotonic\nx = 'time.perf_counter()'\n" \
+             "a = time.time()\nb = monotonic()\nc = timeit.timeit('1')\ntime.sleep(0)\n"
+    assert host_clock_reads(source) == [(4, "time.time()"), (5, "monotonic()"), (6, "timeit.timeit()")]
+    assert host_clock_reads("def broken(:\n") == []
