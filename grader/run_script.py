@@ -63,7 +63,8 @@ def _table(rows: list[dict], gpu_key: str) -> str:
     several = any(r["device"] for r in rows)
     for r in rows:
         executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
-        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else ""), f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
+        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else ""),
+                      f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
                       fmt(r["wavefronts_per_shared_request"]), str(r["atomics"] or ""),
                       f"{r['seconds'] * 1e6:.3g} us", r["bound"])
     console = Console(file=sys.stdout, width=max(100, Console().width))
