@@ -368,16 +368,23 @@ def test_a_grid_stride_loop_that_waits_on_every_element_is_latency_bound_and_tol
 
     n = 1 << 24
 
-    def grid_stride(elements_a_round_trip):
+    def grid_stride(elements_a_round_trip, reads=1):
         return {"kernel": "k", "grid": [1056, 1, 1], "block": [256, 1, 1], "shared_bytes": 0, "lines": [],
-                "counters": {"global_load_sectors": 8 * n // 32, "global_store_sectors": 4 * n // 32,
+                "counters": {"global_load_sectors": reads * 8 * n // 32, "global_store_sectors": 4 * n // 32,
                              "reads_grid_size": 1, "loop_warp_instructions": n // 8,
                              "loop_fp64_instructions": 0, "loop_fp64_conversions": 0,
-                             "load_round_trips": n // 32 // elements_a_round_trip}}
+                             "global_load_requests": reads * 2 * n // 32,
+                             "load_round_trips": reads * n // 32 // elements_a_round_trip}}
 
     stage = Stage("ex", 2, "t", "f", ("a", "b", "c"), (), gpu=GpuThreshold("reference", 1.2, model_gpu="H200"))
     ratio, sentence = modelled_speed(stage, [grid_stride(1)], [grid_stride(4)])
     assert ratio == pytest.approx(1.41, abs=0.01)
-    assert "latency-bound (its warps wait on memory 4.0x as often as the reference's" in sentence
+    assert "latency-bound (its warps wait on memory 4.0x as often as the reference's: for the same loads, they " \
+           "wait 4.0x as often a load (a load issued only after a store" in sentence, sentence
     ratio, sentence = modelled_speed(stage, [grid_stride(4)], [grid_stride(4)])
     assert ratio == pytest.approx(1.0) and "wait on memory" not in sentence
+    # each element read twice, one round trip for two: twice the loads, and twice the waits a load
+    ratio, sentence = modelled_speed(stage, [grid_stride(2, reads=2)], [grid_stride(4)])
+    assert "latency-bound (its warps wait on memory 4.0x as often as the reference's: they load 2.0x as much (the " \
+           "same elements read by many threads, or each thread walking more than its share of the data), and they " \
+           "wait 2.0x as often a load" in sentence, sentence

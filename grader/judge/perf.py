@@ -225,6 +225,10 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         mine_trips, theirs = _counted(student_launches, "load_round_trips"), _counted(reference_launches, "load_round_trips")
         if theirs and mine_trips > 1.05 * theirs:
             _last_timing["round_trips_ratio"] = round(mine_trips / theirs, 2)
+            loads, their_loads = (_counted(launches, "global_load_requests")
+                                  for launches in (student_launches, reference_launches))
+            if loads and their_loads:  # the waits split into more loads, and more waits a load
+                _last_timing["load_requests_ratio"] = round(loads / their_loads, 2)
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
@@ -293,8 +297,18 @@ def _why_bound(t: dict) -> str:
                 f"this GPU's memory busy (the reference's: {min(t['reference_in_flight'], 1.0):.0%}), too few loads on "
                 f"their way at once: blocks enough to fill every SM, at a good occupancy, stream faster)")
     ratio = t.get("round_trips_ratio")
-    return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's: a load issued only after "
-            f"a store or another load's value, or fewer loads issued before their values are used)") if ratio else ""
+    if not ratio:
+        return ""
+    loads = t.get("load_requests_ratio") or 1.0
+    why = []
+    if loads > 1.05:
+        why.append(f"they load {loads:.1f}x as much (the same elements read by many threads, or each thread "
+                   f"walking more than its share of the data)")
+    if ratio / loads > 1.05:
+        why.append(f"{'they wait' if why else 'for the same loads, they wait'} {ratio / loads:.1f}x as often a "
+                   f"load (a load issued only after a store or another load's value, or fewer loads issued before "
+                   f"their values are used)")
+    return f" (its warps wait on memory {ratio:.1f}x as often as the reference's: {', and '.join(why)})"
 
 
 def _occupancy(t: dict) -> str:
