@@ -74,6 +74,7 @@ class Simulator(LaunchTarget):
         # the argument types of kernels decorated with a signature (`cuda.jit("void(...)")`)
         self.signatures = Signatures(lambda: self.devices.current)
         self.tracer = Tracer()  # this simulator's launch records (`trace()`)
+        self.warned: dict = {}  # the warnings shown, by line (numba's, once a launch line)
         # events' times: the performance model's timeline on `gpu_key`'s preset (default the H100)
         self.clock = EventClock(gpu_key)
         self.streams = StreamOrder(self.clock.issued)  # what the GPU's streams and events would order; stream races

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,6 +142,23 @@ def normalise_config(kernel: str, griddim, blockdim, stream, sharedmem, device: 
 
 
 # ---------------------------------------------------------------- arguments
+def _warn_implicit_copy(sim) -> None:
+    """numba-cuda's own warning for a host array given to a kernel, at the student's launch line
+    (once a line, as Python shows a warning), where numba's settings would give it."""
+    try:
+        from numba.cuda.core import config
+        from numba.cuda.core.errors import NumbaPerformanceWarning
+    except ImportError:  # numba's own CUDA target, or no numba-cuda
+        from numba.core import config
+        from numba.core.errors import NumbaPerformanceWarning
+    if not getattr(config, "CUDA_WARN_ON_IMPLICIT_COPY", 1) or getattr(config, "DISABLE_PERFORMANCE_WARNINGS", 0):
+        return
+    site = launch_site() or ("<kernel launch>", 0)
+    warnings.warn_explicit(NumbaPerformanceWarning("Host array used in CUDA kernel will incur copy overhead to/from "
+                                                   "device."), NumbaPerformanceWarning, site[0], site[1],
+                           registry=sim.warned)
+
+
 def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
     out = []
     names = kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
@@ -149,7 +167,8 @@ def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
             check_device(value, device, kernel.name, name)
             out.append(DeviceBuffer(value, name))
         elif isinstance(value, np.ndarray):
-            # numba copies a host array to the device and back after the launch
+            # numba copies a host array to the device and back after the launch, and says so
+            _warn_implicit_copy(sim)
             dev = sim.host.to_device(value)
             out.append(DeviceBuffer(dev, name, host=value if value.flags.writeable else None))
         elif hasattr(value, "__cuda_array_interface__"):
@@ -295,9 +314,6 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         break
     else:
         raise NotSimulatedError(f"kernel {kernel.name!r}: no executor available ({reason})")
-    for buf in bound:
-        if isinstance(buf, DeviceBuffer) and buf.host is not None:
-            buf.array.copy_to_host(buf.host)
     counters = inst.finish()
     counters["reads_grid_size"] = int(reads_grid_size(kernel.py_func))  # (a grid-stride loop)
     threads = counters.pop("threads")
@@ -315,6 +331,9 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     model = {"grid": config.grid, "block": config.block, "shared_bytes": config.shared_bytes, "counters": counters,
              "compiled": compiled}
     stream_id = _order_kernel(sim, config, device.id, kernel.name, bound, inst, model)
+    for buf in bound:  # numba copies a host array back after the launch (on the stream order: after it)
+        if isinstance(buf, DeviceBuffer) and buf.host is not None:
+            buf.array.copy_to_host(buf.host)
     record = LaunchRecord(kernel.name, config.grid, config.block, config.shared_bytes, device.id,
                           name, reason if name != "simt" else None, counters, threads,
                           list(inst.warnings), sorted(inst.written), sorted(inst.read), compiled,

@@ -97,3 +97,25 @@ def test_an_event_recorded_on_an_idle_stream_completes_when_the_host_issues_it()
         start.record()
         end.record()
         assert cuda.event_elapsed_time(start, end) == 0.0
+
+
+def test_host_arrays_given_to_a_kernel_are_copied_there_and_back_inside_the_events_with_numbas_warning():
+    """numba copies each host array argument to the GPU before the launch and back after it (every
+    one: it cannot know which the kernel wrote), and warns. Events around the launch include those
+    copies, in that order, as on a GPU."""
+    a, out = np.ones(N, np.float32), np.zeros(N, np.float32)
+    with sim.installed(gpu_key="H100") as simulator:
+        start, end = cuda.event(), cuda.event()
+        with pytest.warns(Warning, match="Host array used in CUDA kernel will incur copy overhead") as caught:
+            start.record()
+            scale[N // 256, 256](out, a)
+            end.record()
+        ms = cuda.event_elapsed_time(start, end)
+        log, _ = simulator.streams.take_log()
+    assert caught[0].filename == __file__
+    np.testing.assert_array_equal(out, 2)
+    kinds = [(op["kind"], op.get("src"), op.get("dst")) for op in log if op["kind"] != "sync"]
+    assert kinds == [("copy", -1, 0), ("copy", -1, 0), ("kernel", None, None), ("copy", 0, -1), ("copy", 0, -1)]
+    g = simulator.clock.gpu
+    copies_ms = 1e3 * 4 * a.nbytes / (g.host_bandwidth_gbs * 1e9)
+    assert ms > copies_ms
