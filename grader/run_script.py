@@ -73,6 +73,32 @@ def _table(rows: list[dict], gpu_key: str) -> str:
     return out.get()
 
 
+def time_line(ops: list[dict], truncated: bool, rows: list[dict], gpu_key: str) -> str:
+    """Where the GPU's time goes, modelled on the preset: the kernels' (the table's) beside the
+    copies' by direction, numba's implicit copies of host arrays included; "" without copies."""
+    from .perf_model.timeline import HOST, copy_seconds
+
+    g = perf_model.gpu(gpu_key)
+    groups: dict[str, list] = {}
+    for op in ops:
+        if op.get("kind") != "copy":
+            continue
+        src, dst, nbytes = int(op.get("src", HOST)), int(op.get("dst", HOST)), int(op.get("nbytes", 0))
+        what = ("host -> GPU" if src == HOST else "GPU -> host" if dst == HOST
+                else "GPU -> GPU" if src != dst else "within a GPU")
+        entry = groups.setdefault(what, [0, 0, 0.0])
+        entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + nbytes, entry[2] + copy_seconds(nbytes, src, dst, g)
+    if not groups:
+        return ""
+    size = lambda n: f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"  # noqa: E731
+    kernels = sum(r["seconds"] for r in rows)
+    copies = "; ".join(f"{what} {s * 1e6:.3g} us ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
+                       for what, (n, b, s) in groups.items())
+    cut = f" (of the first {len(ops):,} operations)" if truncated else ""
+    return (f"time on the GPU, modelled on {gpu_key}{cut}: kernels {kernels * 1e6:.3g} us ({len(rows)} "
+            f"launch{'' if len(rows) == 1 else 'es'}); {copies}\n")
+
+
 _HOST_CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time"}
 
 
@@ -139,9 +165,11 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
     launches: list = []
+    ops: list[dict] = []
+    truncated = False
     status, found = 0, False
     try:
-        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key), sim.trace() as records:
+        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key) as simulator, sim.trace() as records:
             try:
                 runpy.run_path(str(path), run_name="__main__")
             except SystemExit as exc:
@@ -156,10 +184,13 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
                 traceback.print_exc()
                 status = 1
             launches = [r.summary() for r in records]
+            ops = [op.summary() for op in simulator.streams.log]
+            truncated = simulator.streams.truncated
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     if summary and launches:
-        print(_table(launch_rows(launches, gpu_key), gpu_key) + _host_clock_note(path), end="")
+        rows = launch_rows(launches, gpu_key)
+        print(_table(rows, gpu_key) + time_line(ops, truncated, rows, gpu_key) + _host_clock_note(path), end="")
     elif summary and not found:
         print("no kernel was launched", file=sys.stderr)
     return status

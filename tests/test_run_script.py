@@ -71,6 +71,10 @@ def test_a_right_script_runs_with_its_arguments_and_its_launches_are_tabled(tmp_
     assert "kernel launches (modelled on H100" in done.stdout
     row = next(line for line in done.stdout.splitlines() if line.startswith("│ add "))
     assert "4 / 256" in row and "simt" in row
+    # host arrays given to the kernel: numba's warning, and its copies beside the kernel's time
+    assert "NumbaPerformanceWarning: Host array used in CUDA kernel" in done.stderr
+    assert "time on the GPU, modelled on H100: kernels " in done.stdout
+    assert "(1 launch); host -> GPU " in done.stdout and " us (3 copies, 11.7 KiB); GPU -> host " in done.stdout
 
 
 def test_a_finding_stops_the_script_with_the_lines_around_it(tmp_path):
