@@ -90,7 +90,9 @@ def time_line(ops: list[dict], truncated: bool, rows: list[dict], gpu_key: str) 
         entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + nbytes, entry[2] + copy_seconds(nbytes, src, dst, g)
     if not groups:
         return ""
-    size = lambda n: f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"  # noqa: E731
+    def size(n: int) -> str:
+        return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"
+
     kernels = sum(r["seconds"] for r in rows)
     copies = "; ".join(f"{what} {s * 1e6:.3g} us ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
                        for what, (n, b, s) in groups.items())
