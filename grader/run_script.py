@@ -7,7 +7,9 @@ script runs as `__main__` in this process (it is the student's own code on the s
 machine: no sandbox, exactly as `python script.py` would run it) with grader.sim installed: a race,
 an out-of-bounds access, a barrier some threads miss stop it with the finding and the source
 lines around it; at the end a table of its launches (configuration, executor, coalescing, bank
-conflicts, atomics, the modelled time on a GPU preset). Not grading: nothing here is a score.
+conflicts, atomics, the modelled time on a GPU preset), the copies' modelled time beside the
+kernels', and a note where the script times kernels with the host's clock. Not grading: nothing
+here is a score.
 """
 
 from __future__ import annotations
