@@ -249,6 +249,17 @@ def test_a_host_api_mistake_is_the_same_exception_as_with_a_local_simulator(devi
     assert copy.startswith("ValueError: copy_to_device") and index.startswith("IndexError: index 10")
 
 
+def test_a_python_list_given_to_a_kernel_is_refused_with_what_a_kernel_takes(device_student):
+    s = device_student("""
+        def run():
+            d_out = cuda.device_array(3, np.float32)
+            add[1, 32](d_out, [1.0, 2.0, 3.0], d_out)
+    """)
+    with pytest.raises(StudentCodeError, match=r"a kernel argument of type list cannot be passed to a GPU: a kernel "
+                                               r"takes arrays .*np\.array\(\.\.\.\) makes an array of a list"):
+        s.call("run")
+
+
 def test_a_refused_launch_names_the_students_launch_line(device_student):
     """The device process runs the launch, the student's process knows where it was made: a launch
     refused before it ran (too many threads per block) names that line, as the finding's line."""

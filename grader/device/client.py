@@ -344,7 +344,9 @@ class RemoteDevice(LaunchTarget):
                                                f"takes numpy arrays and arrays from cuda.to_device / device_array")
         if isinstance(value, (bool, int, float, complex, np.generic)):
             return {"value": value} if not isinstance(value, complex) else {"complex": [value.real, value.imag]}
-        raise TypeError(f"a kernel argument of type {type(value).__name__} cannot be passed to a GPU")
+        raise TypeError(f"a kernel argument of type {type(value).__name__} cannot be passed to a GPU: a kernel takes "
+                        f"arrays (NumPy arrays, or device arrays from cuda.to_device / cuda.device_array), numbers, "
+                        f"and tuples of them (np.array(...) makes an array of a list)")
 
 
 def _dims(value):

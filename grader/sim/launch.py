@@ -159,6 +159,11 @@ def _warn_implicit_copy(sim) -> None:
                            registry=sim.warned)
 
 
+# Python containers and text: numba types them (a reflected list, a unicode string) but no kernel
+# can take one; the device process's client refuses them the same way (grader/device/client.py)
+_NOT_KERNEL_ARGUMENTS = (list, dict, set, frozenset, str, bytes, bytearray)
+
+
 def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
     out = []
     names = kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
@@ -175,6 +180,11 @@ def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
             raise NotSimulatedError(f"kernel {kernel.name!r}: argument {name!r} is a "
                                     f"{type(value).__name__}; the simulator takes numpy arrays "
                                     f"and arrays from cuda.to_device / device_array")
+        elif isinstance(value, _NOT_KERNEL_ARGUMENTS):
+            raise LaunchConfigError(f"kernel {kernel.name!r}: argument {name!r} is a {type(value).__name__}, which "
+                                    f"cannot be passed to a GPU: a kernel takes arrays (NumPy arrays, or device arrays "
+                                    f"from cuda.to_device / cuda.device_array), numbers, and tuples of them "
+                                    f"(np.array(...) makes an array of a list)", kernel=kernel.name)
         else:
             out.append(launch_scalar(value))  # as numba types it
     return out
@@ -266,7 +276,7 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     cooperative = _cooperative.check_launch(kernel, dispatcher, args, config, device)
     try:
         bound = bind_args(sim, kernel, args, device.id)
-    except WrongDeviceError as exc:
+    except (WrongDeviceError, LaunchConfigError) as exc:
         raise _at_launch_site(exc, kernel.name) from None
     unwritten, settled = _expected(sim.checks, kernel, bound)
     reason = typing_note = None

@@ -85,6 +85,19 @@ def test_host_numpy_arguments_are_copied_back(simulator):
     np.testing.assert_array_equal(out, 2 * a)
 
 
+def test_a_python_list_or_string_argument_is_refused_at_the_launch_line(simulator):
+    """numba types a list (a reflected list) but no kernel takes one: the launch is refused naming
+    the kernel, the argument and the student's line, not with an error from inside the simulator."""
+    a = np.zeros(4, np.float32)
+    for value in ([1.0, 2.0, 3.0, 4.0], "abcd"):
+        with pytest.raises(sim.LaunchConfigError) as refused:
+            line = sys._getframe().f_lineno + 1
+            vector_add[1, 4](a, value, a)
+        assert f"kernel 'vector_add' launched at {__file__}:{line}: argument 'b' is a " \
+               f"{type(value).__name__}, which cannot be passed to a GPU" in str(refused.value), str(refused.value)
+        assert "np.array(...) makes an array of a list" in str(refused.value)
+
+
 def test_stream_and_shared_bytes_in_launch_config(simulator):
     s = cuda.stream()
     a = cuda.to_device(np.ones(64, np.float32))
