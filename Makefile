@@ -44,7 +44,7 @@ validate: setup
 images: setup
 	docker/build-images.sh
 
-# The simulator against numba's stock simulator, side by side in one run (writes docs/BENCHMARKS.md).
+# The simulator against numba's stock simulator, side by side in one run (writes its section of docs/BENCHMARKS.md).
 bench: setup
 	$(PY) benchmarks/bench_sim.py
 
