@@ -300,15 +300,17 @@ def _why_bound(t: dict) -> str:
     if not ratio:
         return ""
     loads = t.get("load_requests_ratio") or 1.0
-    why = []
-    if loads > 1.05:
-        why.append(f"they load {loads:.1f}x as much (the same elements read by many threads, or each thread "
-                   f"walking more than its share of the data)")
-    if ratio / loads > 1.05:
-        why.append(f"{'they wait' if why else 'for the same loads, they wait'} {ratio / loads:.1f}x as often a "
-                   f"load (a load issued only after a store or another load's value, or fewer loads issued before "
-                   f"their values are used)")
-    return f" (its warps wait on memory {ratio:.1f}x as often as the reference's: {', and '.join(why)})"
+    more_loads = ("the same elements read by many threads, or each thread walking more than its share of the "
+                  "data")
+    in_turn = ("a load issued only after a store or another load's value, or fewer loads issued before their "
+               "values are used")
+    if loads <= 1.05:
+        return f" (its warps wait on memory {ratio:.1f}x as often as the reference's for the same loads: {in_turn})"
+    if ratio / loads <= 1.05:
+        return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's because they load "
+                f"{loads:.1f}x as much: {more_loads})")
+    return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's: they load {loads:.1f}x as much "
+            f"({more_loads}), and wait {ratio / loads:.1f}x as often a load ({in_turn}))")
 
 
 def _occupancy(t: dict) -> str:
