@@ -190,3 +190,28 @@ def test_host_clock_reads_are_found_by_name_not_by_text():
              "a = time.time()\nb = monotonic()\nc = timeit.timeit('1')\ntime.sleep(0)\n"
     assert host_clock_reads(source) == [(4, "time.time()"), (5, "monotonic()"), (6, "timeit.timeit()")]
     assert host_clock_reads("def broken(:\n") == []
+
+
+def test_a_students_all_reduce_tried_by_hand_with_grader_ranks(tmp_path):
+    """At midnight the ring is wrong and the student wants to print its buffers: `grader.ranks(4)`
+    in a script of their own, beside their module, run on 4 simulated GPUs."""
+    (tmp_path / "allreduce.py").write_text((ROOT / "solutions" / "allreduce.py").read_text())
+    script = tmp_path / "try_ring.py"
+    script.write_text('''
+import numpy as np
+
+import grader
+from allreduce import allreduce_ring
+
+ranks = grader.ranks(4)
+bufs = ranks.upload([np.full(1003, r + 1, np.float32) for r in range(4)])
+allreduce_ring(ranks, bufs)
+ranks.synchronize()
+print("sums", sorted({float(v) for b in bufs for v in b.copy_to_host()}))
+''')
+    done = subprocess.run([sys.executable, "-m", "grader", "run", "--devices", "4", str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sums [10.0]" in done.stdout and "add_kernel (GPU 3)" in done.stdout
+    # the ring's 2 (N - 1) steps of N copies between GPUs
+    assert "GPU -> GPU " in done.stdout and "(24 copies, " in done.stdout

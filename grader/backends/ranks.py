@@ -240,4 +240,13 @@ def devices_for(count: int, available: int) -> list[int]:
     return list(range(count)) if available >= count else [0] * count
 
 
-__all__ = ["MAX_RANKS", "Rank", "Ranks", "devices_for"]
+def for_script(count: int) -> Ranks:
+    """`grader.ranks(count)`: `count` ranks on this process's GPUs (simulated ones under `gpugrade run
+    --devices N`), as the runner would hand them to `f(ranks, bufs)`: for trying an all-reduce by hand
+    (`bufs = ranks.upload(host_arrays)`, one per rank, then `f(ranks, bufs)`)."""
+    from numba import cuda
+
+    return Ranks(count, devices_for(count, len(cuda.gpus)), enable_peer_access=True)
+
+
+__all__ = ["MAX_RANKS", "Rank", "Ranks", "devices_for", "for_script"]
