@@ -53,19 +53,42 @@ def _dims(dims: tuple) -> str:
     return "x".join(str(d) for d in kept)
 
 
+MOST_ROWS = 60  # a longer table keeps its first and last rows: a loop of launches is read in a few
+
+
+def grouped(rows: list[dict]) -> list[tuple[dict, int]]:
+    """Consecutive launches whose rows read the same (a kernel launched in a loop) as one row and
+    how many they were."""
+    out: list[tuple[dict, int]] = []
+    for row in rows:
+        if out and out[-1][0] == row:
+            out[-1] = (row, out[-1][1] + 1)
+        else:
+            out.append((row, 1))
+    return out
+
+
 def _table(rows: list[dict], gpu_key: str) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"kernel launches (modelled on {gpu_key}, as launched: this size, launch overhead included)")
+    table = Table(title=f"kernel launches (modelled on {gpu_key}, as launched: this size, launch overhead included; "
+                        f"x N: N launches in a row alike, each taking the time shown)")
     for name in ("kernel", "blocks / threads", "executor", "sectors / request", "shared passes / request",
                  "atomics", "modelled time", "bound by"):
         table.add_column(name, overflow="fold", no_wrap=name == "kernel")
     fmt = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
     several = any(r["device"] for r in rows)
-    for r in rows:
+    groups = grouped(rows)
+    if len(groups) > MOST_ROWS:
+        left_out = len(groups) - MOST_ROWS
+        groups = groups[:MOST_ROWS - 10] + [(None, left_out)] + groups[-10:]
+    for r, count in groups:
+        if r is None:
+            table.add_row(f"... {count} more rows", *[""] * 7)
+            continue
         executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
-        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else ""),
+        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else "") + (f" x {count}" if count > 1 else ""),
                       f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
                       fmt(r["wavefronts_per_shared_request"]), str(r["atomics"] or ""),
                       f"{r['seconds'] * 1e6:.3g} us", r["bound"])

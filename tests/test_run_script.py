@@ -215,3 +215,21 @@ print("sums", sorted({float(v) for b in bufs for v in b.copy_to_host()}))
     assert "sums [10.0]" in done.stdout and "add_kernel (GPU 3)" in done.stdout
     # the ring's 2 (N - 1) steps of N copies between GPUs
     assert "GPU -> GPU " in done.stdout and "(24 copies, " in done.stdout
+
+
+def test_launches_in_a_loop_are_one_row_and_a_long_table_keeps_its_ends():
+    from grader.run_script import MOST_ROWS, _table, grouped
+
+    def row(kernel, seconds=1e-6):
+        return {"kernel": kernel, "device": 0, "grid": (1, 1, 1), "block": (256, 1, 1), "executor": "simt",
+                "fallback": None, "sectors_per_request": 4.0, "wavefronts_per_shared_request": None, "atomics": 0,
+                "seconds": seconds, "bound": "launch"}
+
+    rows = [row("a")] * 300 + [row("b"), row("a")]
+    assert [(r["kernel"], n) for r, n in grouped(rows)] == [("a", 300), ("b", 1), ("a", 1)]
+    table = _table(rows, "H100")
+    assert "│ a x 300 " in table and "│ b " in table
+    alternating = [row("k", seconds=(i + 1) * 1e-6) for i in range(2 * MOST_ROWS)]  # no two alike
+    table = _table(alternating, "H100")
+    assert f"... {MOST_ROWS} more rows" in table
+    assert "1 us" in table and f"{2 * MOST_ROWS} us" in table  # the first rows and the last
