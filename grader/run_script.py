@@ -181,6 +181,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     """Run `script` with `args` as `python script args` would, on the simulator; 0, the script's
     own exit status, or 1 on a finding or an uncaught exception."""
     from . import sim
+    from .sim import LaunchRecord
     from .sim.errors import SimError
 
     path = Path(script)
@@ -196,7 +197,9 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     truncated = False
     status, found = 0, False
     try:
-        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key) as simulator, sim.trace() as records:
+        # (each launch's summary only: a loop of large launches must not hold their per-thread tables)
+        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key) as simulator, \
+                sim.trace(keep=LaunchRecord.summary) as records:
             try:
                 runpy.run_path(str(path), run_name="__main__")
             except SystemExit as exc:
@@ -210,7 +213,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
             except Exception:  # the script's own error: its traceback, as Python would print it
                 traceback.print_exc()
                 status = 1
-            launches = [r.summary() for r in records]
+            launches = list(records)
             ops = [op.summary() for op in simulator.streams.log]
             truncated = simulator.streams.truncated
     finally:

@@ -133,11 +133,13 @@ def uninstall() -> None:
             _active = None
 
 
-def trace():
-    """`with trace() as launches:` one LaunchRecord per launch of the installed simulator."""
+def trace(keep=None):
+    """`with trace() as launches:` one LaunchRecord per launch of the installed simulator (`keep`:
+    what of each to keep instead, `LaunchRecord.summary` say: a long run need not hold every
+    launch's per-thread tables)."""
     if _active is None:
         raise RuntimeError("grader.sim is not installed: install() before trace()")
-    return _active[0].tracer.trace()
+    return _active[0].tracer.trace(keep)
 
 
 def is_installed() -> bool:

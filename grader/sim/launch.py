@@ -8,6 +8,7 @@ import dataclasses
 import threading
 import warnings
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -437,22 +438,24 @@ class Tracer:
     simulator has its own: two in one process never see each other's launches)."""
 
     def __init__(self):
-        self._sinks: list[list] = []
+        self._sinks: list[tuple[list, Callable | None]] = []
         self._lock = threading.Lock()
 
     def publish(self, record: LaunchRecord) -> None:
         with self._lock:
-            for sink in self._sinks:
-                sink.append(record)
+            for sink, keep in self._sinks:
+                sink.append(record if keep is None else keep(record))
 
     @contextlib.contextmanager
-    def trace(self):
-        """`with tracer.trace() as launches:` collects one LaunchRecord per launch."""
-        records: list[LaunchRecord] = []
+    def trace(self, keep: Callable | None = None):
+        """`with tracer.trace() as launches:` collects one LaunchRecord per launch, or what `keep`
+        makes of it."""
+        records: list = []
+        entry = (records, keep)
         with self._lock:
-            self._sinks.append(records)
+            self._sinks.append(entry)
         try:
             yield records
         finally:
             with self._lock:
-                self._sinks.remove(records)
+                self._sinks.remove(entry)

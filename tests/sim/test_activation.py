@@ -98,6 +98,16 @@ def test_a_python_list_or_string_argument_is_refused_at_the_launch_line(simulato
         assert "np.array(...) makes an array of a list" in str(refused.value)
 
 
+def test_a_trace_keeps_what_it_is_told_of_each_launch(simulator):
+    """`gpugrade run` keeps each launch's summary only: a loop of large launches held every launch's
+    per-thread tables (16 MB a launch of 2^20 threads) until the script's end."""
+    d = cuda.to_device(np.zeros(1024, np.float32))
+    with sim.trace(keep=sim.LaunchRecord.summary) as kept, sim.trace() as records:
+        vector_add[4, 256](d, d, d)
+    assert isinstance(kept[0], dict) and "threads" not in kept[0] and kept[0]["kernel"] == "vector_add"
+    assert kept[0] == records[0].summary()
+
+
 def test_stream_and_shared_bytes_in_launch_config(simulator):
     s = cuda.stream()
     a = cuda.to_device(np.ones(64, np.float32))
