@@ -505,6 +505,14 @@ def spin_on_plain_load(flag):
 
 
 @cuda.jit
+def counts_forever(out):
+    s = 1
+    while s > 0:  # (s only grows: the condition never turns false)
+        s = s + 1 if cuda.threadIdx.x < out.size else 0
+    out[0] = s
+
+
+@cuda.jit
 def shuffle_waits_for_barrier(out):
     t = cuda.threadIdx.x
     if t == 0:
@@ -528,6 +536,10 @@ def test_deadlocks_are_reported(simulator, monkeypatch):
         spin_on_plain_load[1, 1](flag)
     with pytest.raises(sim.WarpOpError, match="waits at syncthreads"):
         shuffle_waits_for_barrier[1, 32](cuda.device_array(32, np.int64))
+    # a loop that never ends, waiting on nothing: the message names that case too, at the loop's line
+    with pytest.raises(sim.DeadlockError, match=f":{line_of(counts_forever, 'while s > 0')},") as err:
+        counts_forever[1, 32](cuda.device_array(32, np.int64))
+    assert "or in a loop whose condition never turns false" in str(err.value)
 
 
 @cuda.jit

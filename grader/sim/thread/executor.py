@@ -359,6 +359,7 @@ class ThreadExecutor:
         raise DeadlockError(
             f"{where(self.name, fn, line, self.bidx, st.idx)}: no forward progress: threads "
             f"spin waiting for something no running thread will do (a lock never released, a "
-            f"flag never set).{why}", kernel=self.name, filename=fn, line=line,
+            f"flag never set), or in a loop whose condition never turns false.{why}", kernel=self.name,
+            filename=fn, line=line,
             block=tuple(self.bidx),
             thread=tuple(st.idx))
