@@ -198,7 +198,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
     status, found = 0, False
     try:
         # (each launch's summary only: a loop of large launches must not hold their per-thread tables)
-        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key) as simulator, \
+        with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key, compile_check=True) as simulator, \
                 sim.trace(keep=LaunchRecord.summary) as records:
             try:
                 runpy.run_path(str(path), run_name="__main__")

@@ -310,3 +310,47 @@ def test_every_thread_has_a_local_array_of_its_own(thread_sim):
     out = cuda.device_array(64, np.int32)
     one_slot_of_a_local_array[2, 32](out)
     assert (out.copy_to_host() == np.arange(1, 65)).all()
+
+
+@cuda.jit
+def row_sums(m, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = np.sum(m[i])  # numba compiles it for a GPU: one thread adds its row
+
+
+@cuda.jit
+def whole_sum(a, out):
+    if cuda.grid(1) == 0:
+        out[0] = a.sum()
+
+
+def test_np_sum_inside_a_kernel_adds_as_numba_does_each_element_a_load(thread_sim):
+    m = np.arange(12, dtype=np.float32).reshape(3, 4) / 3
+    out = np.zeros(3, np.float32)
+    with sim.trace() as launches:
+        row_sums[1, 32](cuda.to_device(m), out_dev := cuda.device_array(3, np.float32))
+    out = out_dev.copy_to_host()
+    expected = [np.float32(0)] * 3
+    for i in range(3):  # one after another, in float32 (numba's accumulator for a float32 array)
+        for v in m[i]:
+            expected[i] = np.float32(expected[i] + v)
+    np.testing.assert_array_equal(out, expected)
+    assert launches[0].counters["global_loads"] == 12
+    big = np.full(5, 2**31 - 1, np.int32)  # int32 elements, an int64 accumulator: no wrap-around
+    total = cuda.device_array(1, np.int64)
+    whole_sum[1, 32](cuda.to_device(big), total)
+    assert total.copy_to_host()[0] == 5 * (2**31 - 1)
+
+
+@cuda.jit
+def largest(a, out):
+    if cuda.grid(1) == 0:
+        out[0] = a.max()
+
+
+def test_an_array_reduction_numba_does_not_compile_for_a_gpu_is_refused_as_numba_refuses_it(thread_sim):
+    from grader.sim.errors import CompileError
+
+    with pytest.raises(CompileError, match="kernel 'largest' would not compile for a GPU"):
+        largest[1, 32](cuda.to_device(np.ones(4, np.float32)), cuda.device_array(1, np.float32))

@@ -97,6 +97,32 @@ class ThreadArray:
     def __len__(self):
         return self.shape[0]
 
+    def sum(self, axis=None, dtype=None, out=None, **unused):
+        """`a.sum()` and `np.sum(a)`, which numba compiles for a GPU: the thread adds the elements
+        one after another in C order, each a load of its own, in numba's accumulator type (the
+        array's for floats, int64 / uint64 for integers and booleans)."""
+        frame = _student_frame(_getframe(1))
+        if axis is not None or dtype is not None or out is not None or any(v is not None for v in unused.values()):
+            raise NotSimulatedError("sum inside a kernel with axis=, dtype= or out= is not simulated: write the "
+                                    "loop over the elements")
+        kind = self.dtype.kind
+        acc = self.dtype.type if kind in "fc" else np.uint64 if kind == "u" else np.int64
+        total = acc(0)
+        for index in np.ndindex(*self.shape):
+            total = acc(total + acc(self._loaded(index, frame)))
+        return total
+
+
+    def _loaded(self, index, frame):
+        """Element `index` (a full index), loaded by the running thread as `__getitem__` does."""
+        flat = self._flat(index, "load", frame)
+        st = self._ex.cur
+        st.loads += 1
+        if st.loads >= LOADS_PER_YIELD:
+            st.loads = 0
+            self._ex.hub.switch("yield_loads")
+        return self._h.flat[flat]
+
     def _flat(self, key, kind, frame, value=None):
         """Flat position of a full index (checked and recorded), or None for a view key.
         `value`: what a store stores (the race checker's silent-store rule)."""
@@ -330,6 +356,13 @@ class RecordRef:
 
     def __setattr__(self, field, value):
         self._set(field, value, _getframe(1))
+
+
+def _student_frame(frame):
+    """The kernel's frame behind NumPy's own (`np.sum(a)` calls `a.sum(...)` from numpy's Python)."""
+    while frame is not None and "numpy" in frame.f_code.co_filename.replace("\\", "/").split("/"):
+        frame = frame.f_back
+    return frame
 
 
 def ufunc_call(ufunc, args, frame):
