@@ -5,8 +5,8 @@ For trying a kernel out at midnight on a laptop: `python script.py` needs a GPU,
 `NUMBA_ENABLE_CUDASIM=1` runs kernels a thread at a time in Python and finds no race. Here the
 script runs as `__main__` in this process (it is the student's own code on the student's own
 machine: no sandbox, exactly as `python script.py` would run it) with grader.sim installed: a race,
-an out-of-bounds access, a barrier some threads miss stop it with the finding and the source
-lines around it; at the end a table of its launches (configuration, executor, coalescing, bank
+an out-of-bounds access, a barrier some threads miss, or a kernel that would not compile for a GPU
+(each launch is compile-checked, as in grading) stop it with the finding and the source lines around it; at the end a table of its launches (configuration, executor, coalescing, bank
 conflicts, atomics, the modelled time on a GPU preset), the copies' modelled time beside the
 kernels', and a note where the script times kernels with the host's clock. Not grading: nothing
 here is a score.
