@@ -105,7 +105,8 @@ class Devices:
 
     def __getitem__(self, i: int) -> VirtualDevice:
         if not 0 <= i < len(self.devices):
-            raise IndexError(f"no simulated device {i}: {len(self.devices)} configured")
+            raise IndexError(f"no simulated device {i}: {len(self.devices)} configured (a script of yours: "
+                             f"`gpugrade run --devices {max(int(i) + 1, 2)} SCRIPT` simulates that many)")
         return self.devices[i]
 
     def __iter__(self):

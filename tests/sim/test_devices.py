@@ -34,7 +34,8 @@ def test_gpus_and_selection(two_gpus):
     assert cuda.get_current_device().id == 0
     cuda.select_device(1)
     assert cuda.to_device(np.ones(2)).device_id == 1
-    with pytest.raises(IndexError, match="no simulated device 2"):
+    with pytest.raises(IndexError, match=r"no simulated device 2: 2 configured \(a script of yours: "
+                                         r"`gpugrade run --devices 3 SCRIPT`"):
         cuda.select_device(2)
 
 
