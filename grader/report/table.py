@@ -40,13 +40,7 @@ def table(results: Results, console: Console | None = None, width: int = 110, ve
                                                                                  style="bold"), "", end_section=True)
     console.print(grid)
     console.print(f"Total: {num(results.score)}/{num(results.max_score)}  ({results.backend} backend, {results.execution_time:.1f} s)")
-    if results.backend_note:
-        console.print(f"Note: {results.backend_note}")
-    for note in results.notes:
-        console.print(f"Note: {note}")
-    for error in results.errors:
-        console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
-    return console.export_text() if console.record else ""
+    return _footer(results, console)
 
 
 def _stages(results: Results, console: Console) -> str:
@@ -66,13 +60,7 @@ def _stages(results: Results, console: Console) -> str:
     console.print(grid)
     console.print(f"Total: {num(results.score)}/{num(results.max_score)}  ({results.backend} backend, "
                   f"{results.execution_time:.1f} s; -v for every test)")
-    if results.backend_note:
-        console.print(f"Note: {results.backend_note}")
-    for note in results.notes:
-        console.print(f"Note: {note}")
-    for error in results.errors:
-        console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
-    return console.export_text() if console.record else ""
+    return _footer(results, console)
 
 
 def stage_verdict(tests: list) -> str:
@@ -113,3 +101,14 @@ def first_failure(results: Results) -> str:
         lines.append("Simulator findings:")
         lines += [f"  - {f}" for f in findings[:8]]
     return "\n".join(lines)
+
+
+def _footer(results: Results, console: Console) -> str:
+    """The notes and grader errors under either table; the text, where the console records it."""
+    if results.backend_note:
+        console.print(f"Note: {results.backend_note}")
+    for note in results.notes:
+        console.print(f"Note: {note}")
+    for error in results.errors:
+        console.print(Text(f"grader error: {first_line(error)}", style="bold red"))
+    return console.export_text() if console.record else ""
