@@ -112,10 +112,12 @@ class ThreadArray:
             total = acc(total + acc(self._loaded(index, frame)))
         return total
 
-
     def _loaded(self, index, frame):
         """Element `index` (a full index), loaded by the running thread as `__getitem__` does."""
-        flat = self._flat(index, "load", frame)
+        return self._counted_load(self._flat(index, "load", frame))
+
+    def _counted_load(self, flat: int):
+        """The element at `flat`, its load counted towards the thread's next yield."""
         st = self._ex.cur
         st.loads += 1
         if st.loads >= LOADS_PER_YIELD:
@@ -211,12 +213,7 @@ class ThreadArray:
         flat = self._flat(key, "load", frame)
         if flat is None:
             return self._view(key, frame)
-        st = self._ex.cur
-        st.loads += 1
-        if st.loads >= LOADS_PER_YIELD:
-            st.loads = 0
-            self._ex.hub.switch("yield_loads")
-        return self._h.flat[flat]
+        return self._counted_load(flat)
 
     def __setitem__(self, key, value):
         frame = sys._getframe(1)
