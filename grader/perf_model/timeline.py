@@ -99,6 +99,7 @@ class Scheduler:
         self.spans: list[Span] = []
         self.waits = 0
         self._ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
+        self._waited: dict[int, int] = {}               # stream -> the last tick the host waited for
         self._free: dict[tuple, float] = {}             # resource -> when it is free
         self._events: list[str] = []                    # "sync" | "peer", for waits between copies
 
@@ -117,6 +118,7 @@ class Scheduler:
             self.host = max(self.host, ready)
             self.waits += 1
             self._events.append("sync")
+            self._forget(op.get("after", []))
             return None
         self.host += g.host_issue_us * 1e-6
         if kind == "kernel":
@@ -144,6 +146,16 @@ class Scheduler:
         if self.keep_spans:
             self.spans.append(span)
         return span
+
+    def _forget(self, waited) -> None:
+        """Drop the ends of what the host has now waited for: a stream's work ends in order, so
+        each ended by the host's clock, and any later operation or event waiting on it starts no
+        earlier than that clock anyway (a long run keeps only what is still in flight)."""
+        for stream, tick in waited:
+            stream, tick = int(stream), int(tick)
+            for gone in range(self._waited.get(stream, 0) + 1, tick + 1):
+                self._ends.pop((stream, gone), None)
+            self._waited[stream] = max(self._waited.get(stream, 0), tick)
 
     def timeline(self) -> Timeline:
         peers = [i for i, what in enumerate(self._events) if what == "peer"]

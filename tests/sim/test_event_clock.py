@@ -119,3 +119,20 @@ def test_host_arrays_given_to_a_kernel_are_copied_there_and_back_inside_the_even
     g = simulator.clock.gpu
     copies_ms = 1e3 * 4 * a.nbytes / (g.host_bandwidth_gbs * 1e9)
     assert ms > copies_ms
+
+
+def test_the_clock_forgets_what_the_host_has_waited_for():
+    """A long script keeps only the end times of work still in flight, and its events read the same."""
+    a = np.ones(N, np.float32)
+    with sim.installed() as simulator:
+        d, out = cuda.to_device(a), cuda.device_array(N, np.float32)
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        for _ in range(40):
+            scale[N // 256, 256](out, d)
+            cuda.synchronize()
+        end.record()
+        assert len(simulator.clock._scheduler._ends) <= 2
+        ms = cuda.event_elapsed_time(start, end)
+    g = simulator.clock.gpu
+    assert ms > 40 * g.host_issue_us * 1e-3
