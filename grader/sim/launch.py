@@ -165,10 +165,24 @@ def _warn_implicit_copy(sim) -> None:
 _NOT_KERNEL_ARGUMENTS = (list, dict, set, frozenset, str, bytes, bytearray)
 
 
+def _refuse_arguments(kernel: KernelSource, args) -> None:
+    """A Python container or text among a launch's arguments, refused before anything compiles it
+    (numba's own error for one speaks of memory allocation)."""
+    for name, value in zip(_param_names(kernel, args), args):
+        if isinstance(value, _NOT_KERNEL_ARGUMENTS):
+            raise LaunchConfigError(f"kernel {kernel.name!r}: argument {name!r} is a {type(value).__name__}, which "
+                                    f"cannot be passed to a GPU: a kernel takes arrays (NumPy arrays, or device arrays "
+                                    f"from cuda.to_device / cuda.device_array), numbers, and tuples of them "
+                                    f"(np.array(...) makes an array of a list)", kernel=kernel.name)
+
+
+def _param_names(kernel: KernelSource, args) -> list[str]:
+    return kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
+
+
 def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
     out = []
-    names = kernel.params + [f"arg{i}" for i in range(len(kernel.params), len(args))]
-    for name, value in zip(names, args):
+    for name, value in zip(_param_names(kernel, args), args):
         if isinstance(value, SimDeviceArray):
             check_device(value, device, kernel.name, name)
             out.append(DeviceBuffer(value, name))
@@ -181,11 +195,6 @@ def bind_args(sim, kernel: KernelSource, args, device: int) -> list:
             raise NotSimulatedError(f"kernel {kernel.name!r}: argument {name!r} is a "
                                     f"{type(value).__name__}; the simulator takes numpy arrays "
                                     f"and arrays from cuda.to_device / device_array")
-        elif isinstance(value, _NOT_KERNEL_ARGUMENTS):
-            raise LaunchConfigError(f"kernel {kernel.name!r}: argument {name!r} is a {type(value).__name__}, which "
-                                    f"cannot be passed to a GPU: a kernel takes arrays (NumPy arrays, or device arrays "
-                                    f"from cuda.to_device / cuda.device_array), numbers, and tuples of them "
-                                    f"(np.array(...) makes an array of a list)", kernel=kernel.name)
         else:
             out.append(launch_scalar(value))  # as numba types it
     return out
@@ -264,6 +273,7 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
         config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
                                   device.limits)
         check_size(kernel.name, config)
+        _refuse_arguments(kernel, args)
         foreign = foreign_functions(kernel.py_func)
         if foreign:
             raise NotSimulatedError(f"kernel {kernel.name!r}: it calls {', '.join(map(repr, foreign))}, declared "
@@ -277,7 +287,7 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     cooperative = _cooperative.check_launch(kernel, dispatcher, args, config, device)
     try:
         bound = bind_args(sim, kernel, args, device.id)
-    except (WrongDeviceError, LaunchConfigError) as exc:
+    except WrongDeviceError as exc:
         raise _at_launch_site(exc, kernel.name) from None
     unwritten, settled = _expected(sim.checks, kernel, bound)
     reason = typing_note = None

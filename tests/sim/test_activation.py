@@ -96,6 +96,10 @@ def test_a_python_list_or_string_argument_is_refused_at_the_launch_line(simulato
         assert f"kernel 'vector_add' launched at {__file__}:{line}: argument 'b' is a " \
                f"{type(value).__name__}, which cannot be passed to a GPU" in str(refused.value), str(refused.value)
         assert "np.array(...) makes an array of a list" in str(refused.value)
+    # refused before the compile check, whose numba error would speak of memory allocation
+    with sim.installed(compile_check=True):
+        with pytest.raises(sim.LaunchConfigError, match="argument 'b' is a list, which cannot be passed to a GPU"):
+            vector_add[1, 4](a, [1.0, 2.0, 3.0, 4.0], a)
 
 
 def test_a_trace_keeps_what_it_is_told_of_each_launch(simulator):
