@@ -6,7 +6,8 @@ For trying a kernel out at midnight on a laptop: `python script.py` needs a GPU,
 script runs as `__main__` in this process (it is the student's own code on the student's own
 machine: no sandbox, exactly as `python script.py` would run it) with grader.sim installed: a race,
 an out-of-bounds access, a barrier some threads miss, or a kernel that would not compile for a GPU
-(each launch is compile-checked, as in grading) stop it with the finding and the source lines around it; at the end a table of its launches (configuration, executor, coalescing, bank
+(each launch is compile-checked, as in grading) stop it with the finding and the source lines
+around it; at the end a table of its launches (configuration, executor, coalescing, bank
 conflicts, atomics, the modelled time on a GPU preset), the copies' modelled time beside the
 kernels', and a note where the script times kernels with the host's clock. Not grading: nothing
 here is a score.
@@ -104,17 +105,18 @@ def time_line(ops: list[dict], truncated: bool, rows: list[dict], gpu_key: str) 
     from .perf_model.timeline import HOST, copy_seconds
 
     g = perf_model.gpu(gpu_key)
-    groups: dict[str, list] = {}
+    groups: dict[str, tuple[int, int, float]] = {}  # direction -> copies, bytes, seconds
     for op in ops:
         if op.get("kind") != "copy":
             continue
         src, dst, nbytes = int(op.get("src", HOST)), int(op.get("dst", HOST)), int(op.get("nbytes", 0))
         what = ("host -> GPU" if src == HOST else "GPU -> host" if dst == HOST
                 else "GPU -> GPU" if src != dst else "within a GPU")
-        entry = groups.setdefault(what, [0, 0, 0.0])
-        entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + nbytes, entry[2] + copy_seconds(nbytes, src, dst, g)
+        copies, moved, seconds = groups.get(what, (0, 0, 0.0))
+        groups[what] = (copies + 1, moved + nbytes, seconds + copy_seconds(nbytes, src, dst, g))
     if not groups:
         return ""
+
     def size(n: int) -> str:
         return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"
 
@@ -214,7 +216,7 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
                 traceback.print_exc()
                 status = 1
             launches = list(records)
-            ops = [op.summary() for op in simulator.streams.log]
+            ops = list(simulator.streams.log)
             truncated = simulator.streams.truncated
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path

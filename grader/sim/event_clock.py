@@ -23,7 +23,7 @@ class EventClock:
 
     def __init__(self, gpu_key: str | None = None):
         self.gpu = perf_model.gpu(gpu_key or perf_model.DEFAULT_GPU)
-        self._scheduler = Scheduler(self.gpu, keep_spans=False)
+        self._scheduler = Scheduler(self.gpu, keep_timeline=False)
         self._lock = threading.Lock()
 
     def issued(self, op: dict, launch: dict | None = None) -> None:

@@ -116,7 +116,7 @@ class StreamOrder:
         self._defaults: dict[int, int] = {}  # device -> its legacy default stream's id
         self._host: dict[int, int] = {}      # what the host has waited for
         self._accesses: dict[int, list[_Access]] = {}
-        self.log: list[Op] = []
+        self.log: list[dict] = []  # the operations as plain data (Op.summary), for the report
         self.truncated = False
         self.launches = 0
         self.host_syncs = 0
@@ -164,10 +164,12 @@ class StreamOrder:
         return op
 
     def _keep(self, op: Op, model: dict | None = None) -> None:
+        """`op` into the log and to the listener, as plain data made once for both."""
+        summary = op.summary()
         if self.listener is not None:
-            self.listener(op.summary(), model)
+            self.listener(summary, model)
         if len(self.log) < MAX_LOG:
-            self.log.append(op)
+            self.log.append(summary)
         else:
             self.truncated = True
 
@@ -306,7 +308,7 @@ class StreamOrder:
     def take_log(self) -> tuple[list[dict], bool]:
         """The operations since the last take (as plain data), and whether some were cut."""
         with self._lock:
-            log, truncated = [op.summary() for op in self.log], self.truncated
+            log, truncated = self.log, self.truncated
             self.log, self.truncated, self.launches = [], False, 0
             return log, truncated
 
