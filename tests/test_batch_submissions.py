@@ -359,11 +359,13 @@ def test_a_good_roster(tmp_path):
                              " alice , repos/alice.git ,  , a@x\n"
                              "bob@uni.edu,https://host/bob.git,feature/x,b@x\n"
                              "carol,git@github.com:c/hw.git@v2,,\n"
+                             "dan,https://host/dan.git\n"  # the empty ref and email left out
                              "\n", encoding="utf-8-sig")
     assert read_roster(path) == [
         Entry("alice", str(tmp_path / "class" / "repos" / "alice.git"), None, 3),
         Entry("bob@uni.edu", "https://host/bob.git", "feature/x", 4),
         Entry("carol", "git@github.com:c/hw.git", "v2", 5),
+        Entry("dan", "https://host/dan.git", None, 6),
     ]
     assert read_roster(_roster(tmp_path, "student_id,repo\n")) == []
 
@@ -375,7 +377,8 @@ def test_every_malformed_row_is_reported_with_its_line(tmp_path):
                              "../etc,c.git,\n"
                              "d e,d.git,\n"
                              "eve,e.git,main,extra\n"
-                             "fay,f.git\n"
+                             "fay,f.git\n"       # the ref left out: no ref
+                             "gil\n"             # the repo left out too
                              "gus,g.git,-oops\n"
                              "hal,h.git@v1,v2\n"
                              "ivy,i.git,a..b\n"
@@ -391,12 +394,12 @@ def test_every_malformed_row_is_reported_with_its_line(tmp_path):
         "  line 4: student id '../etc' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
         "  line 5: student id 'd e' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
         "  line 6: 4 fields, the header has 3",
-        "  line 7: 2 fields, the header has 3",
-        "  line 8: ref '-oops' is not a branch, tag or commit name",
-        "  line 9: the ref is given twice (h.git@v1 and the ref column 'v2')",
-        "  line 10: ref 'a..b' is not a branch, tag or commit name",
+        "  line 8: no repo",
+        "  line 9: ref '-oops' is not a branch, tag or commit name",
+        "  line 10: the ref is given twice (h.git@v1 and the ref column 'v2')",
+        "  line 11: ref 'a..b' is not a branch, tag or commit name",
         # the Gradescope export could not name its folder: refused here, before anything is graded
-        "  line 11: student id '.hidden' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
+        "  line 12: student id '.hidden' is not a safe name (1 to 64 of A-Z a-z 0-9 . _ @ -, not starting with '.')",
     ]
 
 

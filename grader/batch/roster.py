@@ -85,9 +85,12 @@ def read_roster(path: str | os.PathLike) -> list[Entry]:
 
 def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: int, base: Path,
            problems: list[str]) -> Entry | None:
-    if len(fields) != len(header):
+    if len(fields) > len(header):
         problems.append(f"line {line}: {len(fields)} fields, the header has {len(header)}")
         return None
+    # trailing empty fields left out (`bob,b.git` under `student_id,repo,ref`, as hand-edited
+    # rosters have them) are empty: a required one then says it is missing
+    fields = fields + [""] * (len(header) - len(fields))
     student, repo = fields[columns["student_id"]], fields[columns["repo"]]
     column_ref = fields[columns["ref"]] if "ref" in columns else ""
     bad = []
