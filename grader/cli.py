@@ -85,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
         cmd.add_argument("--out", required=True, help="the batch folder: results store, feedback pages, grades.csv")
-        cmd.add_argument("--assignment", default="", help="the assignment's name in the store (default: the roster's)")
+        cmd.add_argument("--assignment", default="",
+                         help="the assignment's name in the store (default: the only one the folder holds; a new "
+                              "folder's name: --out grades/hw3 is hw3)")
         cmd.add_argument("--jobs", type=int, default=2, help="submissions graded at once by the local pool")
         cmd.add_argument("--dask", default=None,
                          help="grade on Dask: local:N (a LocalCluster of N workers) or tcp://HOST:PORT (a scheduler)")
@@ -118,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--csv", help="write one row per student here")
     ex.add_argument("--gradescope", help="write <student>/results.json under this folder")
     ex.add_argument("--nbgrader", help="an nbgrader gradebook database URL (sqlite:///gradebook.db)")
+    ex.add_argument("--nbgrader-assignment", metavar="NAME",
+                    help="the assignment's name in the nbgrader gradebook (default: its name in the store)")
     ex.add_argument("--deadline", default=None,
                     help="late penalties from commit time (ISO 8601 with its time zone: 2026-12-01T23:59:00+01:00)")
     ex.add_argument("--late-per-day", type=float, default=0.0,
@@ -144,15 +148,12 @@ def _parser() -> argparse.ArgumentParser:
 def _deadline(text: str | None):
     if not text:
         return None
-    from datetime import datetime
+    from .batch.roster import parse_deadline
 
-    try:  # (Python 3.10's fromisoformat takes no "Z")
-        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-    except ValueError:
-        raise UsageError(f"--deadline {text!r}: not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
-    if when.utcoffset() is None:  # it was taken as UTC: an hour or more off in most places
-        raise UsageError(f"--deadline {text!r} has no time zone: give it (2026-12-01T23:59:00+01:00, or Z for UTC)")
-    return when
+    try:
+        return parse_deadline(text)
+    except ValueError as exc:
+        raise UsageError(f"--deadline {exc}") from None
 
 
 def _need_batch_extra() -> None:
@@ -290,6 +291,10 @@ def _export(args) -> int:
         raise UsageError(f"{folder} is not a batch folder (no store.sqlite): run gpugrade batch ... --out {folder}")
     with Store(store_path) as store:
         assignment = args.assignment or _only_assignment(store, folder)
+        if assignment not in store.assignments():  # an export of nothing would look like one of a class
+            raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
+                             f"{', '.join(store.assignments()) or 'none'}); --assignment names the store's assignment, "
+                             f"--nbgrader-assignment the gradebook's")
         rows = store.latest(assignment)
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
@@ -310,8 +315,9 @@ def _export(args) -> int:
         export.write_gradescope(rows, Path(args.gradescope), policy)
         print(f"wrote {args.gradescope}/<student>/results.json ({len(rows)} students)")
     if args.nbgrader:
-        export.write_nbgrader(rows, args.nbgrader, assignment, policy)
-        print(f"wrote {len(rows)} students' grades of {assignment} to {args.nbgrader}")
+        name = args.nbgrader_assignment or assignment
+        export.write_nbgrader(rows, args.nbgrader, name, policy)
+        print(f"wrote {len(rows)} students' grades of {name} to {args.nbgrader}")
     return 0
 
 

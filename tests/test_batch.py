@@ -433,7 +433,7 @@ def test_a_class_graded_on_one_exercise_shows_only_it_with_its_maximum_in_every_
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
-        assignment = gb.find_assignment("roster")
+        assignment = gb.find_assignment(out.name)  # the folder names the assignment
         assert [n.name for n in assignment.notebooks] == ["vector_add"] and assignment.max_score == top
 
 
@@ -464,3 +464,50 @@ def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_n
                   db.execute("select student_id, exercises, attempt from graded")}
     assert stored["alice"][1] == 2 and set(stored["alice"][0]) == set(stored["bob"][0]) == {"vector_add"}
     assert (out / "grades.csv").read_text().splitlines()[0] == csv_before.splitlines()[0]
+
+
+def _push(tmp: Path, name: str, files: dict[str, str], date: str) -> str:
+    """Another commit of `files` to `name`'s repository, committed at `date`; returns its id."""
+    work = tmp / "work" / name
+    for path, text in files.items():
+        (work / path).write_text(text)
+    dated = {**os.environ, **GIT_ENV, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date}
+    subprocess.run(["git", "commit", "-qam", "late"], cwd=work, check=True, capture_output=True, env=dated)
+    subprocess.run(["git", "push", "-q", str(tmp / "repos" / f"{name}.git"), "main"], cwd=work, check=True,
+                   capture_output=True, env=dated)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_a_folder_keeps_its_deadline_and_names_its_assignment(course, tmp_path):
+    _repo(tmp_path, "alice", {"vector_add.py": SOLUTION})  # committed now: on time for 2090
+    late = _push(tmp_path, "alice", {"vector_add.py": STUB}, "2091-01-01T00:00:00+00:00")
+    roster = _roster(tmp_path, [("alice", str(tmp_path / "repos" / "alice.git"))])
+    out = tmp_path / "grades" / "hw1"
+    assert _batch(course, roster, out, "--deadline", "2090-01-01T00:00:00Z").returncode == 0
+    on_time = _grades(out)["alice"]
+    assert float(on_time["score"]) == float(on_time["max"]) > 0 and on_time["commit"] != late
+    regrade = [sys.executable, "-m", "grader", "regrade", str(roster), "--backend", "sim", "--timeout", CALL_LIMIT]
+    # a regrade without --deadline chooses by the folder's: the on-time commit again, not the late stub
+    again = subprocess.run([*regrade, "--out", str(out), "alice"], cwd=course, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _grades(out)["alice"]["commit"] == on_time["commit"] and _grades(out)["alice"]["score"] == on_time["score"]
+    before = (out / "grades.csv").read_text()
+    other = subprocess.run([*regrade, "--out", str(out), "--deadline", "2092-01-01T00:00:00Z", "alice"], cwd=course,
+                           capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "keeps its deadline" in other.stderr, other.stdout + other.stderr
+    misspelt = subprocess.run([*regrade, "--out", str(tmp_path / "grades" / "hw01"), "alice"], cwd=course,
+                              capture_output=True, text=True, timeout=300)
+    assert misspelt.returncode == 2 and "not a batch folder" in misspelt.stderr, misspelt.stderr
+    assert not (tmp_path / "grades" / "hw01").exists() and (out / "grades.csv").read_text() == before
+    # the folder names its assignment: an export of another name is refused, never an empty export
+    export = [sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv")]
+    wrong = subprocess.run([*export, "--assignment", "hw2"], cwd=course, capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "holds no assignment 'hw2' (it holds: hw1)" in wrong.stderr, wrong.stderr
+    assert subprocess.run([*export, "--assignment", "hw1"], cwd=course, capture_output=True, timeout=300).returncode == 0
+    # an extension: the roster's deadline column chooses this student's commit
+    extended = tmp_path / "extended.csv"
+    extended.write_text(f"student_id,repo,deadline\nalice,{tmp_path / 'repos' / 'alice.git'},2091-06-01T00:00:00Z\n")
+    assert _batch(course, extended, tmp_path / "grades" / "hw1x", "--deadline", "2090-01-01T00:00:00Z").returncode == 0
+    assert _grades(tmp_path / "grades" / "hw1x")["alice"]["commit"] == late

@@ -1,14 +1,15 @@
-"""The exercises a batch folder's assignment is graded on (grader/batch/selection.py), on a real
-sqlite store: recorded by the first batch, kept by later ones, all of them for a store made before
-selections were recorded."""
+"""The exercises and the deadline a batch folder's assignment is graded on, and which assignment a
+batch means (grader/batch/selection.py), on a real sqlite store: recorded by the first batch, kept
+by later ones, all exercises for a store made before selections were recorded."""
 
 import sqlite3
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from grader.batch.selection import for_batch, graded_on
-from grader.batch.store import Key, Store
+from grader.batch.selection import assignment_name, deadline_for_batch, for_batch, graded_on
+from grader.batch.store import NOT_RECORDED, Key, Store
 from grader.course import Course
 from grader.errors import UsageError
 from grader.report.results import Results, Status, TestResult
@@ -81,3 +82,46 @@ def test_a_recorded_exercise_the_course_no_longer_has_is_a_usage_error(store, tm
     assert store.record_selection("hw", ["matmul"]) == ["vector_add", "gone"]  # the first record stands
     with pytest.raises(UsageError, match=r"graded on vector_add, gone, but this course has no gone"):
         for_batch(store, "hw", [], COURSE, tmp_path)
+
+
+DEADLINE = datetime(2026, 1, 15, 23, 59, tzinfo=timezone.utc)
+
+
+def test_the_first_batch_records_its_deadline_and_later_ones_choose_by_it(store, tmp_path):
+    assert store.deadline("hw") is NOT_RECORDED
+    assert deadline_for_batch(store, "hw", DEADLINE, tmp_path, new=True) == DEADLINE
+    # a regrade without --deadline chooses as the first batch did, never the latest (late) commit
+    assert deadline_for_batch(store, "hw", None, tmp_path, new=False) == DEADLINE
+    same_instant = DEADLINE.astimezone(timezone(timedelta(hours=1)))  # 2026-01-16T00:59+01:00
+    assert deadline_for_batch(store, "hw", same_instant, tmp_path, new=False) == DEADLINE
+    with pytest.raises(UsageError, match=r"on the last commits at or before 2026-01-15T23:59:00\+00:00 .*not by "
+                                         r"--deadline 2026-01-20.*extension in a deadline column of the roster"):
+        deadline_for_batch(store, "hw", DEADLINE + timedelta(days=5), tmp_path, new=False)
+    assert store.deadline("hw") == DEADLINE  # refused: the record stands
+
+
+def test_a_folder_graded_on_the_latest_commits_refuses_a_deadline_later(store, tmp_path):
+    assert deadline_for_batch(store, "hw", None, tmp_path, new=True) is None
+    assert store.deadline("hw") is None  # recorded: no deadline
+    assert deadline_for_batch(store, "hw", None, tmp_path, new=False) is None
+    with pytest.raises(UsageError, match=r"on each student's latest commit \(its first batch had no --deadline\)"):
+        deadline_for_batch(store, "hw", DEADLINE, tmp_path, new=False)
+
+
+def test_an_assignment_graded_before_deadlines_were_recorded_takes_the_one_given(store, tmp_path):
+    _graded(store, "alice")
+    assert deadline_for_batch(store, "hw", None, tmp_path, new=False) is None
+    assert store.deadline("hw") is NOT_RECORDED  # nothing says it had none: not recorded
+    assert deadline_for_batch(store, "hw", DEADLINE, tmp_path, new=False) == DEADLINE
+    assert store.deadline("hw") == DEADLINE
+
+
+def test_the_assignment_a_batch_means_without_assignment(store, tmp_path):
+    assert assignment_name(store, "hw3", "roster", tmp_path) == "hw3"  # a new folder: its name
+    _graded(store, "alice", "roster")  # a folder batched before, named after its roster
+    assert assignment_name(store, "hw3", "other-roster", tmp_path) == "roster"  # the only one it holds
+    _graded(store, "alice", "hw3")
+    assert assignment_name(store, "hw3", "roster", tmp_path) == "hw3"
+    assert assignment_name(store, "hw4", "roster", tmp_path) == "roster"
+    with pytest.raises(UsageError, match=r"holds 2 assignments \(hw3, roster\): name one with --assignment"):
+        assignment_name(store, "hw4", "class", tmp_path)

@@ -1,7 +1,9 @@
 """The roster: which students to grade and where each one's submission is.
 
-A CSV file whose header names the columns `student_id`, `repo` and, optionally, `ref` (any order;
-other columns are ignored; a UTF-8 BOM, blank lines and whitespace around fields are tolerated).
+A CSV file whose header names the columns `student_id`, `repo` and, optionally, `ref` and
+`deadline` (any order; other columns are ignored; a UTF-8 BOM, blank lines, whitespace around
+fields and trailing empty fields left out are tolerated). A row's `deadline` (ISO 8601 with its
+time zone) is that student's extension: their commit is chosen by it instead of the batch's.
 Every malformed row is reported at once, each with its line number, in one RosterError.
 
 `repo` is a submission folder, a local git repository, a `file://` URL or any git URL (https,
@@ -20,6 +22,7 @@ import csv
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -32,7 +35,7 @@ SAFE_ID = re.compile(r"(?!\.)[A-Za-z0-9._@-]{1,64}")
 # expression (`..`, `@{`, `^`, `~`, `:`), only what branch, tag and commit names are made of.
 SAFE_REF = re.compile(r"(?!-)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+@-]{1,200}")
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-COLUMNS = ("student_id", "repo", "ref")
+COLUMNS = ("student_id", "repo", "ref", "deadline")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,19 @@ class Entry:
     repo: str            # a local path (absolute once read from a roster) or a git URL, no @ref
     ref: str | None      # branch, tag or commit; None: the repository's default branch (HEAD)
     line: int            # the roster line, for messages
+    deadline: datetime | None = None  # this student's own deadline (an extension); None: the batch's
+
+
+def parse_deadline(text: str) -> datetime:
+    """An ISO 8601 time with its time zone (`Z` for UTC); ValueError saying what is wrong. One
+    without a zone is refused rather than read as UTC: an hour or more off in most places."""
+    try:  # (Python 3.10's fromisoformat takes no "Z")
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time (2026-12-01T23:59:00+01:00)") from None
+    if when.utcoffset() is None:
+        raise ValueError(f"{text!r} has no time zone: give it (2026-12-01T23:59:00+01:00, or Z for UTC)")
+    return when
 
 
 def read_roster(path: str | os.PathLike) -> list[Entry]:
@@ -94,6 +110,12 @@ def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: 
     student, repo = fields[columns["student_id"]], fields[columns["repo"]]
     column_ref = fields[columns["ref"]] if "ref" in columns else ""
     bad = []
+    deadline = None
+    if fields[columns["deadline"]] if "deadline" in columns else "":
+        try:
+            deadline = parse_deadline(fields[columns["deadline"]])
+        except ValueError as exc:
+            bad.append(f"deadline {exc}")
     if not student:
         bad.append("no student_id")
     elif not SAFE_ID.fullmatch(student):
@@ -113,7 +135,7 @@ def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: 
         return None
     if local_path(repo) is not None and not URL.match(repo):
         repo = os.path.normpath(base.absolute() / Path(repo).expanduser())
-    return Entry(student, repo, ref, line)
+    return Entry(student, repo, ref, line, deadline)
 
 
 def split_ref(repo: str, base: Path = Path(".")) -> tuple[str, str | None]:

@@ -91,7 +91,8 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"gpugrade-batch-{entry.student_id}-"))
     try:
-        fetched = fetch(entry, list(options.exercises), work / "submission", deadline=options.deadline)
+        fetched = fetch(entry, list(options.exercises), work / "submission",
+                        deadline=entry.deadline or options.deadline)  # an extension in the roster, or the folder's
         outcome = Outcome(entry.student_id, fetched.commit, fetched.committed_at)
         if fetched.problem:
             outcome.problem = fetched.problem
@@ -132,15 +133,23 @@ class Batch:
     """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment,
     graded on the folder's selection of exercises (grader.batch.selection; all until chosen)."""
 
-    def __init__(self, out: Path, course: Course, assignment: str):
+    def __init__(self, out: Path, course: Course, assignment: str, default: str = "", legacy_default: str = ""):
+        """`assignment`: its name in the store; none given, the only one the store holds, else
+        `default` (the folder's name: `--out grades/hw3` is "hw3"), or for a folder holding several,
+        `legacy_default` where it is one of them (batches before named it after the roster)."""
+        from .selection import assignment_name
         from .store import Store, course_version, grader_version
 
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / FEEDBACK).mkdir(exist_ok=True)
         self.course = course
-        self.assignment = assignment
         self.store = Store(self.out / STORE_FILE)
+        try:
+            self.assignment = assignment or assignment_name(self.store, default, legacy_default, self.out)
+        except BaseException:
+            self.store.close()
+            raise
         self.grader_version = grader_version()
         self.course_version = course_version(course.root)
         self.exercises = course.exercises()
@@ -152,6 +161,17 @@ class Batch:
 
         self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
         return self.exercises
+
+    def is_new(self) -> bool:
+        """No batch graded this assignment in this folder yet."""
+        return self.assignment not in self.store.assignments() and self.store.selection(self.assignment) is None
+
+    def choose_deadline(self, given: datetime | None, new: bool) -> datetime | None:
+        """The deadline commits are chosen by: the folder's, recorded by its first batch (`new`),
+        which `given` must match (grader.batch.selection)."""
+        from .selection import deadline_for_batch
+
+        return deadline_for_batch(self.store, self.assignment, given, self.out, new)
 
     def key(self, student_id: str, commit: str):
         from .store import Key
@@ -244,13 +264,22 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         entries = [e for e in entries if e.student_id in set(only)]
     from .store import ASSIGNMENT_LENGTH
 
-    name = assignment or Path(roster).stem
-    if len(name) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
-        raise UsageError(f"the assignment name {name[:20]!r}... is {len(name)} characters long, at most "
-                         f"{ASSIGNMENT_LENGTH}: name it with --assignment")
-    batch = Batch(out, course, name)
+    if only and not (Path(out) / STORE_FILE).is_file():
+        raise UsageError(f"{out} is not a batch folder (no {STORE_FILE}): regrade grades students of a folder a batch "
+                         f"graded (gpugrade batch {roster} --out {out} first; is --out misspelt?)")
+    if len(assignment) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
+        raise UsageError(f"the assignment name {assignment[:20]!r}... is {len(assignment)} characters long, at "
+                         f"most {ASSIGNMENT_LENGTH}")
+    batch = Batch(out, course, assignment, default=Path(out).resolve().name[:ASSIGNMENT_LENGTH],
+                  legacy_default=Path(roster).stem)
     try:
-        options = replace(options, exercises=tuple(batch.select(list(options.exercises))))
+        new = batch.is_new()
+        if only and new:
+            raise UsageError(f"{out} holds no grades of assignment {batch.assignment!r} (it holds: "
+                             f"{', '.join(batch.store.assignments()) or 'none'}): regrade grades students a batch "
+                             f"graded; name the assignment with --assignment")
+        options = replace(options, exercises=tuple(batch.select(list(options.exercises))),
+                          deadline=batch.choose_deadline(options.deadline, new))
     except BaseException:
         batch.store.close()
         raise

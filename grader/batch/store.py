@@ -72,6 +72,16 @@ selections = Table(
     Column("exercises", JSON, nullable=False),                   # [exercise, ...]
     Column("recorded_at", String(40), nullable=False),
 )
+# the deadline an assignment's commits are chosen by, recorded by its first batch (NULL: none, the
+# latest commit), so that a later batch or regrade without --deadline chooses as it did; an
+# assignment with no row here was graded before deadlines were recorded
+deadlines = Table(
+    "deadlines", _meta,
+    Column("assignment", String(ASSIGNMENT_LENGTH), primary_key=True),
+    Column("deadline", String(40), nullable=True),                # UTC ISO 8601, as committed_at
+    Column("recorded_at", String(40), nullable=False),
+)
+NOT_RECORDED = object()  # Store.deadline of an assignment whose deadline was never recorded
 
 
 @dataclass(frozen=True)
@@ -236,6 +246,27 @@ class Store:
         except IntegrityError:
             pass  # recorded before: the first record stands
         return self.selection(assignment)
+
+    def deadline(self, assignment: str):
+        """The deadline recorded for `assignment` (a datetime, or None for no deadline), or
+        NOT_RECORDED where none was (a new assignment, or one graded before deadlines were)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(deadlines.c.deadline).where(deadlines.c.assignment == assignment)).first()
+        if row is None:
+            return NOT_RECORDED
+        return None if row[0] is None else datetime.fromisoformat(row[0])
+
+    def record_deadline(self, assignment: str, deadline: datetime | None):
+        """Record the deadline of `assignment` unless one is recorded already; returns the recorded
+        one (another writer's, where it recorded first)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(deadlines).values(assignment=assignment,
+                                                      deadline=None if deadline is None else _utc_text(deadline),
+                                                      recorded_at=_utc_text(datetime.now(timezone.utc))))
+        except IntegrityError:
+            pass  # recorded before: the first record stands
+        return self.deadline(assignment)
 
     def forget(self, assignment: str, student_ids: list[str]) -> int:
         """Delete every row of these students for `assignment`, so the next batch grades them
