@@ -217,6 +217,18 @@ def shared_of_argument_size(a, n):
     a[0] = s[0]
 
 
+@cuda.jit(device=True)
+def halve_down(a, i, s):
+    if s > 0:
+        a[i] += a[i + s]
+        halve_down(a, i, s // 2)  # <-- recursion
+
+
+@cuda.jit
+def calls_recursive(a):
+    halve_down(a, cuda.grid(1), 4)
+
+
 @cuda.jit
 def returns_value(a):
     return a[0]  # <-- return
@@ -386,6 +398,15 @@ def test_kernel_returning_a_value(cache_env, toolchain):
     r = compile_check(returns_value, F1)
     assert r.failed and r.stage == "typing"
     assert r.lineno == _line_of("return") and "cannot return a value" in r.message
+
+
+def test_a_recursive_device_function_is_named_where_numba_fails_inside(cache_env, toolchain):
+    # numba-cuda's code generator raised AttributeError ('JITCUDACodegen' ... 'insert_unresolved_ref'),
+    # which named nothing of the student's
+    r = compile_check(calls_recursive, F1)
+    assert r.failed and r.lineno == _line_of("recursion"), r.message
+    assert "device function 'halve_down' calls 'halve_down', which leads back to it" in r.message
+    assert "write it as a loop" in r.message
 
 
 def test_accepts_py_func(good_reports):

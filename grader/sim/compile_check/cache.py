@@ -20,8 +20,9 @@ from ..bounded import BoundedCache
 from ..kernel_graph import KernelGraph, is_numba_dispatcher
 from .report import CompileReport
 
-_SCHEMA = 5  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt);
-            # 3: the instruction profile (issue.py); 4: its blocks' DRAM round trips; 5: their float64 instructions
+_SCHEMA = 6  # 2: ptxas on relocatable code where numba links functions at load time (fp16, cudadevrt);
+            # 3: the instruction profile (issue.py); 4: its blocks' DRAM round trips; 5: their float64 instructions;
+            # 6: a recursion's failure explained (a failure's message is cached too: bump on a new explanation)
 _MAX_DISK_ENTRIES = 4096
 
 

@@ -96,6 +96,11 @@ def classify(e: BaseException, py, files: set[str]) -> CompileReport:
         lineno = (_return_value_line(py) if void else None) or def_line(py)
     numba_line = _numba_summary(text) if numba_err or nrt else f"{type(e).__name__}: {first_line(e)}"
     hint = _hint(text, py, numba_line)
+    recursion = _recursive_call(py) if not (hint or numba_err or nrt) else None  # an error inside numba
+    if recursion is not None:  # numba-cuda fails inside its code generator, naming none of this
+        name, callee, filename, lineno = recursion
+        hint = (f"device function {name!r} calls {callee!r}, which leads back to it: numba-cuda could not compile "
+                f"this recursion (and a GPU thread's stack is small); write it as a loop")
     where = f"{_rel(filename)}:{lineno}"
     if hint:
         message = f"{where}: {hint} [numba: {numba_line}]"
@@ -105,6 +110,30 @@ def classify(e: BaseException, py, files: set[str]) -> CompileReport:
         message = f"{where}: numba could not compile this for the GPU ({numba_line})"
     return CompileReport(ok=False, stage=stage, message=message, filename=filename, lineno=lineno,
                          source_line=_source_line(filename, lineno), detail=_trim(text))
+
+
+def _recursive_call(py) -> tuple[str, str, str, int] | None:
+    """(function, callee, file, line) of a call in `py`'s graph that leads back to its caller
+    (a device function calling itself, or two calling each other); None when none does."""
+    import dis
+
+    nodes = user_functions(py).functions
+    calls = {node.func: {name: value.py_func for name, value in node.references.items()
+                         if hasattr(value, "py_func")} for node in nodes}
+    for fn, callees in calls.items():
+        for name, callee in sorted(callees.items()):
+            seen, stack = set(), [callee]
+            while stack:
+                here = stack.pop()
+                if here is fn:
+                    line = next((getattr(ins.positions, "lineno", None) or fn.__code__.co_firstlineno
+                                 for ins in dis.get_instructions(fn)
+                                 if ins.opname == "LOAD_GLOBAL" and ins.argval == name), fn.__code__.co_firstlineno)
+                    return fn.__name__, name, os.path.abspath(fn.__code__.co_filename), line
+                if here not in seen:
+                    seen.add(here)
+                    stack.extend(calls.get(here, {}).values())
+    return None
 
 
 def def_line(py) -> int:
