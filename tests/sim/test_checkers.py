@@ -68,6 +68,44 @@ def test_shared_race_in_tree_reduction(simulator):
     assert (out.copy_to_host() == 64).all()
 
 
+UNCALLED_BARRIER = """
+from numba import cuda, float32
+
+
+@cuda.jit
+def tree(inp, out):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads
+    stride = 32
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        cuda.syncthreads
+        stride //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = s[0]
+"""
+
+
+def test_a_barrier_named_without_calling_it_is_pointed_at(simulator, tmp_path):
+    # `cuda.syncthreads` with no parentheses is no barrier: the race found is real, and the note
+    # sends the student to the line they believe synchronises
+    import importlib.util
+
+    path = tmp_path / "uncalled.py"
+    path.write_text(UNCALLED_BARRIER)
+    spec = importlib.util.spec_from_file_location("uncalled_barrier_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(sim.UninitialisedReadError) as err:
+        module.tree[2, 64](cuda.to_device(np.ones(128, np.float32)), cuda.device_array(2, np.float32))
+    assert ("uncalled.py:14, block (0, 0, 0), thread (0, 0, 0): read of uninitialised shared array 's' at index 32 "
+            "(never written since allocation) (note: uncalled.py:10 and uncalled.py:15 name cuda.syncthreads without calling it, no "
+            "parentheses, so no barrier is there: write cuda.syncthreads())") in str(err.value)
+
+
 @cuda.jit
 def reduce_last_warp_unsynchronised(inp, out):
     s = cuda.shared.array(64, float32)

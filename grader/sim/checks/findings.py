@@ -4,9 +4,12 @@ raises it or downgrades it to a warning."""
 
 from __future__ import annotations
 
+import ast
+import linecache
 import os
+from functools import lru_cache
 
-from ..errors import where
+from ..errors import RaceError, UninitialisedReadError, where
 from ..sites import caller_in, in_library
 
 
@@ -26,6 +29,8 @@ class Findings:
             if called_at is not None:
                 what = f"{what} (in {os.path.basename(fn)}:{line}, which this line calls)"
                 fn, line = self.filename, called_at
+        if cls in (RaceError, UninitialisedReadError):
+            what += uncalled_barrier_note(fn)
         err = cls(f"{where(self.kernel, fn, line, b, t)}: {what}", kernel=self.kernel,
                   filename=fn, line=line, block=b, thread=t, array=array, index=index)
         self.checks.report(err, self.warnings)
@@ -40,6 +45,38 @@ class Findings:
             q, f = divmod(f, st) if st else (0, f)
             out.append(int(q))
         return out[0] if len(out) == 1 else tuple(out)
+
+
+_BARRIERS = ("syncthreads", "syncwarp", "threadfence", "threadfence_block")
+
+
+def uncalled_barrier_note(filename: str) -> str:
+    """Where `filename` names a barrier as a statement without calling it (`cuda.syncthreads`: no
+    parentheses, so no barrier is there, and the race or stale read that follows sends the student
+    looking elsewhere), a note saying so; else ""."""
+    found = _uncalled_barriers(filename, len(linecache.getlines(filename)))
+    if not found:
+        return ""
+    lines, name = [line for line, _ in found], found[0][1]
+    # each line with its file, so a notebook's submission names each one's cell too
+    where_ = " and ".join(f"{os.path.basename(filename)}:{line}" for line in lines[:3])
+    return (f" (note: {where_} name{'s' if len(lines) == 1 else ''} cuda.{name} without calling it, no parentheses, "
+            f"so no barrier is there: write cuda.{name}())")
+
+
+@lru_cache(maxsize=64)
+def _uncalled_barriers(filename: str, _length: int) -> tuple[tuple[int, str], ...]:
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Attribute, ast.Name)):
+            name = node.value.attr if isinstance(node.value, ast.Attribute) else node.value.id
+            if name in _BARRIERS:
+                found.append((node.lineno, name))
+    return tuple(sorted(found))
 
 
 # Barrier findings both executors report (grader/sim/thread/block.py, simt/collective.py), in
