@@ -252,7 +252,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
     regrading = args.command == "regrade" or args.force
     recorded = 0  # submissions this run stored (graded or not): what an interrupt keeps
     try:
-        with _batch_progress() as show:
+        with _batch_progress() as show, _terminate_as_interrupt():
             def on_progress(outcome, done: int, total: int) -> None:
                 nonlocal recorded
                 recorded += not outcome.skipped
@@ -277,6 +277,23 @@ def _batch(args, course: Course, backend: Kind) -> int:
         print(f"WARNING: the latest fetch failed for {len(summary.kept)} student(s) with a stored grade, which "
               f"stands (grades.csv's reason says why): {', '.join(summary.kept)}")
     return BATCH_NOT_GRADED if summary.failed else 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (`kill`, a Slurm job at its walltime, a CI runner's cancel) stops the batch as Ctrl-C
+    does: what was recorded stays, the temporary folders go, one line says how to go on; without
+    it the process died at once with nothing said. (This process is gpugrade's own command line.)"""
+    import signal
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _export(args) -> int:

@@ -314,7 +314,8 @@ def test_regrade_grades_the_named_students_again_on_the_same_commit(course, tmp_
     assert attempts == {"alice": 2, "bob": 1}
 
 
-def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(course, tmp_path):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(course, tmp_path, stop):
     rows = [(f"c{i}", str(_repo(tmp_path, f"c{i}", {"vector_add.py": SOLUTION if i else STUB}))) for i in range(3)]
     roster = _roster(tmp_path, rows)
     out = tmp_path / "out"
@@ -326,7 +327,16 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
         first = batch.stdout.readline()
         running = batch.poll() is None
         assert first.startswith("[1/3] c") and first.rstrip().endswith(" s)"), first
-        os.killpg(batch.pid, signal.SIGINT)
+        # the folder is the running batch's: a second one at once is refused, naming it
+        second = _batch(course, roster, out, "--jobs", "1")
+        running = running and batch.poll() is None
+        if running:
+            assert second.returncode == 2, second.stdout + second.stderr
+            assert f"another batch or regrade is grading into {out} (pid {batch.pid}, since" in second.stderr
+        if stop == "ctrl-c":
+            os.killpg(batch.pid, signal.SIGINT)
+        else:  # `kill PID`, Slurm's walltime: the batch's own process, told to end
+            os.kill(batch.pid, signal.SIGTERM)
         rest, err = batch.communicate(timeout=300)
     finally:
         if batch.poll() is None:

@@ -309,14 +309,26 @@ def test_csv_has_a_line_per_student_with_exercises_and_the_penalty(store, tmp_pa
     write_csv(rows_of(store), out, ["vector_add", "matmul"], LatePolicy(DEADLINE, per_day=0.1))
     with out.open(newline="") as f:
         lines = list(csv.DictReader(f))
-    assert list(lines[0]) == ["student_id", "score", "max", "vector_add", "matmul", "status", "reason", "commit",
-                              "committed_at", "late_days", "penalty", "final"]
+    assert list(lines[0]) == ["student_id", "score", "max", "vector_add", "matmul", "status", "reason",
+                              "first_failure", "commit", "committed_at", "late_days", "penalty", "final"]
     alice, bob, carol = lines
     assert (alice["score"], alice["max"], alice["vector_add"], alice["matmul"], alice["final"]) == ("5", "7", "2", "3", "5")
     assert alice["committed_at"] == "2025-03-01T22:59:00+00:00" and alice["late_days"] == "0"
     assert (bob["score"], bob["late_days"], bob["penalty"], bob["final"]) == ("5", "2", "0.2", "4")
-    assert (carol["status"], carol["reason"], carol["score"], carol["vector_add"], carol["final"]) == (
-        "error", "repository not found", "0", "", "0")
+    # what to open first, without opening 300 feedback pages
+    assert alice["first_failure"] == "matmul stage 2: out of bounds at line 7"
+    assert bob["first_failure"] == "vector_add stage 1: vector_add::edge"  # (no message: the test's name)
+    # not graded: 0 of the assignment's maximum, never of 0 (a gradebook's percentage would break)
+    assert (carol["status"], carol["reason"], carol["score"], carol["max"], carol["vector_add"], carol["final"],
+            carol["first_failure"]) == ("error", "repository not found", "0", "7", "0", "0", "")
+
+
+def test_the_summary_names_the_students_under_each_failure(store):
+    from grader.batch.summary import summary_page
+
+    page = summary_page(rows_of(store), ["vector_add", "matmul"], "hw1")
+    assert "<td>2</td><td><code>out of bounds at line N</code></td><td>alice, bob</td>" in page
+    assert "<td>carol</td><td>repository not found</td>" in page
 
 
 def test_csv_is_replaced_atomically(store, tmp_path):

@@ -21,6 +21,7 @@ from ..report.gradescope import gradescope
 from .store import Row
 
 DAY = 86400.0
+CONSEQUENCE = "needs correctness first"  # a performance test skipped for a failure already counted
 
 
 @dataclass(frozen=True)
@@ -88,19 +89,37 @@ def _atomic(path: Path):
         raise
 
 
+def first_failure(row: Row) -> str:
+    """The first failing test of a graded row, as "exercise stage K: its message's first line"
+    (a performance test skipped for a failure already named left out); "" where none failed."""
+    from ..report.results import Status
+    from ..report.text import first_line
+
+    for test in (row.results.tests if row.results is not None and row.status == "graded" else ()):
+        if test.status == Status.FAILED and not (test.output or "").startswith(CONSEQUENCE):
+            return f"{test.exercise} stage {test.stage}: {first_line(test.output) or test.name}"[:300]
+    return ""
+
+
 def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], policy: LatePolicy = ON_TIME) -> None:
-    """One line per student: id, score, max, each exercise's score, status, reason, commit, commit
-    time, days late, penalty (a fraction) and the final score."""
+    """One line per student: id, score, max, each exercise's score, status, reason, the first
+    failing test, commit, commit time, days late, penalty (a fraction) and the final score. A row
+    that could not be graded scores 0 of the assignment's maximum (its graded rows'), each exercise
+    0, so a gradebook's percentages hold on every line."""
+    rows = list(rows)
+    maximum = max((r.max_score for r in rows if r.status == "graded"), default=0.0)
     with _atomic(Path(path)) as f:
         out = csv.writer(f)
-        out.writerow(["student_id", "score", "max", *exercises, "status", "reason", "commit", "committed_at",
-                      "late_days", "penalty", "final"])
+        out.writerow(["student_id", "score", "max", *exercises, "status", "reason", "first_failure", "commit",
+                      "committed_at", "late_days", "penalty", "final"])
         for row in rows:
             score = _score(row)
+            graded = row.status == "graded"
             out.writerow([
-                row.key.student_id, _number(score), _number(row.max_score),
-                *(_number(row.exercises[e][0]) if e in row.exercises else "" for e in exercises),
-                row.status, reason(row), row.key.commit,
+                row.key.student_id, _number(score), _number(row.max_score if graded else maximum),
+                *(_number(row.exercises[e][0] if graded else 0) if e in row.exercises or not graded else ""
+                  for e in exercises),
+                row.status, reason(row), first_failure(row), row.key.commit,
                 row.committed_at.isoformat() if row.committed_at else "",
                 policy.days_late(row.committed_at), _number(policy.penalty(row.committed_at)),
                 _number(policy.final(score, row.committed_at)),

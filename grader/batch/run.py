@@ -142,13 +142,14 @@ class Batch:
 
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock_folder(self.out)
         (self.out / FEEDBACK).mkdir(exist_ok=True)
         self.course = course
         self.store = Store(self.out / STORE_FILE)
         try:
             self.assignment = assignment or assignment_name(self.store, default, legacy_default, self.out)
         except BaseException:
-            self.store.close()
+            self.close()
             raise
         self.grader_version = grader_version()
         self.course_version = course_version(course.root)
@@ -161,6 +162,10 @@ class Batch:
 
         self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
         return self.exercises
+
+    def close(self) -> None:
+        self.store.close()
+        self._lock.close()  # (closing the file releases its lock)
 
     def is_new(self) -> bool:
         """No batch graded this assignment in this folder yet."""
@@ -281,7 +286,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         options = replace(options, exercises=tuple(batch.select(list(options.exercises))),
                           deadline=batch.choose_deadline(options.deadline, new))
     except BaseException:
-        batch.store.close()
+        batch.close()
         raise
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
@@ -325,7 +330,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         batch.write_grades()
         raise
     finally:
-        batch.store.close()
+        batch.close()
         if shared is not None:
             shared.cleanup()
     return summary
@@ -384,6 +389,31 @@ def _on_dask(address: str, entries, options, graded, finished, jobs: int) -> Non
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+LOCK_FILE = ".batch.lock"
+
+
+def _lock_folder(out: Path):
+    """An exclusive lock on the batch folder for this process's batch or regrade (released when the
+    returned file closes, or the process ends, however): two at once would grade every submission
+    twice and race on grades.csv. A usage error naming the holder where another has it."""
+    import fcntl
+
+    lock = open(out / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise UsageError(f"another batch or regrade is grading into {out} ({holder}): wait for it to end, or stop "
+                         f"it (what it recorded stays; the same command again goes on from there)") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}, since {datetime.now().astimezone().isoformat(timespec='seconds')}\n")
+    lock.flush()
+    return lock
 
 
 def _write(path: Path, text: str) -> None:

@@ -1,6 +1,7 @@
 """The class summary page of a batch folder (`summary.html`): per exercise and stage the score
 distribution as a picture and the mean, the students who could not be graded and why, and the
-most common failure kinds (the first line of each failed test's message, counted over students)."""
+most common failure kinds (the first line of each failed test's message, counted over students,
+each with the students who have it)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from collections import Counter
 from ..report import pictures
 from ..report.results import Status
 from ..report.text import first_line
+from .export import CONSEQUENCE
 
 MOST_COMMON = 12
-CONSEQUENCE = "needs correctness first"  # a performance test skipped for a failure already counted
+NAMES_SHOWN = 20  # students named under a failure kind (then "and N more")
 
 
 def summary_page(rows: list, exercises: list[str], title: str) -> str:
@@ -53,8 +55,9 @@ def summary_page(rows: list, exercises: list[str], title: str) -> str:
             parts.append("<p><i>(pictures need matplotlib: pip install 'gpugrade[pictures]')</i></p>")
     kinds = _failure_kinds(graded)
     if kinds:
-        parts.append("<h2>Most common failures</h2><table><tr><th>students</th><th>failure</th></tr>")
-        parts += [f"<tr><td>{n}</td><td><code>{esc(kind)}</code></td></tr>" for kind, n in kinds]
+        parts.append("<h2>Most common failures</h2><table><tr><th>students</th><th>failure</th><th>who</th></tr>")
+        parts += [f"<tr><td>{len(who)}</td><td><code>{esc(kind)}</code></td><td>{esc(_names(who))}</td></tr>"
+                  for kind, who in kinds]
         parts.append("</table>")
     if errors:
         parts.append("<h2>Not graded</h2><table><tr><th>student</th><th>reason</th></tr>")
@@ -73,16 +76,25 @@ def _scores(graded: list, exercise: str, stage: int | None) -> tuple[list[float]
     return scores, maximum
 
 
-def _failure_kinds(graded: list) -> list[tuple[str, int]]:
-    """First lines of failure messages with the digits masked (sizes, indices), per student once."""
+def _failure_kinds(graded: list) -> list[tuple[str, list[str]]]:
+    """First lines of failure messages with the digits masked (sizes, indices), each with the
+    students who have it (each student once), the most common first."""
     import re
 
     counts: Counter = Counter()
+    who: dict[str, list[str]] = {}
     for row in graded:
         seen = {re.sub(r"\d+", "N", first_line(t.output))[:160] for t in row.results.tests
                 if t.status == Status.FAILED and t.output and not t.output.startswith(CONSEQUENCE)}
         counts.update(seen)
-    return counts.most_common(MOST_COMMON)
+        for kind in seen:
+            who.setdefault(kind, []).append(row.key.student_id)
+    return [(kind, sorted(who[kind])) for kind, _ in counts.most_common(MOST_COMMON)]
+
+
+def _names(students: list[str]) -> str:
+    shown = ", ".join(students[:NAMES_SHOWN])
+    return shown + (f" and {len(students) - NAMES_SHOWN} more" if len(students) > NAMES_SHOWN else "")
 
 
 __all__ = ["summary_page"]
