@@ -261,7 +261,8 @@ def _batch(args, course: Course, backend: Kind) -> int:
             summary = run_batch(Path(args.roster), Path(args.out), course, options, assignment=args.assignment,
                                 # regrade: the named students again, even where their commit is stored
                                 jobs=args.jobs, dask=args.dask, force=regrading,
-                                only=getattr(args, "students", None), on_progress=on_progress)
+                                only=getattr(args, "students", None), on_progress=on_progress,
+                                on_notice=lambda text: print(f"gpugrade: {text}", file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         # the store and grades.csv hold every submission recorded before the interrupt; the ones
         # in flight were dropped (their grading was cut short: no grade)

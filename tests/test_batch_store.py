@@ -5,6 +5,7 @@ import json
 import os
 import random
 import sqlite3
+import shutil
 import subprocess
 import sys
 import time
@@ -279,6 +280,27 @@ def test_course_version_is_stable_and_changes_with_what_grades(tmp_path):
     assert len({course_version(ROOT), course_version(ROOT)}) == 1
 
 
+def test_course_version_of_some_exercises_ignores_the_others_and_hints(tmp_path):
+    # a folder graded on vector_add is not regraded (hours, for a class) for an edit to matmul's
+    # solution, or a hint's typo fixed
+    root = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", root / "tests" / "exercises")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    shutil.copy(ROOT / "course.toml", root / "course.toml")
+    v, everything = course_version(root, ["vector_add"]), course_version(root)
+    assert v != everything and v != course_version(root, ["matmul"])
+    with open(root / "solutions" / "matmul.py", "a") as f:
+        f.write("# a comment\n")
+    manifest = root / "course.toml"
+    manifest.write_text(manifest.read_text().replace("Thread i of the whole grid", "Thread number i of the grid", 1))
+    assert course_version(root, ["vector_add"]) == v and course_version(root) != everything
+    (root / "tests" / "exercises" / "conftest.py").write_text("# shared by every exercise's tests\n")
+    assert course_version(root, ["vector_add"]) != v
+    (root / "tests" / "exercises" / "conftest.py").unlink()
+    manifest.write_text(manifest.read_text().replace("max_time_ratio = 1.2", "max_time_ratio = 1.3", 1))
+    assert course_version(root, ["vector_add"]) != v  # vector_add's first threshold: graded differently
+
+
 # --- exports -------------------------------------------------------------------------------------
 
 def rows_of(store):
@@ -433,3 +455,41 @@ def test_nbgrader_missing_says_how_to_install_it(monkeypatch, store):
     monkeypatch.setitem(sys.modules, "nbgrader.api", None)
     with pytest.raises(UsageError, match=r"pip install 'gpugrade\[export\]'"):
         write_nbgrader([], "sqlite:///unused.db", "hw1")
+
+
+def test_a_batch_counts_the_stored_grades_a_course_edit_makes_it_grade_again(tmp_path):
+    from grader.batch.roster import Entry
+    from grader.batch.run import Batch
+    from grader.course import Course
+
+    root = tmp_path / "course"
+    shutil.copytree(ROOT / "tests" / "exercises", root / "tests" / "exercises")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    shutil.copy(ROOT / "course.toml", root / "course.toml")
+    entries = [Entry(s, "/x", None, 2) for s in ("alice", "bob")]
+
+    def stored(batch, student):
+        batch.store.put(batch.key(student, "c1"), results(student), status="graded")
+
+    batch = Batch(tmp_path / "hw1", Course(root), "")
+    try:
+        assert batch.assignment == "hw1" and batch.select(["vector_add"]) == ["vector_add"]
+        stored(batch, "alice")
+        stored(batch, "bob")
+        assert batch.changed_since_graded(entries) == 0
+    finally:
+        batch.close()
+    with open(root / "solutions" / "matmul.py", "a") as f:  # another exercise's: nobody graded again
+        f.write("# a comment\n")
+    batch = Batch(tmp_path / "hw1", Course(root), "")
+    try:
+        batch.select([])
+        assert batch.changed_since_graded(entries) == 0
+        batch.close()
+        with open(root / "solutions" / "vector_add.py", "a") as f:
+            f.write("# a comment\n")
+        batch = Batch(tmp_path / "hw1", Course(root), "")
+        batch.select([])
+        assert batch.changed_since_graded(entries) == 2 and batch.changed_since_graded(entries[:1]) == 1
+    finally:
+        batch.close()

@@ -138,7 +138,7 @@ class Batch:
         `default` (the folder's name: `--out grades/hw3` is "hw3"), or for a folder holding several,
         `legacy_default` where it is one of them (batches before named it after the roster)."""
         from .selection import assignment_name
-        from .store import Store, course_version, grader_version
+        from .store import ASSIGNMENT_LENGTH, Store, course_version, grader_version
 
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,8 @@ class Batch:
         self.course = course
         self.store = Store(self.out / STORE_FILE)
         try:
-            self.assignment = assignment or assignment_name(self.store, default, legacy_default, self.out)
+            self.assignment = assignment or assignment_name(
+                self.store, default or self.out.resolve().name[:ASSIGNMENT_LENGTH], legacy_default, self.out)
         except BaseException:
             self.close()
             raise
@@ -159,8 +160,10 @@ class Batch:
         """Grade on the folder's selection of exercises, recorded now by its first batch (`named`,
         none meaning all); naming others than it holds is a usage error, with nothing stored."""
         from .selection import for_batch
+        from .store import course_version
 
         self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
+        self.course_version = course_version(self.course.root, self.exercises)  # of these exercises only
         return self.exercises
 
     def close(self) -> None:
@@ -188,6 +191,14 @@ class Batch:
         return frozenset((row.key.student_id, row.key.commit) for row in self.store.latest(self.assignment)
                          if row.key.grader_version == self.grader_version
                          and row.key.course_version == self.course_version and row.status == "graded")
+
+    def changed_since_graded(self, entries: list[Entry]) -> int:
+        """Students of `entries` whose stored grade another grader or course version made: the
+        batch grades them again (a new key), which a course edit should not do unannounced."""
+        ids = {e.student_id for e in entries}
+        return sum(1 for row in self.store.latest(self.assignment) if row.key.student_id in ids
+                   and row.status == "graded" and (row.key.grader_version, row.key.course_version)
+                   != (self.grader_version, self.course_version))
 
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""
@@ -251,7 +262,8 @@ class Batch:
 
 def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
-              on_progress: Callable[[Outcome, int, int], None] | None = None) -> Summary:
+              on_progress: Callable[[Outcome, int, int], None] | None = None,
+              on_notice: Callable[[str], None] | None = None) -> Summary:
     """Grade every roster entry not yet graded on the folder's exercises (`options.exercises` where
     its first batch, else the recorded ones, which those named must be); the store, pages and
     grades.csv are in `out`. `force`: grade again what is stored (each row replaced once its regrade
@@ -275,8 +287,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
     if len(assignment) > ASSIGNMENT_LENGTH:  # refused now, not by a server database at the first row
         raise UsageError(f"the assignment name {assignment[:20]!r}... is {len(assignment)} characters long, at "
                          f"most {ASSIGNMENT_LENGTH}")
-    batch = Batch(out, course, assignment, default=Path(out).resolve().name[:ASSIGNMENT_LENGTH],
-                  legacy_default=Path(roster).stem)
+    batch = Batch(out, course, assignment, legacy_default=Path(roster).stem)
     try:
         new = batch.is_new()
         if only and new:
@@ -291,6 +302,11 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
     graded = frozenset() if force else batch.graded(entries)
+    if not force and on_notice is not None:
+        changed = batch.changed_since_graded(entries)
+        if changed:
+            on_notice(f"{changed} student(s)' stored grades were made by another version of the grader or of this "
+                      f"folder's exercises (their tests, solutions or course.toml): graded again now")
     summary = Summary()
     started = time.monotonic()
     done = 0

@@ -18,12 +18,17 @@ leaves either the whole row or nothing. On sqlite the journal is WAL with `synch
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 from sqlalchemy import (JSON, CheckConstraint, Column, Float, Index, Integer, MetaData, String, Table, Text,
                         UniqueConstraint, and_, case, create_engine, delete, event, func, inspect, insert, select,
                         update)
@@ -318,15 +323,37 @@ def grader_version() -> str:
     return f"{version}+{commit}" + ("+dirty" if dirty else "")
 
 
-def course_version(course_root: str | Path) -> str:
-    """A digest of what decides a grade in the course: course.toml, the grading tests and the
-    reference solutions (sorted paths and their bytes); the first 16 hex digits of a sha256."""
+def course_version(course_root: str | Path, exercises: list[str] | None = None) -> str:
+    """A digest of what decides a grade of these `exercises` (None: all) in the course: course.toml
+    (its `[course]` table and these exercises' tables, hints left out: they change no grade), and
+    the grading tests and reference solutions of these exercises and of none (helpers, conftest):
+    sorted paths and their bytes; the first 16 hex digits of a sha256. An edit to another exercise,
+    or a hint's typo fixed, regrades nobody of a folder graded on these."""
     root = Path(course_root)
-    files = [root / "course.toml", *(root / "tests" / "exercises").glob("*.py"), *(root / "solutions").glob("*.py")]
+    manifest = tomllib.loads((root / "course.toml").read_text(encoding="utf-8"))  # no course.toml, no course
+    known = set(manifest.get("exercises", {}))
+    wanted = known if exercises is None else set(exercises)
+    manifest["exercises"] = {name: _without_hints(table) for name, table in manifest.get("exercises", {}).items()
+                             if name in wanted}
+
+    def graded_here(stem: str) -> bool:
+        return stem in wanted or stem not in known
+
+    files = [*(p for p in (root / "tests" / "exercises").glob("*.py") if graded_here(p.stem.removeprefix("test_"))),
+             *(p for p in (root / "solutions").glob("*.py") if graded_here(p.stem))]
     digest = hashlib.sha256()
+    digest.update(json.dumps(manifest, sort_keys=True, default=str).encode())
     for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
-        data = path.read_bytes()  # a course without course.toml is no course: FileNotFoundError
+        data = path.read_bytes()
         name = path.relative_to(root).as_posix().encode()
         # lengths first: no two different file sets hash the same bytes
         digest.update(b"%d:%s%d:" % (len(name), name, len(data)) + data)
     return digest.hexdigest()[:16]
+
+
+def _without_hints(value):
+    if isinstance(value, dict):
+        return {k: _without_hints(v) for k, v in value.items() if k != "hints"}
+    if isinstance(value, list):
+        return [_without_hints(v) for v in value]
+    return value
