@@ -313,7 +313,10 @@ def _export(args) -> int:
             raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
                              f"{', '.join(store.assignments()) or 'none'}); --assignment names the store's assignment, "
                              f"--nbgrader-assignment the gradebook's")
-        rows = store.latest(assignment)
+        rows, gone = store.on_roster(assignment)
+        if gone:
+            print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and are left "
+                  f"out: {', '.join(gone[:20])}{' ...' if len(gone) > 20 else ''}", file=sys.stderr)
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
     deadline = _deadline(args.deadline)

@@ -493,3 +493,14 @@ def test_a_batch_counts_the_stored_grades_a_course_edit_makes_it_grade_again(tmp
         assert batch.changed_since_graded(entries) == 2 and batch.changed_since_graded(entries[:1]) == 1
     finally:
         batch.close()
+
+
+def test_students_off_the_latest_roster_leave_the_exports_and_keep_their_rows(store):
+    rows_of(store)  # alice, bob, carol
+    assert store.roster("hw1") is None and [r.key.student_id for r in store.on_roster("hw1")[0]] == [
+        "alice", "bob", "carol"]  # a store from before rosters were recorded: everyone
+    store.record_roster("hw1", ["alice", "carol", "dave"])  # bob dropped the course; dave not graded yet
+    rows, gone = store.on_roster("hw1")
+    assert [r.key.student_id for r in rows] == ["alice", "carol"] and gone == ["bob"]
+    store.record_roster("hw1", ["alice", "bob", "carol"])  # replaced by the next batch's
+    assert store.on_roster("hw1")[1] == [] and len(store.latest("hw1")) == 3

@@ -247,7 +247,7 @@ class Batch:
         from .export import write_csv
 
         path = self.out / GRADES_CSV
-        write_csv(self.store.latest(self.assignment), path, self.exercises)
+        write_csv(self.store.on_roster(self.assignment)[0], path, self.exercises)
         return path
 
     def write_summary(self) -> Path:
@@ -255,7 +255,7 @@ class Batch:
         from .summary import summary_page
 
         path = self.out / SUMMARY
-        _write(path, summary_page(self.store.latest(self.assignment), self.exercises,
+        _write(path, summary_page(self.store.on_roster(self.assignment)[0], self.exercises,
                                   f"{self.assignment}: class summary"))
         return path
 
@@ -269,6 +269,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
     grades.csv are in `out`. `force`: grade again what is stored (each row replaced once its regrade
     is recorded); `only`: just these students (`gpugrade regrade`)."""
     entries = read_roster(roster)
+    everyone = [e.student_id for e in entries]  # (a regrade grades some of them)
     if only:
         only, named = regrade_names(only, entries, course)
         options = replace(options, exercises=(*options.exercises, *named))
@@ -299,6 +300,14 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
     except BaseException:
         batch.close()
         raise
+    if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
+        batch.store.record_roster(batch.assignment, everyone)
+    if on_notice is not None:
+        gone = batch.store.on_roster(batch.assignment)[1]
+        if gone:
+            on_notice(f"{len(gone)} student(s) with stored grades are not on the roster {roster}, and are left out of "
+                      f"grades.csv, the summary and exports (their rows stay in the store): "
+                      f"{', '.join(gone[:20])}{' ...' if len(gone) > 20 else ''}")
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
     graded = frozenset() if force else batch.graded(entries)

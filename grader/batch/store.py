@@ -87,6 +87,15 @@ deadlines = Table(
     Column("recorded_at", String(40), nullable=False),
 )
 NOT_RECORDED = object()  # Store.deadline of an assignment whose deadline was never recorded
+# the student ids of an assignment's roster as its latest batch read it: a student since taken off
+# the roster (a typo'd id corrected, a student who dropped the course) keeps the rows, and leaves
+# grades.csv, the summary and every export
+rosters = Table(
+    "rosters", _meta,
+    Column("assignment", String(ASSIGNMENT_LENGTH), primary_key=True),
+    Column("students", JSON, nullable=False),                    # [student_id, ...]
+    Column("recorded_at", String(40), nullable=False),
+)
 
 
 @dataclass(frozen=True)
@@ -272,6 +281,30 @@ class Store:
         except IntegrityError:
             pass  # recorded before: the first record stands
         return self.deadline(assignment)
+
+    def roster(self, assignment: str) -> list[str] | None:
+        """The student ids of the roster the latest batch of `assignment` read; None where none
+        was recorded (a store made before rosters were)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(rosters.c.students)
+                                .where(rosters.c.assignment == assignment)).scalar_one_or_none()
+
+    def record_roster(self, assignment: str, students: list[str]) -> None:
+        """Record (replace) the student ids of the roster of `assignment`."""
+        values = {"students": list(students), "recorded_at": _utc_text(datetime.now(timezone.utc))}
+        with self.engine.begin() as conn:
+            if not conn.execute(update(rosters).where(rosters.c.assignment == assignment).values(**values)).rowcount:
+                conn.execute(insert(rosters).values(assignment=assignment, **values))
+
+    def on_roster(self, assignment: str) -> tuple[list[Row], list[str]]:
+        """`latest(assignment)` of the students on its recorded roster (all, where none is
+        recorded), and the ids of those left out."""
+        rows, ids = self.latest(assignment), self.roster(assignment)
+        if ids is None:
+            return rows, []
+        keep = set(ids)
+        return [r for r in rows if r.key.student_id in keep], [r.key.student_id for r in rows
+                                                                 if r.key.student_id not in keep]
 
     def forget(self, assignment: str, student_ids: list[str]) -> int:
         """Delete every row of these students for `assignment`, so the next batch grades them
