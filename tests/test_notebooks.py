@@ -361,6 +361,25 @@ def test_the_file_graded_where_both_are_is_the_one_worked_in(released, tmp_path,
     assert submission_modules(folder, ["vector_add"], released) == {"vector_add": choice.path}
 
 
+@pytest.mark.parametrize("top, nested, graded, note", [
+    (STUB, SOLVED, "exercises/vector_add.py", "graded exercises/vector_add.py (vector_add.py is the untouched released"),
+    (SOLVED, STUB, "vector_add.py", ""),
+    (SOLVED, SOLVED.replace("cuda.grid(1)", "cuda.grid(1)  # mine", 1), "vector_add.py",
+     "graded vector_add.py; exercises/vector_add.py was changed too and was ignored"),
+])
+def test_a_stub_at_the_top_never_hides_the_work_under_exercises(released, tmp_path, top, nested, graded, note):
+    """The audit: a student committed the released stub at the top and did the work under
+    exercises/; the top file was graded, 0/25, and the feedback never named the other."""
+    from grader.course import graded_files
+
+    folder = tmp_path / "student"
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "vector_add.py").write_text(top)
+    (folder / "exercises" / "vector_add.py").write_text(nested)
+    choice = graded_files(folder, ["vector_add"], released)["vector_add"]
+    assert choice.path == folder / graded and choice.note.startswith(note), choice
+
+
 def test_the_record_release_writes_and_the_course_files_each_tell_what_is_released(released, tmp_path):
     from grader.course import graded_files
     from grader.course.choice import RECORD
@@ -492,7 +511,8 @@ def test_a_notebooks_messages_name_its_cells_and_their_lines_not_the_module_grad
     policy = _solved_with(("import numpy as np\n", "import numpy as np\nimport os\n"))
     refused = grade_folder(submission(tmp_path, "policy", notebook_from_source(policy, "vector_add")), tmp_path)
     told = [t.output for t in refused.tests if not t.output.startswith("needs correctness first")]
-    assert told and all(o == "policy: imports os (vector_add.ipynb, cell 2, line 2)" for o in told), told
+    assert told and all(o == "policy: imports os: a graded module may not reach the system; remove it "
+                                  "(vector_add.ipynb, cell 2, line 2)" for o in told), told
 
 
 def test_only_the_notebooks_module_lines_are_retold():

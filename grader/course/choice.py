@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from .tree import GRADING_TESTS, submission_files
+from .tree import GRADING_TESTS, candidates, submission_files
 
 RECORD = GRADING_TESTS / "released_files.json"
 
@@ -50,10 +50,34 @@ def graded_files(submission: str | os.PathLike, exercises: list[str],
     """The file graded for each exercise the submission has (missing ones are absent). Without a
     course, nothing is known to be released: a `.py` wins, the note saying so."""
     chosen = {}
+    root = Path(submission)
     for name, (module, notebook) in submission_files(submission, exercises).items():
-        known = released(course_root, name, (module, notebook)) if course_root else Released()
-        chosen[name] = choose(name, module, notebook, known)
-    return chosen
+        present = [root / c for where in candidates(name).values() for c in where if (root / c).is_file()]
+        known = released(course_root, name, tuple(present)) if course_root else Released()
+        # a copy at the top and one under exercises/: the one worked in, where the other is as released
+        module, module_note = _worked_in(root, name, ".py", module, known.stubs, stub_digest)
+        notebook, notebook_note = _worked_in(root, name, ".ipynb", notebook, known.notebooks, notebook_digest)
+        choice = choose(name, module, notebook, known)
+        notes = "; ".join(n for n in (module_note, notebook_note, choice.note if choice else "") if n)
+        chosen[name] = Choice(choice.path, notes) if choice else None
+    return {name: choice for name, choice in chosen.items() if choice is not None}
+
+
+def _worked_in(root: Path, exercise: str, kind: str, first: Path | None, untouched: frozenset[str],
+               digest) -> tuple[Path | None, str]:
+    """Of a submission's copies of one file (at the top, under exercises/), the one worked in: the
+    first (the top) unless it is as released and another is not; and a note where there were two."""
+    copies = [root / c for c in candidates(exercise)[kind] if (root / c).is_file()]
+    if len(copies) < 2:
+        return first, ""
+    top, other = copies[0], copies[1]
+    rel = lambda p: p.relative_to(root).as_posix()  # noqa: E731
+    if digest(top) in untouched and digest(other) not in untouched:
+        return other, f"graded {rel(other)} ({rel(top)} is the untouched released file)"
+    if digest(top) in untouched or digest(top) == digest(other):
+        return top, ""
+    return top, (f"graded {rel(top)}; {rel(other)} was changed too and was ignored (where both are, the one at "
+                 f"the top is graded)")
 
 
 def submission_modules(submission: str | os.PathLike, exercises: list[str],
