@@ -44,3 +44,13 @@ def test_escape_hatches_are_refused_with_file_and_line(source, what):
 def test_a_course_can_allow_more_imports():
     assert check_source("import time", "s.py")
     assert not check_source("import time", "s.py", frozenset({"time"}))
+
+
+def test_an_import_students_reach_for_says_what_to_do_instead():
+    [found] = check_source("import numpy as np\nimport time\n", "s.py")
+    assert str(found) == ("policy: imports time: the grader times your kernels itself; remove it (to time them "
+                          "yourself, use CUDA events in a script of your own, run with `gpugrade run`) (s.py:2)")
+    [found] = check_source("from timeit import timeit\n", "s.py")
+    assert "the grader times your kernels itself" in str(found)
+    [found] = check_source("import socket\n", "s.py")
+    assert str(found) == "policy: imports socket (s.py:1)"

@@ -24,6 +24,15 @@ FORBIDDEN_CALLS = frozenset({
 # Dunder attributes that are fine to touch; every other one is an escape hatch.
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__", "__doc__", "__len__", "__call__", "__class__"})
 FORBIDDEN_NAMES = frozenset({"__builtins__", "__loader__", "__spec__"})
+# what to do instead, for the imports students reach for while trying their kernels
+_TIMING = (": the grader times your kernels itself; remove it (to time them yourself, use CUDA events in a "
+           "script of your own, run with `gpugrade run`)")
+IMPORT_ADVICE = {
+    "time": _TIMING, "timeit": _TIMING,
+    "os": ": a graded module may not reach the system; remove it",
+    "sys": ": a graded module may not reach the interpreter; remove it",
+    "grader": ": the grader's own modules are not for graded code (grader.ranks is for scripts under `gpugrade run`)",
+}
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class _Checker(ast.NodeVisitor):
     def _check_module(self, node: ast.AST, module: str) -> None:
         top = module.split(".")[0]
         if top == "grader" or top not in self.allowed:
-            self._flag(node, f"imports {module}")
+            self._flag(node, f"imports {module}{IMPORT_ADVICE.get(top, '')}")
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
