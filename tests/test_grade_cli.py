@@ -248,10 +248,15 @@ def test_a_syntax_error_costs_points_with_a_clear_message(tmp_path):
     (tmp_path / "vector_add.py").write_text("from numba import cuda\n\ndef vector_add(a, b:\n    pass\n")
     code, doc = grade_json(tmp_path, "vector_add", tmp_path=tmp_path)
     assert code == 1 and doc["score"] == 0
+    import re
+
     for t in doc["tests"]:
         gated = t["output"].startswith("needs correctness first")
         assert gated or t["output"].startswith("could not import the submission (vector_add.py:3): SyntaxError"), t
         assert "<frozen" not in t["output"]
+        # the failing tests are named: a structural test failing beside passing answers is findable
+        assert not gated or re.fullmatch(r"needs correctness first: vector_add stage \d has failing tests "
+                                         r"\([a-z_]+(, [a-z_]+)*( and \d+ more)?\)", t["output"]), t["output"]
 
 
 def test_an_exercise_file_that_is_a_link_is_refused_not_followed(tmp_path):

@@ -155,7 +155,7 @@ class GradingSession:
         self.recorded_path = config.rootpath / recorded_reference.RECORD
         self.recorded = {} if self.record_path else recorded_reference.load(self.recorded_path)
         self.reference_dir = settings.reference or os.path.join(str(config.rootpath), "solutions")
-        self.failed_stages: set[tuple[str, int]] = set()
+        self.failed_stages: dict[tuple[str, int], list[str]] = {}  # (exercise, stage): its failed tests' names
         self.pending: dict[str, TestResult] = {}  # collected, not yet run
         self._manifest = None
         self._tmp = None
@@ -356,7 +356,9 @@ class GradingSession:
         if item.get_closest_marker("perf") is not None and key in self.failed_stages:
             from .perf import NeedsCorrectness
 
-            raise NeedsCorrectness(f"needs correctness first: {key[0]} stage {key[1]} has failing tests")
+            failed = self.failed_stages[key]
+            named = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
+            raise NeedsCorrectness(f"needs correctness first: {key[0]} stage {key[1]} has failing tests ({named})")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -377,7 +379,10 @@ class GradingSession:
             if fault not in self.results.errors:
                 self.results.errors.append(fault)
         if not passed and item.get_closest_marker("perf") is None:
-            self.failed_stages.add((exercise_of(item), int(_marker_arg(item, "stage", 1))))
+            failed = self.failed_stages.setdefault((exercise_of(item), int(_marker_arg(item, "stage", 1))), [])
+            name = getattr(item, "originalname", item.name).removeprefix("test_")
+            if name not in failed:  # (a parametrized test once)
+                failed.append(name)
         self.pending.pop(item.nodeid, None)
         exc = call.excinfo.value if call.excinfo else None
         message = "" if passed else failure_message(exc)
