@@ -390,6 +390,8 @@ def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     with pytest.raises(StudentCodeError) as info:
         s.call("run", 1)
     assert "ex.py:18 in refuses" in info.value.summary() and "not for this size" in info.value.summary()
+    # a GPU would not stop there (numba checks a kernel's exceptions only with debug=True): said
+    assert "numba ignores a kernel's raise unless it is @cuda.jit(debug=True)" in info.value.summary()
 
 
 def test_a_kernel_that_never_ends_is_named_by_its_launch_line_and_its_own(device_student):

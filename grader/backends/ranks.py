@@ -182,7 +182,8 @@ class Ranks:
         for what, array, rank in (("dst", dst, to), ("src", src, frm)):
             if rank is None:
                 raise ValueError(f"ranks.copy: {what} is not memory of a rank: use the buffers you were given, "
-                                 f"slices of them, or arrays from r.device_array(...)")
+                                 f"slices of them, or arrays from r.device_array(...) (in a script of your own, "
+                                 f"bufs = ranks.upload(host_arrays) gives each rank its buffer)")
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise ValueError(f"ranks.copy: dst is {dst.dtype}{list(dst.shape)} and src is "
                              f"{src.dtype}{list(src.shape)}; they must match (slice both the same)")

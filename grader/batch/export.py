@@ -18,10 +18,10 @@ from typing import Iterable
 
 from ..errors import UsageError
 from ..report.gradescope import gradescope
+from ..report.table import CONSEQUENCE  # a performance test not run for a failure already counted
 from .store import Row
 
 DAY = 86400.0
-CONSEQUENCE = "needs correctness first"  # a performance test skipped for a failure already counted
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections import Counter
 from ..report import pictures
 from ..report.results import Status
 from ..report.text import first_line
-from .export import CONSEQUENCE
+from ..report.table import CONSEQUENCE
 
 MOST_COMMON = 12
 NAMES_SHOWN = 20  # students named under a failure kind (then "and N more")

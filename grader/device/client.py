@@ -44,7 +44,8 @@ def _raise(error: dict) -> None:
     """The device's error, as the exception the student's code would see from a local simulator."""
     name, message = str(error.get("type", "")), str(error.get("message", ""))
     if error.get("where"):  # raised by a kernel's own code, which ran in the device process
-        message = f"{message} (raised at {error['where']})"
+        message = (f"{message} (raised at {error['where']}; on a GPU numba ignores a kernel's raise unless it is "
+                   f"@cuda.jit(debug=True): the thread just ends, and nothing says so; end a thread with return)")
     cls = getattr(sim_errors, name, None) or _BUILTIN_ERRORS.get(name)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:

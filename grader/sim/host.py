@@ -569,5 +569,5 @@ def check_device(array: SimDeviceArray, device: int, kernel: str, name: str) -> 
     if array.device_id != device:
         raise WrongDeviceError(
             f"kernel {kernel!r}: argument {name!r} lives on device {array.device_id} but the "
-            f"kernel is launched on device {device}; copy it with copy_to_device or select "
-            f"device {array.device_id} first", kernel=kernel, array=name)
+            f"kernel is launched on device {device}: launch it on device {array.device_id}, or copy the "
+            f"data to device {device} first (in the all-reduce exercise: ranks.copy)", kernel=kernel, array=name)
