@@ -540,3 +540,23 @@ def test_failures_at_two_lines_of_a_cell_are_two_failures_and_one_at_two_sizes_i
                           f"IndexError (vector_add.ipynb, cell 6, line {line} in f): index {n} is out of bounds")
 
     assert [len(g) for g in grouped([failed(33, 8), failed(1025, 8), failed(33, 9)]).values()] == [2, 1]
+
+
+def test_a_notebook_without_cell_ids_reads_without_a_warning(tmp_path):
+    """An older Jupyter's notebook (nbformat 4.5 without cell ids): nbformat's MissingIDFieldWarning
+    came once per such submission, between a batch's progress lines."""
+    import warnings
+
+    from grader.course.notebooks import module_source
+
+    doc = json.loads(nbformat.writes(notebook_from_source(SOLVED, "vector_add")))
+    for cell in doc["cells"]:
+        cell.pop("id", None)
+    path = tmp_path / "vector_add.ipynb"
+    path.write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "def vector_add(" in module_source(path)
+        doc["nbformat_minor"] = 4  # before ids: none added (4.4's schema has none)
+        path.write_text(json.dumps(doc))
+        assert "def vector_add(" in module_source(path)

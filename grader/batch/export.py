@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -195,7 +196,11 @@ def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: La
     for row in rows:
         for exercise, (_, top) in row.exercises.items():
             maxima[exercise] = max(maxima.get(exercise, 0.0), top)
-    with _alembic_on_path(), Gradebook(db_url) as gb:
+    with _alembic_on_path(), warnings.catch_warnings(), Gradebook(db_url) as gb:
+        # nbgrader's own SQLAlchemy models warn (SAWarning) on every query: noise between the
+        # export's lines, about nbgrader, nothing the instructor can act on (this is our command)
+        warnings.filterwarnings("ignore", module=r"nbgrader(\.|$)")
+        warnings.filterwarnings("ignore", module=r"sqlalchemy(\.|$)")
         gb.update_or_create_assignment(assignment, duedate=policy.deadline)
         # the structure first: add_submission mirrors the assignment's notebooks and cells
         cells = {}

@@ -149,8 +149,17 @@ def read(path: Path) -> tuple[str, list[str]]:
         raise UsageError("grading a notebook needs nbformat: pip install 'gpugrade[notebooks]'") from None
     try:
         text = data.decode("utf-8")
-        if not isinstance(json.loads(text), dict):
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
             raise NotebookRefused(f"{name} is not a valid notebook: it is JSON but not an object")
+        if raw.get("nbformat") == 4 and raw.get("nbformat_minor", 0) >= 5 and isinstance(raw.get("cells"), list):
+            # cell ids where a Jupyter left them out (nbformat 4.5 needs them), rather than nbformat's
+            # MissingIDFieldWarning once per notebook between a batch's progress lines
+            missing = [cell for cell in raw["cells"] if isinstance(cell, dict) and "id" not in cell]
+            for number, cell in enumerate(missing):
+                cell["id"] = f"gpugrade-{number}"
+            if missing:
+                text = json.dumps(raw)
         notebook = nbformat.reads(text, as_version=4)
         nbformat.validate(notebook)
     except NotebookRefused:
