@@ -70,8 +70,10 @@ def entry(repo, ref=None) -> Entry:
 
 
 def taken(fetched) -> dict[str, str]:
+    """The files fetched, by their path in the submission folder."""
     assert fetched.problem is None, fetched.problem
-    return {p.name: p.read_text() for p in sorted(fetched.folder.iterdir())}
+    return {p.relative_to(fetched.folder).as_posix(): p.read_text()
+            for p in sorted(fetched.folder.rglob("*")) if p.is_file()}
 
 
 # ---- git repositories: what is taken ------------------------------------------------------------
@@ -81,7 +83,7 @@ def test_only_the_exercise_modules_are_taken_from_a_bare_repository(student, tmp
                           "exercises/helper.py": "H = 1\n"})
     student.push()
     got = fetch(entry(student.bare), EXERCISES, tmp_path / "out")
-    assert taken(got) == {"matmul.py": "M = 1\n", "vector_add.py": "V = 1\n"}
+    assert taken(got) == {"matmul.py": "M = 1\n", "exercises/vector_add.py": "V = 1\n"}
     assert got.folder == tmp_path / "out" and got.commit == sha and got.missing == ["reduce"]
     assert got.committed_at == MAY and got.committed_at.tzinfo is not None
 
@@ -95,8 +97,14 @@ def test_a_work_tree_and_a_file_url_are_repositories_too_and_uncommitted_files_a
         assert taken(got) == {"vector_add.py": "V = 1\n"} and got.commit == sha
 
 
-def test_a_top_level_module_wins_over_exercises_as_submission_modules_has_it(student, tmp_path):
+def test_both_copies_are_taken_for_grading_to_choose_the_one_worked_in(student, tmp_path):
+    # (a released stub at the top beside the work under exercises/: grading chooses, course.choice)
     student.commit({"vector_add.py": "top\n", "exercises/vector_add.py": "nested\n"})
+    assert taken(fetch(entry(student.work), ["vector_add"], tmp_path / "out")) == {
+        "vector_add.py": "top\n", "exercises/vector_add.py": "nested\n"}
+    # a link beside the file itself is left out, not a refusal of the submission
+    (student.work / "exercises" / "vector_add.py").unlink()
+    student.commit({}, links={"exercises/vector_add.py": "../vector_add.py"})
     assert taken(fetch(entry(student.work), ["vector_add"], tmp_path / "out")) == {"vector_add.py": "top\n"}
 
 
@@ -237,7 +245,7 @@ def test_no_gitattributes_filter_ever_runs(student, tmp_path, monkeypatch):
     assert marker.is_file() and (tmp_path / "plain" / "exercises" / "vector_add.py").read_text() == "SMUDGED\n"
     marker.unlink()
     for repo in (student.bare, student.work):
-        assert taken(fetch(entry(repo), EXERCISES, tmp_path / "out")) == {"vector_add.py": "V = 1\n"}
+        assert taken(fetch(entry(repo), EXERCISES, tmp_path / "out")) == {"exercises/vector_add.py": "V = 1\n"}
     assert not marker.exists()
 
 
@@ -318,7 +326,7 @@ def test_a_plain_folder_gives_its_modules_and_a_content_hash(tmp_path):
     (folder / "matmul.py").write_text("M\n")
     (folder / "notes.txt").write_text("not taken\n")
     got = fetch(entry(folder), EXERCISES, tmp_path / "out")
-    assert taken(got) == {"matmul.py": "M\n", "vector_add.py": "V\n"} and got.missing == ["reduce"]
+    assert taken(got) == {"matmul.py": "M\n", "exercises/vector_add.py": "V\n"} and got.missing == ["reduce"]
     assert got.commit.startswith("sha256:") and len(got.commit) == 7 + 64 and got.committed_at is None
     assert fetch(entry(folder), EXERCISES, tmp_path / "again").commit == got.commit
     (folder / "matmul.py").write_text("M2\n")
@@ -450,8 +458,7 @@ def test_a_notebook_submission_is_taken_as_the_notebook(student, tmp_path):
     student.push()
     got = fetch(entry(student.bare), ["vector_add"], tmp_path / "dest")
     assert got.problem is None and got.missing == []
-    assert [p.name for p in got.folder.iterdir()] == ["vector_add.ipynb"]
-    assert (got.folder / "vector_add.ipynb").read_text() == notebook
+    assert taken(got) == {"exercises/vector_add.ipynb": notebook}
 
 
 def test_a_py_and_a_notebook_are_both_taken_for_grading_to_choose(student, tmp_path):
@@ -462,7 +469,8 @@ def test_a_py_and_a_notebook_are_both_taken_for_grading_to_choose(student, tmp_p
     student.commit({"exercises/vector_add.py": "stub\n", "exercises/vector_add.ipynb": notebook,
                     "matmul.py": "M\n", "exercises/matmul.ipynb": notebook})
     student.push()
-    want = {"vector_add.py": "stub\n", "vector_add.ipynb": notebook, "matmul.py": "M\n", "matmul.ipynb": notebook}
+    want = {"exercises/vector_add.py": "stub\n", "exercises/vector_add.ipynb": notebook, "matmul.py": "M\n",
+            "exercises/matmul.ipynb": notebook}
     limits = FetchLimits(max_file_bytes=256 * 1024)
     shutil.copytree(student.work, tmp_path / "plain", ignore=shutil.ignore_patterns(".git"))
     for repo in (student.bare, tmp_path / "plain"):

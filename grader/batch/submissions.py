@@ -160,9 +160,15 @@ def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snap
         raise _Problem(f"{root} is neither a folder nor a git repository")
     files, refused = {}, []
     found = submission_files(root, exercises)
-    for module in (path for pair in found.values() for path in pair if path is not None):
+    # every copy (at the top and under exercises/): grading takes the one worked in (course.choice)
+    copies = [root / c for name in found for places in candidates(name).values() for c in places
+              if (root / c).is_file()]
+    plain = {m.name for m in copies if not (m.is_symlink() or (m.parent != root and m.parent.is_symlink()))}
+    for module in copies:
         where = module.relative_to(root).as_posix()
         if module.is_symlink() or (module.parent != root and module.parent.is_symlink()):
+            if module.name in plain:
+                continue  # a link beside the file itself: the file is graded
             refused.append(f"{where} is a symlink: submit the file itself")
             continue
         try:  # O_NOFOLLOW: a file swapped for a link after the check is still not followed
@@ -176,7 +182,7 @@ def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snap
         if len(data) > _limit(module.name, limits):
             refused.append(_too_big(where, size, limits))
             continue
-        files[module.name] = data  # <exercise>.py and/or <exercise>.ipynb: grading chooses
+        files[where] = data  # <exercise>.py and/or <exercise>.ipynb, where they were: grading chooses
     digest = hashlib.sha256()
     for name in sorted(files):  # names and lengths framed: two splits of the same bytes differ
         digest.update(b"%s\0%d\0" % (name.encode(), len(files[name])) + files[name])
@@ -232,9 +238,8 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
         entries[where] = (mode, kind, oid, size)
     files, missing, refused = {}, [], []
     for name in exercises:
-        # as submission_files: of each kind, the first of its places that is not a folder
-        found = [where for places in candidates(name).values()
-                 for where in [next((c for c in places if c in entries and entries[c][0] != FOLDER), "")] if where]
+        # of each kind, every place that is not a folder (grading takes the copy worked in: course.choice)
+        found = [c for places in candidates(name).values() for c in places if c in entries and entries[c][0] != FOLDER]
         if not found:
             outer = entries.get("exercises", ("",))[0]
             if outer in (SYMLINK, SUBMODULE):
@@ -243,8 +248,11 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
             missing.append(name)
             continue
         blobs = 0
+        plain = {Path(w).name for w in found if entries[w][0] not in (SYMLINK, SUBMODULE) and entries[w][1] == "blob"}
         for where in found:
             mode, kind, oid, size = entries[where]
+            if mode in (SYMLINK, SUBMODULE) and Path(where).name in plain:
+                continue  # a link beside the file itself (exercises/x.py -> ../x.py): the file is graded
             if mode == SYMLINK:
                 refused.append(f"{where} is a symlink: submit the file itself")
             elif mode == SUBMODULE:
@@ -254,7 +262,7 @@ def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list
                 if int(size) > _limit(where, limits):
                     refused.append(_too_big(where, int(size), limits))
                 else:
-                    files[where.rsplit("/", 1)[-1]] = git.out(["cat-file", "blob", oid], binary=True)
+                    files[where] = git.out(["cat-file", "blob", oid], binary=True)
         if not blobs and all(entries[where][0] not in (SYMLINK, SUBMODULE) for where in found):
             missing.append(name)
     return _Snapshot(files, missing, list(dict.fromkeys(refused)), commit, committed_at)
@@ -265,8 +273,9 @@ def _lay_out(files: dict[str, bytes], dest: Path) -> None:
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for filename, data in files.items():
-        (partial / filename).write_bytes(data)
+    for where, data in files.items():  # (paths of the course's candidates: at the top or under exercises/)
+        (partial / where).parent.mkdir(parents=True, exist_ok=True)
+        (partial / where).write_bytes(data)
     if dest.exists():
         shutil.rmtree(dest)
     partial.rename(dest)
