@@ -183,8 +183,16 @@ def test_the_deadline_history_is_bounded(student, tmp_path):
     for d in (0, 2, 4):
         student.commit({"vector_add.py": f"day {d}\n"}, MAY + timedelta(days=d))
     got = fetch(entry(student.work), EXERCISES, tmp_path / "out", deadline=MAY + timedelta(days=1),
-                limits=FetchLimits(history_depth=2))
+                limits=FetchLimits(history_depth=2, deeper_history_depth=2))
     assert got.problem.endswith("of %s among its last 2 commits" % student.work)
+    # the deadline older than the last commits fetched: once more, further back (the audit: one on-time
+    # commit and 205 late ones were "no commit before the deadline ... among its last 200 commits")
+    got = fetch(entry(student.work), EXERCISES, tmp_path / "out", deadline=MAY + timedelta(days=1),
+                limits=FetchLimits(history_depth=2, deeper_history_depth=3))
+    assert got.problem is None and taken(got) == {"vector_add.py": "day 0\n"}
+    got = fetch(entry(student.work), EXERCISES, tmp_path / "out", deadline=MAY - timedelta(days=1),
+                limits=FetchLimits(history_depth=2, deeper_history_depth=3))
+    assert got.problem.startswith("no commit before the deadline") and got.problem.endswith("its last 3 commits")
 
 
 def test_a_naive_deadline_or_an_unsafe_exercise_name_is_a_programming_error(student, tmp_path):

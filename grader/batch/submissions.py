@@ -81,6 +81,7 @@ class FetchLimits:
     max_repo_bytes: int = 200 * MiB     # the fetched repository on disk
     max_file_bytes: int = 1 * MiB       # each exercise file
     history_depth: int = 200            # commits fetched when a deadline or a commit id needs history
+    deeper_history_depth: int = 5000    # ... and where the deadline is older than those, once more this many
 
 
 @dataclass(frozen=True)
@@ -217,14 +218,24 @@ def _read_git(entry: Entry, path: Path | None, exercises: list[str], deadline: d
                            f"branches of {shown}")
         if deadline is not None:
             before = deadline.isoformat(timespec="seconds")  # git dates are whole seconds: floor is exact
-            commit = git.out(["rev-list", "-1", f"--before={before}", commit]).strip()
+            found = git.out(["rev-list", "-1", f"--before={before}", commit]).strip()
+            depth = limits.history_depth
+            if not found and _shallow(git) and fetched and limits.deeper_history_depth > depth:
+                # a student who pushed hundreds of commits after the deadline: look further back, once
+                depth = limits.deeper_history_depth
+                if git.fetch(url, entry.ref or "HEAD", depth):
+                    found = git.out(["rev-list", "-1", f"--before={before}", commit]).strip()
+            commit = found
             if not commit:
-                shallow = git.out(["rev-parse", "--is-shallow-repository"]).strip() == "true"
-                among = f" among its last {limits.history_depth} commits" if shallow else ""
+                among = f" among its last {depth} commits" if _shallow(git) else ""
                 raise _Problem(f"no commit before the deadline {before} on {entry.ref or 'the default branch'}"
                                f" of {shown}{among}")
         committed_at = datetime.fromisoformat(git.out(["log", "-1", "--format=%cI", commit]).strip())
         return _read_tree(git, commit, committed_at, exercises, limits)
+
+
+def _shallow(git: "_Git") -> bool:
+    return git.out(["rev-parse", "--is-shallow-repository"]).strip() == "true"
 
 
 def _read_tree(git: "_Git", commit: str, committed_at: datetime, exercises: list[str],
