@@ -85,7 +85,7 @@ def _pattern(*sums: tuple[float, np.ndarray]) -> str:
     elements counted again, else every lane's partial sum added, else a multiple of the right sum,
     else (integers) the right sum rounded.
     Integer sums are matched exactly, as the int32 result holds them: modulo 2^32, as a GPU wraps."""
-    return next((note for fits in (_part, _counted_again, _every_lane, _multiple, _rounded)
+    return next((note for fits in (_part, _largest, _counted_again, _every_lane, _multiple, _rounded)
                  if (note := _closest(fits, sums))), "")
 
 
@@ -277,6 +277,27 @@ def _part(value: float, x: np.ndarray) -> dict[str, float]:
         off = float(_misfit(value, x64[part].sum(), _part_tolerance(size, float(scale[part].sum())), x))
         if off <= 1:
             fits[f"; that is exactly the sum of {what}"] = off
+    return fits
+
+
+def _largest(value: float, x: np.ndarray) -> dict[str, float]:
+    """A sum that is the largest of the warps' sums (or of the blocks', or the largest element):
+    partial sums combined with cuda.atomic.max (or a max of any kind) where they are to be added."""
+    n, x64 = x.size, _exact(x)
+    fits = {}
+    for size in (1, 32, 64, 128, 256, 512, 1024):
+        if size >= n:
+            break
+        starts = np.arange(0, n, size)
+        sums = np.add.reduceat(x64, starts)
+        top = int(np.argmax(sums))
+        chunk = x64[starts[top]:starts[top] + size]
+        off = float(_misfit(value, sums[top], _part_tolerance(chunk.size, float(np.abs(chunk).sum())), x))
+        if off <= 1:
+            what = ("the largest element" if size == 1 else "the largest of the warps' sums" if size == 32
+                    else f"the largest of the sums of each {size} elements (a block of {size} threads each?)")
+            fits[f"; that is exactly {what}: partial sums combined with a maximum (cuda.atomic.max?) where they "
+                 f"are to be added (cuda.atomic.add)"] = off
     return fits
 
 
