@@ -133,9 +133,9 @@ class Batch:
     """One batch folder: its store, feedback pages and grades.csv, for one roster and assignment,
     graded on the folder's selection of exercises (grader.batch.selection; all until chosen)."""
 
-    def __init__(self, out: Path, course: Course, assignment: str, default: str = "", legacy_default: str = ""):
-        """`assignment`: its name in the store; none given, the only one the store holds, else
-        `default` (the folder's name: `--out grades/hw3` is "hw3"), or for a folder holding several,
+    def __init__(self, out: Path, course: Course, assignment: str, legacy_default: str = ""):
+        """`assignment`: its name in the store; none given, the only one the store holds, else the
+        folder's name (`--out grades/hw3` is "hw3"), or for a folder holding several,
         `legacy_default` where it is one of them (batches before named it after the roster)."""
         from .selection import assignment_name
         from .store import ASSIGNMENT_LENGTH, Store, course_version, grader_version
@@ -143,12 +143,16 @@ class Batch:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock = _lock_folder(self.out)
-        (self.out / FEEDBACK).mkdir(exist_ok=True)
+        try:
+            (self.out / FEEDBACK).mkdir(exist_ok=True)
+            self.store = Store(self.out / STORE_FILE)
+        except BaseException:
+            self._lock.close()
+            raise
         self.course = course
-        self.store = Store(self.out / STORE_FILE)
         try:
             self.assignment = assignment or assignment_name(
-                self.store, default or self.out.resolve().name[:ASSIGNMENT_LENGTH], legacy_default, self.out)
+                self.store, self.out.resolve().name[:ASSIGNMENT_LENGTH], legacy_default, self.out)
         except BaseException:
             self.close()
             raise
