@@ -329,6 +329,8 @@ def _export(args) -> int:
         raise UsageError(f"late penalty: {exc}") from None
     if not (args.csv or args.gradescope or args.nbgrader):
         raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")
+    if args.nbgrader_assignment and not args.nbgrader:
+        raise UsageError("--nbgrader-assignment names the assignment in an nbgrader gradebook: give --nbgrader DB_URL")
     if args.csv:
         export.write_csv(rows, Path(args.csv), exercises, policy)
         print(f"wrote {args.csv} ({len(rows)} students)")

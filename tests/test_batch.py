@@ -445,6 +445,16 @@ def test_a_class_graded_on_one_exercise_shows_only_it_with_its_maximum_in_every_
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
         assignment = gb.find_assignment(out.name)  # the folder names the assignment
         assert [n.name for n in assignment.notebooks] == ["vector_add"] and assignment.max_score == top
+    # the gradebook's own name for it
+    export = [sys.executable, "-m", "grader", "export", str(out), "--nbgrader-assignment", "HW 1"]
+    alone = subprocess.run([*export, "--csv", str(tmp_path / "y.csv")], cwd=course_of_two, capture_output=True,
+                           text=True, timeout=300)
+    assert alone.returncode == 2 and "give --nbgrader DB_URL" in alone.stderr, alone.stderr
+    named = subprocess.run([*export, "--nbgrader", f"sqlite:///{tmp_path / 'gradebook.db'}"], cwd=course_of_two,
+                           capture_output=True, text=True, timeout=300)
+    assert named.returncode == 0 and "grades of HW 1" in named.stdout, named.stdout + named.stderr
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        assert gb.find_assignment("HW 1").max_score == top
 
 
 def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_nothing(course_of_two, vector_add_only):
