@@ -560,3 +560,52 @@ def test_a_notebook_without_cell_ids_reads_without_a_warning(tmp_path):
         doc["nbformat_minor"] = 4  # before ids: none added (4.4's schema has none)
         path.write_text(json.dumps(doc))
         assert "def vector_add(" in module_source(path)
+
+
+def test_without_nbformat_the_py_is_graded_and_a_notebook_alone_fails_its_exercise_only(released, tmp_path,
+                                                                                        monkeypatch):
+    """The audit: on Gradescope (setup.sh installed no notebooks extra) the untouched released
+    notebook beside the solved .py counted as changed, was chosen, and the whole run exited 2."""
+    from grader.course import choice, graded_files, make_workspace
+    from grader.course import notebooks as nb
+    from grader.errors import UsageError
+
+    monkeypatch.setattr(choice, "notebooks_readable", lambda: False)
+    folder = both(tmp_path / "student", SOLVED, nbformat.read(released / "exercises" / "vector_add.ipynb",
+                                                                  as_version=4))
+    chosen = graded_files(folder, ["vector_add"], released)["vector_add"]
+    assert chosen.path.suffix == ".py" and "vector_add.ipynb was not read: this machine has no nbformat" in chosen.note
+
+    def no_nbformat(path):
+        raise UsageError("grading a notebook needs nbformat: pip install 'gpugrade[notebooks]'")
+
+    monkeypatch.setattr(nb, "read", no_nbformat)
+    make_workspace({"vector_add": folder / "exercises" / "vector_add.ipynb"}, tmp_path / "ws")
+    module = (tmp_path / "ws" / "vector_add.py").read_text()
+    assert "vector_add.ipynb cannot be graded here: grading a notebook needs nbformat" in module
+
+
+def test_the_gradescope_setup_installs_the_notebooks_extra_for_a_course_with_notebooks():
+    setup = (ROOT / "grader" / "course" / "gradescope_scripts" / "setup.sh").read_text()
+    assert 'compgen -G "$SOURCE/course/exercises/*.ipynb"' in setup and 'wheel="$wheel[notebooks]"' in setup
+
+
+def test_a_stub_of_an_earlier_release_is_still_untouched(released, tmp_path):
+    """The audit: the instructor fixed a word in a solution's docstring and released again; a
+    student's old stub beside the notebook they worked in now counted as changed, and the stub
+    was graded (0/25)."""
+    from grader.course import graded_files
+    from grader.course.choice import RECORD
+
+    course = tmp_path / "course"
+    shutil.copytree(released, course)
+    old_stub = (course / "exercises" / "vector_add.py").read_text()
+    solution = course / "solutions" / "vector_add.py"
+    solution.write_text(solution.read_text().replace("Exercise", "The exercise", 1))
+    done = gpugrade("release", "--notebooks", "--no-counters", "--force", cwd=course)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert (course / "exercises" / "vector_add.py").read_text() != old_stub
+    entry = json.loads((course / RECORD).read_text())["exercises"]["vector_add"]
+    assert len(entry["earlier_stubs"]) == 1 and entry["earlier_stubs"][0] != entry["stub"]
+    folder = both(tmp_path / "student", old_stub, notebook_from_source(SOLVED, "vector_add"))
+    assert graded_files(folder, ["vector_add"], course)["vector_add"].note == WORKED_NOTE

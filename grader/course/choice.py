@@ -30,6 +30,7 @@ from ..errors import UsageError
 from .tree import GRADING_TESTS, candidates, submission_files
 
 RECORD = GRADING_TESTS / "released_files.json"
+EARLIER_KEPT = 20  # the digests of earlier releases kept, per exercise and kind
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ def choose(exercise: str, module: Path | None, notebook: Path | None, released: 
         found = module or notebook
         return Choice(found) if found else None
     py, nb = module.name, notebook.name
+    if not notebooks_readable():
+        # (an unreadable notebook is no "changed" one: it would win over the .py and fail the exercise)
+        return Choice(module, f"graded {py}; {nb} was not read: this machine has no nbformat "
+                              f"(pip install 'gpugrade[notebooks]')")
     stub = stub_digest(module) in released.stubs
     pristine = notebook_digest(notebook) in released.notebooks
     if stub and not pristine:
@@ -107,6 +112,13 @@ def choose(exercise: str, module: Path | None, notebook: Path | None, released: 
 def stub_digest(path: Path) -> str:
     """A module's text, line endings aside (a Windows checkout is not a change)."""
     return "sha256:" + hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
+
+
+def notebooks_readable() -> bool:
+    """Whether this machine can read a notebook (nbformat, the notebooks extra, is installed)."""
+    import importlib.util
+
+    return importlib.util.find_spec("nbformat") is not None
 
 
 def notebook_digest(path: Path) -> str | None:
@@ -125,8 +137,10 @@ def released(course_root: Path, exercise: str, own: tuple[Path | None, ...] = ()
     stubs, notebooks = set(), set()
     entry = _record(course_root).get(exercise, {})
     if isinstance(entry, dict):
-        stubs.update(d for d in (entry.get("stub"),) if isinstance(d, str))
-        notebooks.update(d for d in (entry.get("notebook"),) if isinstance(d, str))
+        for kind, digests in (("stub", stubs), ("notebook", notebooks)):
+            earlier = entry.get(f"earlier_{kind}s")
+            digests.update(d for d in (entry.get(kind), *(earlier if isinstance(earlier, list) else ()))
+                           if isinstance(d, str))
     for path, digests, digest in ((course_root / "exercises" / f"{exercise}.py", stubs, stub_digest),
                                   (course_root / "exercises" / f"{exercise}.ipynb", notebooks, notebook_digest)):
         if path.is_file() and not any(mine and _same(path, mine) for mine in own):
@@ -136,13 +150,24 @@ def released(course_root: Path, exercise: str, own: tuple[Path | None, ...] = ()
 
 def write_record(course_root: Path, stubs: list[Path], notebooks: list[Path]) -> Path:
     """`RECORD`: the digests of the stubs and notebooks `release` just wrote."""
-    exercises: dict[str, dict[str, str]] = {}
+    exercises: dict[str, dict] = {}
     for path in stubs:
         exercises.setdefault(path.stem, {})["stub"] = stub_digest(path)
     for path in notebooks:
         digest = notebook_digest(path)
         if digest:
             exercises.setdefault(path.stem, {})["notebook"] = digest
+    # what earlier releases wrote stays untouched too: a student's copy released before an edit of
+    # the solution (a docstring's word) still holds that release's stub beside the notebook worked in
+    for name, before in _record(course_root).items():
+        if not isinstance(before, dict) or name not in exercises:
+            continue
+        entry = exercises[name]
+        for kind in ("stub", "notebook"):
+            earlier = [d for d in (*before.get(f"earlier_{kind}s", []), before.get(kind))
+                       if isinstance(d, str) and d != entry.get(kind)]
+            if earlier:
+                entry[f"earlier_{kind}s"] = list(dict.fromkeys(earlier))[-EARLIER_KEPT:]
     target = course_root / RECORD
     target.write_text(json.dumps({"about": "written by gpugrade release: which stubs and notebooks are untouched "
                                            "(grader/course/choice.py)", "exercises": exercises},

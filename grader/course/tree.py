@@ -130,3 +130,5 @@ def _notebook_module(path: Path) -> tuple[str, list[str]]:
         return notebooks.read(path)
     except notebooks.NotebookRefused as refused:
         return notebooks.refusal_module(str(refused)), []
+    except UsageError as missing:  # no nbformat on this machine: this exercise fails saying so, not the run
+        return notebooks.refusal_module(f"{path.name} cannot be graded here: {missing}"), []

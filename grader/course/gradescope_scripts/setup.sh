@@ -25,6 +25,9 @@ fi
 if ! command -v bwrap >/dev/null; then
     apt_install bubblewrap || echo "setup.sh: bubblewrap not installed: grading will use the uid sandbox"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$SOURCE"/dist/gpugrade-*.whl
+wheel=$(ls "$SOURCE"/dist/gpugrade-*.whl)
+# a course released with notebooks is submitted with them: reading one needs the notebooks extra
+if compgen -G "$SOURCE/course/exercises/*.ipynb" >/dev/null; then wheel="$wheel[notebooks]"; fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"
 chmod -R a+rX,go-w /opt/gpugrade
 "$VENV/bin/gpugrade" doctor || true
