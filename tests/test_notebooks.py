@@ -557,6 +557,12 @@ def test_a_notebook_without_cell_ids_reads_without_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "def vector_add(" in module_source(path)
+        doc["cells"][1]["id"] = doc["cells"][2]["id"] = "copied"  # a cell copied in Jupyter, its id with it
+        doc["nbformat_minor"] = 5
+        path.write_text(json.dumps(doc))
+        assert "def vector_add(" in module_source(path)
+        for cell in doc["cells"]:
+            cell.pop("id", None)
         doc["nbformat_minor"] = 4  # before ids: none added (4.4's schema has none)
         path.write_text(json.dumps(doc))
         assert "def vector_add(" in module_source(path)
@@ -609,3 +615,31 @@ def test_a_stub_of_an_earlier_release_is_still_untouched(released, tmp_path):
     assert len(entry["earlier_stubs"]) == 1 and entry["earlier_stubs"][0] != entry["stub"]
     folder = both(tmp_path / "student", old_stub, notebook_from_source(SOLVED, "vector_add"))
     assert graded_files(folder, ["vector_add"], course)["vector_add"].note == WORKED_NOTE
+
+
+def test_ipython_help_lines_are_left_out_with_a_note(tmp_path):
+    """The audit: a cell `cuda.grid?` refused a finished notebook as a SyntaxError, naming no IPython."""
+    from grader.course.notebooks import read
+
+    notebook = with_cell("from numba import cuda\ncuda.grid?\n??cuda.syncthreads\nx = 1")
+    nbformat.write(notebook, tmp_path / "vector_add.ipynb")
+    module, said = read(tmp_path / "vector_add.ipynb")
+    assert "pass  # (IPython, left out)\npass  # (IPython, left out)\nx = 1" in module
+    assert [s.split(": ", 1)[1] for s in said] == [
+        "`cuda.grid?` is IPython's help: left out of the module graded (the grader runs plain Python)",
+        "`??cuda.syncthreads` is IPython's help: left out of the module graded (the grader runs plain Python)"]
+
+
+def test_a_submission_of_one_folder_holding_the_repository_is_graded_from_it(tmp_path):
+    """The audit: a Gradescope upload of the repository's zip (gpu-course-main/exercises/...) read
+    "vector_add.py is not in the submission", 0/111."""
+    from grader.course import graded_files
+
+    inner = tmp_path / "upload" / "gpu-course-main" / "exercises"
+    inner.mkdir(parents=True)
+    (inner / "vector_add.py").write_text(SOLVED)
+    (tmp_path / "upload" / "__MACOSX").mkdir()  # what a Mac's zip adds beside it
+    chosen = graded_files(tmp_path / "upload", ["vector_add"], ROOT)
+    assert chosen["vector_add"].path == inner / "vector_add.py"
+    (tmp_path / "upload" / "notes.txt").write_text("a file beside it: the folder is the submission")
+    assert graded_files(tmp_path / "upload", ["vector_add"], ROOT) == {}

@@ -60,7 +60,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..course.notebooks import MAX_NOTEBOOK_BYTES
-from ..course.tree import candidates, submission_files
+from ..course.tree import candidates, submission_files, submission_root
 from .roster import URL, Entry, local_path
 
 MiB = 1 << 20
@@ -159,6 +159,7 @@ def _too_big(where: str, size: int, limits: FetchLimits) -> str:
 def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snapshot:
     if not root.is_dir():
         raise _Problem(f"{root} is neither a folder nor a git repository")
+    root = submission_root(root)  # (a folder holding only the repository's folder: that one)
     files, refused = {}, []
     found = submission_files(root, exercises)
     # every copy (at the top and under exercises/): grading takes the one worked in (course.choice)

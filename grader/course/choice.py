@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from .tree import GRADING_TESTS, candidates, submission_files
+from .tree import GRADING_TESTS, candidates, submission_files, submission_root
 
 RECORD = GRADING_TESTS / "released_files.json"
 EARLIER_KEPT = 20  # the digests of earlier releases kept, per exercise and kind
@@ -51,7 +51,7 @@ def graded_files(submission: str | os.PathLike, exercises: list[str],
     """The file graded for each exercise the submission has (missing ones are absent). Without a
     course, nothing is known to be released: a `.py` wins, the note saying so."""
     chosen = {}
-    root = Path(submission)
+    root = submission_root(submission)
     for name, (module, notebook) in submission_files(submission, exercises).items():
         present = [root / c for where in candidates(name).values() for c in where if (root / c).is_file()]
         known = released(course_root, name, tuple(present)) if course_root else Released()

@@ -18,16 +18,16 @@ exercises/<exercise>.ipynb` then `jupytext --sync` (the `.nb.py` reads back to t
 the stub itself is regenerated from `solutions/` by `release`, as always.
 
 Reading (a submission holding `<exercise>.ipynb`): the notebook is the student's, so untrusted: at
-most `MAX_NOTEBOOK_BYTES`, parsed by `nbformat.reads` and validated against the notebook schema;
-the module is the code cells in order, joined with blank lines, each under a `# %% (cell N)` line
-so that a line of the module leads back to its cell; the student's self-check cell (`import
-grader`, `grader.check(...)`) is left out. The grader never runs IPython: in a cell that is not
-Python because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) becomes `pass`
-(the cell's other lines, and their numbers, unchanged), and a `%%cell magic` cell is left out
-whole; `read` says each, naming the cell, and the results carry it as a note. Leaving code out can
-only take from the submission: a `%timeit` a student left in costs nothing, and a `%run` or `%load`
-that brought code in shows as what is missing. A cell still not Python is refused, naming the cell.
-"""
+most `MAX_NOTEBOOK_BYTES`, parsed by `nbformat.reads` and validated against the notebook schema; the
+module is the code cells in order, joined with blank lines, each under a `# %% (cell N)` line so
+that a line of the module leads back to its cell; the student's self-check cell (`import grader`,
+`grader.check(...)`) is left out. The grader never runs IPython: in a cell that is not Python
+because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) or help line
+(`cuda.grid?`) becomes `pass` (the cell's other lines, and their numbers, unchanged), and a `%%cell
+magic` cell is left out whole; `read` says each, naming the cell, and the results carry it as a
+note. Leaving code out can only take from the submission: a `%timeit` a student left in costs
+nothing, and a `%run` or `%load` that brought code in shows as what is missing. A cell still not
+Python is refused, naming the cell. """
 
 from __future__ import annotations
 
@@ -155,10 +155,15 @@ def read(path: Path) -> tuple[str, list[str]]:
         if raw.get("nbformat") == 4 and raw.get("nbformat_minor", 0) >= 5 and isinstance(raw.get("cells"), list):
             # cell ids where a Jupyter left them out (nbformat 4.5 needs them), rather than nbformat's
             # MissingIDFieldWarning once per notebook between a batch's progress lines
-            missing = [cell for cell in raw["cells"] if isinstance(cell, dict) and "id" not in cell]
-            for number, cell in enumerate(missing):
-                cell["id"] = f"gpugrade-{number}"
-            if missing:
+            # (and a copied cell's id made unique, rather than a DuplicateCellId warning for each)
+            seen: set = set()
+            renamed = 0
+            for cell in (c for c in raw["cells"] if isinstance(c, dict)):
+                if "id" not in cell or cell["id"] in seen:
+                    cell["id"] = f"gpugrade-{renamed}"
+                    renamed += 1
+                seen.add(cell["id"])
+            if renamed:
                 text = json.dumps(raw)
         notebook = nbformat.reads(text, as_version=4)
         nbformat.validate(notebook)
@@ -189,6 +194,8 @@ def read(path: Path) -> tuple[str, list[str]]:
 
 # a line of IPython syntax: a line magic or shell command, alone or assigned (`x = !ls`, `t = %timeit -o f()`)
 _IPYTHON_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:,\s*[A-Za-z_][\w.]*\s*)*=\s*)?[!%]")
+# IPython's help on an object: `cuda.grid?`, `cuda.grid??`, `?cuda.grid`
+_HELP_LINE = re.compile(r"^\s*(?:\?{1,2}\s*[A-Za-z_][\w.]*|[A-Za-z_][\w.]*\s*\?{1,2})\s*$")
 LEFT_OUT = "left out of the module graded (the grader runs plain Python)"
 
 
@@ -211,9 +218,10 @@ def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
         return None, [f"{name}, cell {number}: `{_short(first)}` is a cell magic: the cell is {LEFT_OUT}"]
     plain, said = [], []
     for line in lines:
-        if _IPYTHON_LINE.match(line):
+        if _IPYTHON_LINE.match(line) or _HELP_LINE.match(line):
             text = line.strip()
-            kind = "a shell command" if "!" in text.split("%")[0] else "an IPython magic"
+            kind = ("IPython's help" if _HELP_LINE.match(line) else
+                    "a shell command" if "!" in text.split("%")[0] else "an IPython magic")
             said.append(f"{name}, cell {number}: `{_short(text)}` is {kind}: {LEFT_OUT}")
             line = line[:len(line) - len(line.lstrip())] + "pass  # (IPython, left out)"
         plain.append(line)

@@ -70,12 +70,24 @@ def candidates(exercise: str) -> dict[str, tuple[str, str]]:
     return {kind: (f"{exercise}{kind}", f"exercises/{exercise}{kind}") for kind in (".py", ".ipynb")}
 
 
-def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dict[str, tuple[Path | None, Path | None]]:
-    """The student's `.py` and `.ipynb` of each exercise, either None (exercises with neither are
-    absent). Which one is graded is grader.course.choice's to say."""
+def submission_root(submission: str | os.PathLike) -> Path:
+    """The folder a submission's exercise files are in: the submission itself, or where it holds no
+    exercise file and no `exercises/` but one folder and nothing else (a repository uploaded as a
+    zip to Gradescope: `gpu-course-main/exercises/...`), that folder."""
     root = Path(submission)
     if not root.is_dir():
         raise UsageError(f"submission {root} is not a folder")
+    entries = [p for p in root.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"]
+    if (len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink()
+            and entries[0].name != "exercises"):
+        return entries[0]
+    return root
+
+
+def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dict[str, tuple[Path | None, Path | None]]:
+    """The student's `.py` and `.ipynb` of each exercise, either None (exercises with neither are
+    absent). Which one is graded is grader.course.choice's to say."""
+    root = submission_root(submission)
     found = {}
     for name in exercises:
         module, notebook = (next((root / c for c in where if (root / c).is_file()), None)
