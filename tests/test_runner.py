@@ -370,6 +370,25 @@ def test_a_timeout_says_where_the_call_was_and_larger_inputs_are_not_run_again(m
     assert s.call("spin", np.zeros(2, np.float32)).value == 2, "a call on smaller inputs still runs"
 
 
+def test_a_loop_at_the_module_s_top_level_is_named_as_an_import(make_student):
+    """The audit: a notebook cell `while True: x += 1` (or a module-level loop) read only "timed
+    out after 120 s", which sent the student to their kernel."""
+    s = make_student("""
+        x = 0
+        while True:
+            x += 1
+
+
+        def f():
+            return 1
+    """, timeout=3)
+    with pytest.raises(RunnerError) as info:
+        s.call("f")
+    assert re.search(r"importing ex\.py timed out after 3 s: it was at ex\.py:[345] \(code at the top level of a "
+                     r"module, or in a notebook's cell, runs when the module is imported", str(info.value)), \
+        str(info.value)
+
+
 def test_the_device_processs_word_on_where_its_kernel_was_is_that_calls_last():
     """(grader/device/watch.py writes it; what a kernel printed, or an earlier call's word, is not it)"""
     from grader.judge.stuck import kernel_at

@@ -73,3 +73,14 @@ def timeout_message(function: str, reason: str, dump: str, student_files: set[st
     if waiting:
         return text + f": it was at {where}, waiting for a kernel launched there (does a loop in the kernel never end?)"
     return text + f": it was at {where} (a loop that never ends?)"
+
+
+def import_timeout_message(module: str, reason: str, dump: str, student_files: set[str]) -> str:
+    """An import of the student's module that timed out: where its top level was (a notebook's
+    cell is part of it), so a loop left in a cell is not taken for the kernel's."""
+    where, _ = stuck_at(dump, student_files)
+    text = f"importing {module}.py {reason}"
+    if not where:
+        return text + " (a loop that never ends, at its top level?)"
+    return text + (f": it was at {where.removesuffix(' in <module>')} (code at the top level of a module, or in "
+                   f"a notebook's cell, runs when the module is imported: a loop that never ends?)")

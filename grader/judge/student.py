@@ -25,7 +25,7 @@ from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock, printed
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .signatures import declared_parameters
-from .stuck import kernel_at, split_dump, timeout_message, watch_after
+from .stuck import import_timeout_message, kernel_at, split_dump, timeout_message, watch_after
 from ..sandbox import Runner, Sandbox
 
 STARTUP_TIMEOUT_S = 120.0  # a runner's interpreter and imports, on a loaded machine
@@ -398,8 +398,13 @@ class Student:
         if self._import_failure is None and not self._imported:
             try:
                 self._raise_for(self._timed(lambda t: self.connection.request(
-                    {"op": "import", "module": self.module}, timeout=t), timeout))
+                    {"op": "import", "module": self.module, "watch_s": watch_after(t)}, timeout=t), timeout))
                 self._imported = True
+            except CallTimeout as exc:  # where its top level was stuck (a loop left in a notebook's cell)
+                printed, dump = split_dump(exc.output)
+                files = {name for name in os.listdir(self.workspace) if name.endswith(".py")}
+                self._import_failure = CallTimeout(import_timeout_message(self.module, exc.reason, dump, files),
+                                                   printed)
             except (StudentCodeError, RunnerError) as exc:
                 self._import_failure = exc
         if self._import_failure is not None:

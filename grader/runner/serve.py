@@ -114,7 +114,8 @@ class Runner:
 
     def call(self, request: dict) -> dict:
         try:
-            module = self._module(str(request["module"]))
+            with _watchdog(request.get("watch_s")):  # (a loop at the module's top level: its line too)
+                module = self._module(str(request["module"]))
         except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
             return {"ok": False, "error": self._error(exc, importing=True)}
         function = getattr(module, str(request["function"]), None)
@@ -307,7 +308,8 @@ class Runner:
 
     def import_module(self, request: dict) -> dict:
         try:
-            self._module(str(request["module"]))
+            with _watchdog(request.get("watch_s")):  # (a loop at the module's top level: where it was)
+                self._module(str(request["module"]))
         except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
             return {"ok": False, "error": self._error(exc, importing=True)}
         return {"ok": True}
