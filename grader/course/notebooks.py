@@ -27,7 +27,8 @@ because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) or hel
 magic` cell is left out whole; `read` says each, naming the cell, and the results carry it as a
 note. Leaving code out can only take from the submission: a `%timeit` a student left in costs
 nothing, and a `%run` or `%load` that brought code in shows as what is missing. A cell still not
-Python is refused, naming the cell. """
+Python is refused, naming the cell.
+"""
 
 from __future__ import annotations
 
