@@ -19,7 +19,6 @@ from typing import Iterable
 
 from ..errors import UsageError
 from ..report.gradescope import gradescope
-from ..report.table import CONSEQUENCE  # a performance test not run for a failure already counted
 from .store import Row
 
 DAY = 86400.0
@@ -93,11 +92,10 @@ def _atomic(path: Path):
 def first_failure(row: Row) -> str:
     """The first failing test of a graded row, as "exercise stage K: its message's first line"
     (a performance test skipped for a failure already named left out); "" where none failed."""
-    from ..report.results import Status
     from ..report.text import first_line
 
     for test in (row.results.tests if row.results is not None and row.status == "graded" else ()):
-        if test.status == Status.FAILED and not (test.output or "").startswith(CONSEQUENCE):
+        if test.failed_itself:
             return f"{test.exercise} stage {test.stage}: {first_line(test.output) or test.name}"[:300]
     return ""
 

@@ -253,12 +253,7 @@ class Store:
     def record_selection(self, assignment: str, exercises: list[str]) -> list[str]:
         """Record the exercises of `assignment` unless some are recorded already; returns the
         recorded ones (another writer's, where it recorded first)."""
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(insert(selections).values(assignment=assignment, exercises=list(exercises),
-                                                       recorded_at=_utc_text(datetime.now(timezone.utc))))
-        except IntegrityError:
-            pass  # recorded before: the first record stands
+        self._record_once(selections, assignment=assignment, exercises=list(exercises))
         return self.selection(assignment)
 
     def deadline(self, assignment: str):
@@ -273,14 +268,16 @@ class Store:
     def record_deadline(self, assignment: str, deadline: datetime | None):
         """Record the deadline of `assignment` unless one is recorded already; returns the recorded
         one (another writer's, where it recorded first)."""
+        self._record_once(deadlines, assignment=assignment, deadline=None if deadline is None else _utc_text(deadline))
+        return self.deadline(assignment)
+
+    def _record_once(self, table: Table, **values) -> None:
+        """A row of `table` (keyed by its assignment) unless one is there: the first record stands."""
         try:
             with self.engine.begin() as conn:
-                conn.execute(insert(deadlines).values(assignment=assignment,
-                                                      deadline=None if deadline is None else _utc_text(deadline),
-                                                      recorded_at=_utc_text(datetime.now(timezone.utc))))
+                conn.execute(insert(table).values(**values, recorded_at=_utc_text(datetime.now(timezone.utc))))
         except IntegrityError:
-            pass  # recorded before: the first record stands
-        return self.deadline(assignment)
+            pass  # recorded before (by another writer an instant before, too)
 
     def roster(self, assignment: str) -> list[str] | None:
         """The student ids of the roster the latest batch of `assignment` read; None where none

@@ -60,7 +60,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..course.notebooks import MAX_NOTEBOOK_BYTES
-from ..course.tree import candidates, submission_files, submission_root
+from ..course.tree import candidates, copies, linked, submission_files, submission_root
 from .roster import URL, Entry, local_path
 
 MiB = 1 << 20
@@ -163,12 +163,11 @@ def _read_folder(root: Path, exercises: list[str], limits: FetchLimits) -> _Snap
     files, refused = {}, []
     found = submission_files(root, exercises)
     # every copy (at the top and under exercises/): grading takes the one worked in (course.choice)
-    copies = [root / c for name in found for places in candidates(name).values() for c in places
-              if (root / c).is_file()]
-    plain = {m.name for m in copies if not (m.is_symlink() or (m.parent != root and m.parent.is_symlink()))}
-    for module in copies:
+    taken = [path for name in found for path in copies(root, name)]
+    plain = {m.name for m in taken if not linked(m)}
+    for module in taken:
         where = module.relative_to(root).as_posix()
-        if module.is_symlink() or (module.parent != root and module.parent.is_symlink()):
+        if linked(module):
             if module.name in plain:
                 continue  # a link beside the file itself: the file is graded
             refused.append(f"{where} is a symlink: submit the file itself")

@@ -9,9 +9,7 @@ import html
 from collections import Counter
 
 from ..report import pictures
-from ..report.results import Status
 from ..report.text import first_line
-from ..report.table import CONSEQUENCE
 
 MOST_COMMON = 12
 NAMES_SHOWN = 20  # students named under a failure kind (then "and N more")
@@ -85,7 +83,7 @@ def _failure_kinds(graded: list) -> list[tuple[str, list[str]]]:
     who: dict[str, list[str]] = {}
     for row in graded:
         seen = {re.sub(r"\d+", "N", first_line(t.output))[:160] for t in row.results.tests
-                if t.status == Status.FAILED and t.output and not t.output.startswith(CONSEQUENCE)}
+                if t.failed_itself and t.output}
         counts.update(seen)
         for kind in seen:
             who.setdefault(kind, []).append(row.key.student_id)

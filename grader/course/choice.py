@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from .tree import GRADING_TESTS, candidates, submission_files, submission_root
+from .tree import GRADING_TESTS, copies, submission_files, submission_root
 
 RECORD = GRADING_TESTS / "released_files.json"
 EARLIER_KEPT = 20  # the digests of earlier releases kept, per exercise and kind
@@ -52,26 +52,25 @@ def graded_files(submission: str | os.PathLike, exercises: list[str],
     course, nothing is known to be released: a `.py` wins, the note saying so."""
     chosen = {}
     root = submission_root(submission)
-    for name, (module, notebook) in submission_files(submission, exercises).items():
-        present = [root / c for where in candidates(name).values() for c in where if (root / c).is_file()]
-        known = released(course_root, name, tuple(present)) if course_root else Released()
+    for name in submission_files(submission, exercises):
+        modules, notebooks = copies(root, name, ".py"), copies(root, name, ".ipynb")
+        known = released(course_root, name, (*modules, *notebooks)) if course_root else Released()
         # a copy at the top and one under exercises/: the one worked in, where the other is as released
-        module, module_note = _worked_in(root, name, ".py", module, known.stubs, stub_digest)
-        notebook, notebook_note = _worked_in(root, name, ".ipynb", notebook, known.notebooks, notebook_digest)
+        module, module_note = _worked_in(root, modules, known.stubs, stub_digest)
+        notebook, notebook_note = _worked_in(root, notebooks, known.notebooks, notebook_digest)
         choice = choose(name, module, notebook, known)
-        notes = "; ".join(n for n in (module_note, notebook_note, choice.note if choice else "") if n)
-        chosen[name] = Choice(choice.path, notes) if choice else None
-    return {name: choice for name, choice in chosen.items() if choice is not None}
+        if choice is not None:
+            chosen[name] = Choice(choice.path, "; ".join(n for n in (module_note, notebook_note, choice.note) if n))
+    return chosen
 
 
-def _worked_in(root: Path, exercise: str, kind: str, first: Path | None, untouched: frozenset[str],
-               digest) -> tuple[Path | None, str]:
-    """Of a submission's copies of one file (at the top, under exercises/), the one worked in: the
-    first (the top) unless it is as released and another is not; and a note where there were two."""
-    copies = [root / c for c in candidates(exercise)[kind] if (root / c).is_file()]
-    if len(copies) < 2:
-        return first, ""
-    top, other = copies[0], copies[1]
+def _worked_in(root: Path, found: list[Path], untouched: frozenset[str], digest) -> tuple[Path | None, str]:
+    """Of a submission's copies of one file (`found`: at the top, under exercises/), the one worked
+    in: the first (the top) unless it is as released and another is not; and a note where there
+    were two."""
+    if len(found) < 2:
+        return (found[0] if found else None), ""
+    top, other = found[0], found[1]
     rel = lambda p: p.relative_to(root).as_posix()  # noqa: E731
     if digest(top) in untouched and digest(other) not in untouched:
         return other, f"graded {rel(other)} ({rel(top)} is the untouched released file)"

@@ -58,8 +58,7 @@ def failure_kind(results: Results, stage: Stage) -> str | None:
     """What the stage's first real failure is about: the simulator finding's checker, else what
     its message says (None: nothing to tell apart)."""
     for t in results.tests:
-        if t.exercise != stage.exercise or t.stage != stage.number or t.status != Status.FAILED \
-                or t.output.startswith("needs correctness first"):
+        if t.exercise != stage.exercise or t.stage != stage.number or not t.failed_itself:
             continue
         if t.finding is not None and t.finding.check in FAILURE_KINDS:
             return t.finding.check

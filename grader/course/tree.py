@@ -70,6 +70,13 @@ def candidates(exercise: str) -> dict[str, tuple[str, str]]:
     return {kind: (f"{exercise}{kind}", f"exercises/{exercise}{kind}") for kind in (".py", ".ipynb")}
 
 
+def copies(root: Path, exercise: str, kind: str | None = None) -> list[Path]:
+    """Every file of `exercise` in the submission folder `root`, of `kind` (".py", ".ipynb") or of
+    both, in `candidates`' order: the one at the top first."""
+    places = candidates(exercise)
+    return [root / c for k in ((kind,) if kind else places) for c in places[k] if (root / c).is_file()]
+
+
 def submission_root(submission: str | os.PathLike) -> Path:
     """The folder a submission's exercise files are in: the submission itself, or where it holds no
     exercise file and no `exercises/` but one folder and nothing else (a repository uploaded as a
@@ -90,8 +97,7 @@ def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dic
     root = submission_root(submission)
     found = {}
     for name in exercises:
-        module, notebook = (next((root / c for c in where if (root / c).is_file()), None)
-                            for where in candidates(name).values())
+        module, notebook = (next(iter(copies(root, name, kind)), None) for kind in (".py", ".ipynb"))
         if module or notebook:
             found[name] = (module, notebook)
     return found
@@ -109,7 +115,7 @@ def make_workspace(modules: dict[str, Path], workspace: Path) -> list[str]:
     left_out: list[str] = []
     for name, path in modules.items():
         target = workspace / f"{name}.py"
-        if _linked(path):
+        if linked(path):
             target.write_text(notebooks.refusal_module(f"{path.name} is a link: submit the file itself",
                                                        "SubmissionRefused"))
         elif path.suffix == ".ipynb":
@@ -124,7 +130,7 @@ def make_workspace(modules: dict[str, Path], workspace: Path) -> list[str]:
     return left_out
 
 
-def _linked(path: Path) -> bool:
+def linked(path: Path) -> bool:
     """Whether an exercise's file is a link or in an `exercises/` folder that is one: followed, a
     link to the course's solution (on the grading machine, beside the course's tests) was graded as
     the student's (the batch refuses links as it fetches; this is `gpugrade grade`'s refusal)."""

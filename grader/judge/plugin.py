@@ -22,7 +22,7 @@ import pytest
 
 from ..backends import Kind
 from ..errors import GraderFault, RunnerError, StudentCodeError
-from ..report.results import NOT_RUN, Results, Status, TestResult
+from ..report.results import CONSEQUENCE, NOT_RUN, Results, Status, TestResult
 from ..sandbox import Limits, SandboxSpec, make_sandbox
 from . import recorded_reference
 from .correctness import WrongAnswer
@@ -358,7 +358,7 @@ class GradingSession:
 
             failed = self.failed_stages[key]
             named = ", ".join(failed[:3]) + (f" and {len(failed) - 3} more" if len(failed) > 3 else "")
-            raise NeedsCorrectness(f"needs correctness first: {key[0]} stage {key[1]} has failing tests ({named})")
+            raise NeedsCorrectness(f"{CONSEQUENCE}: {key[0]} stage {key[1]} has failing tests ({named})")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

@@ -11,7 +11,7 @@ import re
 
 from . import pictures
 from .results import Results, Status, TestResult
-from .table import CONSEQUENCE, stage_verdict
+from .table import stage_verdict
 from .text import first_line, grouped, num, outcome, visible
 
 esc = html.escape
@@ -114,7 +114,7 @@ def _card(exercise: str, stage: int, tests: list[TestResult]) -> str:
     """One stage: its verdict and points, each distinct failure once (grouped as the terminal's
     `stage_verdict` groups them) with what stage_verdict says besides, and the stage's pictures."""
     got, out_of = sum(t.score for t in tests), sum(t.max_score for t in tests)
-    failed = [t for t in tests if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)]
+    failed = [t for t in tests if t.failed_itself]
     groups = grouped(failed)
     state = "failed" if failed else "passed" if got >= out_of and all(
         t.status == Status.PASSED for t in tests) else "partial"

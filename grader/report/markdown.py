@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import re
 
-from .results import Results, Status
-from .table import CONSEQUENCE, stage_verdict
+from .results import Results
+from .table import stage_verdict
 from .text import grouped, num, outcome, visible
 
 
@@ -42,7 +42,7 @@ def markdown(results: Results) -> str:
             lines.append(f"| {exercise} stage {stage} | {num(got)}/{num(out_of)} | {_cell(stage_verdict(tests))} |")
     if hidden:
         lines += ["", f"{hidden} more test(s) are hidden until after the due date."]
-    groups = grouped([t for t in shown if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)])
+    groups = grouped([t for t in shown if t.failed_itself])
     if groups:
         lines += ["", "## What failed"]
     for head, members in groups.items():  # each distinct failure once, its tests under it

@@ -40,6 +40,7 @@ class Status(str, Enum):
 
 
 NOT_RUN = "not run: grading stopped before this test"  # a collected test the judge never reached
+CONSEQUENCE = "needs correctness first"  # a performance test not run because its stage failed elsewhere
 
 
 @dataclass
@@ -73,6 +74,12 @@ class TestResult:
     # the student's source around the finding's line: [first_line_number, [text, ...]] (a few lines
     # each side, each capped; grader.judge.plugin reads it from the workspace), for the HTML feedback
     source: list | None = None
+
+    @property
+    def failed_itself(self) -> bool:
+        """Failed for a reason of its own, not a performance test gated by its stage's failures
+        (`CONSEQUENCE`): what every report and the hints count as the stage's failures."""
+        return self.status == Status.FAILED and not self.output.startswith(CONSEQUENCE)
 
 
 @dataclass

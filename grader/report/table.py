@@ -8,11 +8,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .results import Results, Status
+from .results import CONSEQUENCE, Results, Status
 from .text import first_line, grouped, num, outcome
 
 
-CONSEQUENCE = "needs correctness first"  # a performance test not run because the stage failed elsewhere
 MAX_GROUPS = 3  # distinct failures shown per stage; -v shows every test
 
 
@@ -66,7 +65,7 @@ def _stages(results: Results, console: Console) -> str:
 def stage_verdict(tests: list) -> str:
     """One stage in a few lines: "ok" (with a performance test's time), or each distinct failure
     once with the tests it fails under it; tests not run or not gradable counted after."""
-    failed = [t for t in tests if t.status == Status.FAILED and not t.output.startswith(CONSEQUENCE)]
+    failed = [t for t in tests if t.failed_itself]
     waiting = [t for t in tests if t.status == Status.FAILED and t.output.startswith(CONSEQUENCE)]
     absent = [t for t in tests if t.status == Status.NOT_GRADABLE]
     lines = []
