@@ -419,16 +419,18 @@ def run(argv: list[str] | None = None) -> int:
     course = _course(args)
     if args.command == "release":
         from .course.choice import write_record
-        from .course.release import refuse_to_overwrite_work, release
+        from .course.release import refuse_to_overwrite_work, release, released_notebooks
 
         if not args.force:
             refuse_to_overwrite_work(course.root, args.notebooks)
+        kept_in_step = released_notebooks(course.root, sorted((course.root / "exercises").glob("*.py")))
         stubs = release(course.root / "solutions", course.root / "exercises")
+        paired = [s for s in stubs if args.notebooks or s in kept_in_step]
         notebooks = []
-        if args.notebooks:
+        if paired:
             from .course.notebooks import write_notebooks
 
-            notebooks = write_notebooks(course.root / "exercises", list(stubs))
+            notebooks = write_notebooks(course.root / "exercises", paired, asked=args.notebooks)
         # what was released, so that grading tells an untouched stub or notebook from the student's work
         record = write_record(course.root, stubs, notebooks)
         for path in [*stubs, *notebooks, record]:

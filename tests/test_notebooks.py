@@ -103,6 +103,26 @@ def test_release_without_the_flag_writes_no_notebook(tmp_path):
     assert not list((course / "exercises").glob("*.ipynb"))
 
 
+def test_a_release_without_the_flag_keeps_the_notebooks_an_earlier_release_wrote_in_step(released, tmp_path):
+    """(audit) after `release --notebooks`, a docstring fixed in a solution and `release` again
+    without the flag left the old notebook in exercises/, so it went on to students (and into the
+    Gradescope zip) with the old stub. A notebook a release wrote, untouched, is now rewritten with
+    its stub; one worked in is left as it is."""
+    course = tmp_path / "course"
+    shutil.copytree(released, course)
+    worked = course / "exercises" / "matmul.ipynb"
+    notebook = nbformat.read(worked, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell("x = 1  # my work"))
+    nbformat.write(notebook, worked)
+    solution = course / "solutions" / "vector_add.py"
+    solution.write_text(solution.read_text().replace('"""Return a + b', '"""Return the sum a + b', 1))
+    done = gpugrade("release", "--no-counters", cwd=course)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "wrote exercises/vector_add.ipynb" in done.stdout and "matmul.ipynb" not in done.stdout, done.stdout
+    assert "Return the sum a + b" in (course / "exercises" / "vector_add.ipynb").read_text()
+    assert "x = 1  # my work" in worked.read_text()
+
+
 def test_released_stub_notebook_scores_zero_and_filled_with_the_reference_full_marks(released, tmp_path):
     stub = tmp_path / "stub" / "exercises"
     stub.mkdir(parents=True)

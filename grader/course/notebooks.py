@@ -109,12 +109,18 @@ def notebook_from_source(source: str, name: str, filename: str = "<exercise>"):
     return notebook
 
 
-def write_notebooks(exercises: Path, modules: list[Path]) -> list[Path]:
-    """`exercises/<name>.ipynb` for each stub module given; returns the files written."""
+def write_notebooks(exercises: Path, modules: list[Path], asked: bool = True) -> list[Path]:
+    """`exercises/<name>.ipynb` for each stub module given; returns the files written. `asked`:
+    by --notebooks (else: notebooks an earlier release wrote, kept in step with their stubs)."""
     try:
         import jupytext
     except ImportError:
-        raise UsageError("release --notebooks needs jupytext: pip install 'gpugrade[notebooks]'") from None
+        if asked:
+            raise UsageError("release --notebooks needs jupytext: pip install 'gpugrade[notebooks]'") from None
+        names = ", ".join(f"{m.stem}.ipynb" for m in modules)
+        raise UsageError(f"exercises/ holds {names} from an earlier release: regenerating it with its stub needs "
+                         f"jupytext (pip install 'gpugrade[notebooks]'); or delete it to release without "
+                         f"notebooks") from None
 
     written = []
     for module in modules:

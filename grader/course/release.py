@@ -77,3 +77,19 @@ def refuse_to_overwrite_work(course_root: Path, notebooks: bool) -> None:
             f"release would overwrite {names}: changed since the course released them. `release` regenerates "
             f"exercises/ from solutions/ (the instructor's command); keep a copy of your work first (git commit, "
             f"or copy the files), or pass --force to overwrite them")
+
+
+def released_notebooks(course_root: Path, stubs: list[Path]) -> list[Path]:
+    """The stubs whose notebook beside them is one a release wrote, untouched since (this stub's
+    or an earlier one's): `release` without --notebooks keeps it in step with its stub, as left it
+    would go on to students (and into the Gradescope zip) with the old stub. A notebook worked in,
+    or of the student's own, is never one."""
+    from .choice import notebook_digest, released
+
+    found = []
+    for stub in stubs:
+        notebook = stub.with_suffix(".ipynb")
+        if notebook.is_file() and notebook_digest(notebook) in released(course_root, stub.stem,
+                                                                        own=(stub, notebook)).notebooks:
+            found.append(stub)
+    return found
