@@ -30,6 +30,11 @@ def test_gradescope_keeps_visibility_for_gradescope_to_apply():
     assert doc["score"] == 2 and [t["visibility"] for t in doc["tests"]][-1] == "after_due_date"
 
 
+def test_gradescope_numbers_each_test_within_its_exercise_and_stage():
+    """(audit) the last number counted across the whole submission: matmul's first test was matmul.2.3."""
+    assert [t["number"] for t in gradescope(sample())["tests"]] == ["vector_add.1.1", "vector_add.1.2", "matmul.2.1"]
+
+
 def test_prairielearn_score_is_a_fraction_and_tests_carry_points():
     doc = prairielearn(sample())
     assert doc["gradable"] is True and doc["score"] == 0.2
