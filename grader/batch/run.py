@@ -138,7 +138,7 @@ class Batch:
         folder's name (`--out grades/hw3` is "hw3"), or for a folder holding several,
         `legacy_default` where it is one of them (batches before named it after the roster)."""
         from .selection import assignment_name
-        from .store import ASSIGNMENT_LENGTH, Store, course_version, grader_version
+        from .store import ASSIGNMENT_LENGTH, Store, grader_version
 
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -157,8 +157,8 @@ class Batch:
             self.close()
             raise
         self.grader_version = grader_version()
-        self.course_version = course_version(course.root)
         self.exercises = course.exercises()
+        self.course_version = ""  # of the exercises graded: select() settles both
 
     def select(self, named: list[str]) -> list[str]:
         """Grade on the folder's selection of exercises, recorded now by its first batch (`named`,
