@@ -51,7 +51,7 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpugrade-") as tmp:
         workspace = Path(tmp) / "workspace"
-        left_out = make_workspace(modules, workspace)
+        left_out = make_workspace(modules, workspace, course.allowed_imports())
         private = Path(tmp) / "judge"  # the results file: never readable by the runner
         private.mkdir(mode=0o700)
         results_path = private / "results.json"
@@ -104,7 +104,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         elif judge.returncode not in (0, 1) and not results.errors:
             results.errors.append(f"the judge exited with code {judge.returncode}:\n{output[-4000:]}")
     results.execution_time = round(time.monotonic() - started, 3)
-    results.notes = [choice.note for choice in files.values() if choice.note] + left_out
+    # (the judge's own notes last: what a notebook's top-level code raised as it was imported)
+    results.notes = [choice.note for choice in files.values() if choice.note] + left_out + results.notes
     return results
 
 

@@ -528,11 +528,13 @@ def test_a_notebooks_messages_name_its_cells_and_their_lines_not_the_module_grad
     assert (slow.request["cell"], slow.request["line"]) == (8, 11)
     assert not any(re.search(r"vector_add\.py|\bline (?:[2-9]\d|1[2-9])\b", t.output) for t in results.tests)
 
-    policy = _solved_with(("import numpy as np\n", "import numpy as np\nimport os\n"))
+    # (at a notebook's top level a refused import is left out, with a note: grader.course.scratch;
+    # in a function it is graded code, refused)
+    policy = _solved_with(("    d_a = cuda.to_device(a)\n", "    import os\n    d_a = cuda.to_device(a)\n"))
     refused = grade_folder(submission(tmp_path, "policy", notebook_from_source(policy, "vector_add")), tmp_path)
     told = [t.output for t in refused.tests if not t.output.startswith("needs correctness first")]
     assert told and all(o == "policy: imports os: a graded module may not reach the system; remove it "
-                                  "(vector_add.ipynb, cell 2, line 2)" for o in told), told
+                                  "(vector_add.ipynb, cell 4, line 4)" for o in told), told
 
 
 def test_only_the_notebooks_module_lines_are_retold():
@@ -602,7 +604,7 @@ def test_without_nbformat_the_py_is_graded_and_a_notebook_alone_fails_its_exerci
     chosen = graded_files(folder, ["vector_add"], released)["vector_add"]
     assert chosen.path.suffix == ".py" and "vector_add.ipynb was not read: this machine has no nbformat" in chosen.note
 
-    def no_nbformat(path):
+    def no_nbformat(path, *_):
         raise UsageError("grading a notebook needs nbformat: pip install 'gpugrade[notebooks]'")
 
     monkeypatch.setattr(nb, "read", no_nbformat)
@@ -663,3 +665,39 @@ def test_a_submission_of_one_folder_holding_the_repository_is_graded_from_it(tmp
     assert chosen["vector_add"].path == inner / "vector_add.py"
     (tmp_path / "upload" / "notes.txt").write_text("a file beside it: the folder is the submission")
     assert graded_files(tmp_path / "upload", ["vector_add"], ROOT) == {}
+
+
+def test_scratch_a_student_left_at_a_notebooks_top_level_costs_nothing_and_is_told_in_the_notes(tmp_path):
+    """A notebook tried out as notebooks are: a plotting import and `import time` beside the others,
+    a cell printing a `%timeit -o` result (its magic left out, so `t` is never bound), IPython's
+    `display`, a plot, and a try of the kernel after its def in the same cell. Importing the module
+    graded used to stop at the first of them (a policy refusal, then a NameError): 0 points for a
+    correct exercise. Now the refused imports are left out and the failing statements run guarded,
+    each told in the notes at its cell and line; the filled notebook keeps full marks."""
+    work = notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(), "vector_add")
+    imports = next(i for i, c in enumerate(work.cells) if "import numpy" in c.source)
+    work.cells[imports].source += "\nimport matplotlib.pyplot as plt\nimport time"
+    kernel = next(i for i, c in enumerate(work.cells) if "def vector_add(" in c.source)
+    work.cells[kernel].source += "\n\nprint(vector_add(np.ones(4, np.float32), np.ones(4, np.float32)))\nplt.plot([1])"
+    work.cells.append(nbformat.v4.new_code_cell(
+        "a = np.ones(1 << 10, np.float32)\nt = %timeit -o vector_add(a, a)\nprint(t.best)\ndisplay(a)", id="timing"))
+    work.cells.append(nbformat.v4.new_code_cell("start = time.perf_counter()\nplt.plot(vector_add(a, a))",
+                                                id="plot"))
+    folder = submission(tmp_path, "scratch", work)
+    results = grade_folder(folder, tmp_path)
+    assert results.score == results.max_score > 0, [t.output for t in results.tests if t.output][:1]
+    kernel_lines = len(work.cells[kernel].source.splitlines())
+    cell = imports + 1
+    told = "(as the notebook was imported for grading: the cell's lines after it were skipped, the rest was graded)"
+    assert [n for n in results.notes if "IPython" not in n] == [
+        f"vector_add.ipynb, cell {cell}, line {len(work.cells[imports].source.splitlines()) - 1}: "
+        "`import matplotlib.pyplot as plt` is left out of the module graded (a notebook's top-level code the "
+        "grader may not run): imports matplotlib.pyplot",
+        f"vector_add.ipynb, cell {cell}, line {len(work.cells[imports].source.splitlines())}: `import time` is left "
+        "out of the module graded (a notebook's top-level code the grader may not run): imports time: the grader "
+        "times your kernels itself; remove it (to time them yourself, use CUDA events in a script of your own, run "
+        "with `gpugrade run`)",
+        f"vector_add.ipynb, cell {kernel + 1}, line {kernel_lines}: NameError: name 'plt' is not defined {told}",
+        f"vector_add.ipynb, cell {len(work.cells) - 1}, line 3: NameError: name 't' is not defined {told}",
+        f"vector_add.ipynb, cell {len(work.cells)}, line 1: NameError: name 'time' is not defined {told}",
+    ], results.notes

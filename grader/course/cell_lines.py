@@ -5,7 +5,8 @@ under a `# %% (cell N)` marker. Everything the judge says names that module's li
 `vector_add.py:53`, a traceback's `File "vector_add.py", line 53`, a hotspot `at line 53 of kernel
 ...`, a policy refusal `(vector_add.py:53)`. `retell` rewrites them, once, where the results come
 back to the grader that knows which file was graded (grader.grading): `vector_add.ipynb, cell 4,
-line 3`. The map comes from the module text's markers alone.
+line 3`. The map comes from the module text alone: its cell markers, and the lines the grader
+wrote around a cell's top-level scratch (grader.course.scratch), which count as no cell's.
 
 Words: a `<module>.py:N` or `File "<module>.py", line N` names the file, so it is rewritten for
 any notebook-graded module; a bare `line N` / `lines N and M` is the test's own exercise's (the
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 from ..judge.printed import MARK as KERNEL_OUTPUT
 from ..report.results import Results, TestResult
 from .notebooks import CELL_MARKER
+from .scratch import INSERTED
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class CellLines:
     module: str  # "vector_add.py", the module graded
     notebook: str  # "vector_add.ipynb", the student's file
     cells: tuple[tuple[int, int, int], ...]
+    inserted: frozenset[int] = frozenset()  # the module lines the grader wrote (grader.course.scratch)
 
     @classmethod
     def of(cls, module: str, notebook: str, text: str) -> "CellLines":
@@ -40,13 +43,16 @@ class CellLines:
         cells = []
         for (first, cell), (following, _) in zip(starts, [*starts[1:], (len(lines) + 3, 0)]):
             cells.append((first, following - 3, cell))  # a blank line, then the next cell's marker
-        return cls(module, notebook, tuple(cells))
+        inserted = frozenset(number for number, line in enumerate(lines, start=1) if line.endswith(INSERTED))
+        return cls(module, notebook, tuple(cells), inserted)
 
     def where(self, line: int) -> tuple[int, int] | None:
-        """(cell, line in the cell) of a module line, or None for a line in no cell."""
+        """(cell, line in the cell) of a module line, or None for a line in no cell (or the grader's)."""
+        if line in self.inserted:
+            return None
         for first, last, cell in self.cells:
             if first <= line <= last:
-                return cell, line - first + 1
+                return cell, line - first + 1 - sum(first <= n < line for n in self.inserted)
         return None
 
     def place(self, line: int) -> str:
@@ -72,6 +78,7 @@ def retell(results: Results, notebooks: dict[str, CellLines]) -> None:
         return
     by_module = {lines.module: lines for lines in notebooks.values()}
     results.tests = [_retold(test, by_module, notebooks.get(test.exercise)) for test in results.tests]
+    results.notes = [retell_text(note, by_module, None) for note in results.notes]
 
 
 def _retold(test: TestResult, by_module: dict[str, CellLines], own: CellLines | None) -> TestResult:

@@ -27,7 +27,9 @@ because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) or hel
 magic` cell is left out whole; `read` says each, naming the cell, and the results carry it as a
 note. Leaving code out can only take from the submission: a `%timeit` a student left in costs
 nothing, and a `%run` or `%load` that brought code in shows as what is missing. A cell still not
-Python is refused, naming the cell.
+Python is refused, naming the cell. The module graded (not the digest that tells an untouched
+notebook) then has its top-level scratch guarded, so that a cell trying the exercise (a `display`,
+a plot, an `import time`) costs nothing: grader.course.scratch.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import re
 from pathlib import Path
 
 from ..errors import CourseError, GpugradeError, UsageError
+from . import scratch
 
 MAX_NOTEBOOK_BYTES = 5 << 20  # a notebook of the student's, outputs included (5 MiB)
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -138,9 +141,10 @@ def module_source(path: Path) -> str:
     return read(path)[0]
 
 
-def read(path: Path) -> tuple[str, list[str]]:
+def read(path: Path, allowed_imports: frozenset[str] | None = None) -> tuple[str, list[str]]:
     """(the Python module of a student's notebook, what of its IPython syntax was left out), or
-    NotebookRefused with the student's reason."""
+    NotebookRefused with the student's reason. With `allowed_imports` (the module to grade, not the
+    notebook's digest), its top-level scratch is guarded too (grader.course.scratch)."""
     name = path.name
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
@@ -185,7 +189,7 @@ def read(path: Path) -> tuple[str, list[str]]:
     except Exception as exc:  # noqa: BLE001 - nbformat raises more kinds for malformed input; all mean "refused"
         raise NotebookRefused(f"{name} is not a valid notebook: {type(exc).__name__}: {_first_line(str(exc))}"
                               ) from None
-    parts, left_out = [], []
+    parts, left_out, guarded = [], [], False
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type != "code" or not cell.source.strip():
             continue
@@ -193,10 +197,14 @@ def read(path: Path) -> tuple[str, list[str]]:
         left_out += said
         if source is None or _self_check(source):
             continue
+        if allowed_imports is not None:
+            source, said, guards = scratch.guard(source, name, number, allowed_imports)
+            left_out += said
+            guarded = guarded or guards
         parts.append(f"# %% (cell {number})\n{source.rstrip()}")  # CELL_MARKER
     if not parts:
         raise NotebookRefused(f"{name} has no code cell")
-    return "\n\n".join(parts) + "\n", left_out
+    return (scratch.PROLOGUE + "\n\n" if guarded else "") + "\n\n".join(parts) + "\n", left_out
 
 
 # a line of IPython syntax: a line magic or shell command, alone or assigned (`x = !ls`, `t = %timeit -o f()`)

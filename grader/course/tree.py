@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CourseError, UsageError
+from ..judge.policy import DEFAULT_ALLOWED_IMPORTS
 from . import manifest, notebooks
 
 GRADING_TESTS = Path("tests") / "exercises"
@@ -46,6 +47,15 @@ class Course:
         except CourseError:  # no course.toml, or a broken one: said where the manifest is needed
             listed = []
         return [e for e in listed if e in found] + [e for e in found if e not in listed]
+
+    def allowed_imports(self) -> frozenset[str]:
+        """The static policy's import allowlist, widened by course.toml's `[course] allow_imports`
+        (a course without a readable manifest: the defaults)."""
+        try:
+            extra = manifest.find(self.root).allow_imports
+        except CourseError:
+            extra = ()
+        return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
 
     def test_file(self, exercise: str) -> Path:
         path = self.tests_dir / f"test_{exercise}.py"
@@ -103,9 +113,11 @@ def submission_files(submission: str | os.PathLike, exercises: list[str]) -> dic
     return found
 
 
-def make_workspace(modules: dict[str, Path], workspace: Path) -> list[str]:
+def make_workspace(modules: dict[str, Path], workspace: Path,
+                   allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS) -> list[str]:
     """Copy the student's exercise modules, and nothing else, into a fresh workspace; returns what
-    of the notebooks' IPython syntax was left out (`notebooks.read`), for the results' notes.
+    of the notebooks' IPython syntax and top-level scratch was left out (`notebooks.read`, with the
+    course's `allowed_imports`), for the results' notes.
 
     The workspace is world-readable and its parent traversable (not listable), because a docker
     runner (an unprivileged uid of its own) mounts it; the process sandbox shows its runner a copy.
@@ -119,7 +131,7 @@ def make_workspace(modules: dict[str, Path], workspace: Path) -> list[str]:
             target.write_text(notebooks.refusal_module(f"{path.name} is a link: submit the file itself",
                                                        "SubmissionRefused"))
         elif path.suffix == ".ipynb":
-            text, said = _notebook_module(path)
+            text, said = _notebook_module(path, allowed_imports)
             target.write_text(text)
             left_out += said
         else:
@@ -137,7 +149,7 @@ def linked(path: Path) -> bool:
     return path.is_symlink() or path.parent.name == "exercises" and path.parent.is_symlink()
 
 
-def _notebook_module(path: Path) -> tuple[str, list[str]]:
+def _notebook_module(path: Path, allowed_imports: frozenset[str]) -> tuple[str, list[str]]:
     """The workspace module of a notebook: its code cells, or, for a refused notebook, a module
     whose import raises the reason. The workspace is the one channel from here to the judge (a
     missing module is told by its absence), so the reason travels as that module: the judge reports
@@ -145,7 +157,7 @@ def _notebook_module(path: Path) -> tuple[str, list[str]]:
     and nothing of the refused notebook is run. The stand-in is the grader's text, not the student's,
     checked by the same static policy and run in the same sandbox as any submission."""
     try:
-        return notebooks.read(path)
+        return notebooks.read(path, allowed_imports)
     except notebooks.NotebookRefused as refused:
         return notebooks.refusal_module(str(refused)), []
     except UsageError as missing:  # no nbformat on this machine: this exercise fails saying so, not the run

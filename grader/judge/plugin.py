@@ -332,7 +332,10 @@ class GradingSession:
         path = self.settings.results
         if path:
             self.results.execution_time = round(time.monotonic() - self.started, 3)
-            replace(self.results, tests=[*self.results.tests, *self.pending.values()]).dump(path)
+            # (what a notebook's top-level code raised as it was imported: each exercise's, once)
+            heard = [n for student in self.students.values() for n in student.import_notes]
+            notes = list(dict.fromkeys([*self.results.notes, *heard]))
+            replace(self.results, tests=[*self.results.tests, *self.pending.values()], notes=notes).dump(path)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A skipped test cannot run on this machine: it stays in the results with its points, as

@@ -94,8 +94,14 @@ def check_source(source: str, filename: str, allowed_imports: frozenset[str] = D
         tree = ast.parse(source, filename)
     except SyntaxError:
         return []
+    return check_node(tree, filename, allowed_imports)
+
+
+def check_node(node: ast.AST, filename: str, allowed_imports: frozenset[str] = DEFAULT_ALLOWED_IMPORTS
+               ) -> list[Violation]:
+    """Every violation in one parsed statement (or module)."""
     checker = _Checker(filename, frozenset(allowed_imports))
-    checker.visit(tree)
+    checker.visit(node)
     return checker.found
 
 

@@ -375,6 +375,7 @@ class Student:
         self._violations: list | None = None
         self._imported = False
         self._import_failure: Exception | None = None
+        self.import_notes: list[str] = []  # what a notebook's guarded top-level code raised (feedback)
         # function -> (input bytes of the smallest call of it that timed out, that timeout's message)
         self._timed_out: dict[str, tuple[int, str]] = {}
         self.connection = connection or RunnerConnection(workspace, backend, sandbox, devices)
@@ -397,9 +398,11 @@ class Student:
         crash at import) fails every later call at once, with the same reason."""
         if self._import_failure is None and not self._imported:
             try:
-                self._raise_for(self._timed(lambda t: self.connection.request(
-                    {"op": "import", "module": self.module, "watch_s": watch_after(t)}, timeout=t), timeout))
+                reply = self._timed(lambda t: self.connection.request(
+                    {"op": "import", "module": self.module, "watch_s": watch_after(t)}, timeout=t), timeout)
+                self._raise_for(reply)
                 self._imported = True
+                self.import_notes = list(reply.notes)
             except CallTimeout as exc:  # where its top level was stuck (a loop left in a notebook's cell)
                 printed, dump = split_dump(exc.output)
                 files = {name for name in os.listdir(self.workspace) if name.endswith(".py")}
@@ -761,6 +764,10 @@ class BesideTheSimulator:
     @property
     def _on(self) -> "Student":
         return self.timer if self.timer is not None else self.gpu
+
+    @property
+    def import_notes(self) -> list[str]:
+        return list(dict.fromkeys(n for s in (self.gpu, self.sim, self.timer) if s is not None for n in s.import_notes))
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: "Returns | None" = None
              ) -> CallResult:

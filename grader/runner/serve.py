@@ -23,7 +23,7 @@ from .. import wire
 from ..backends import Kind
 from ..backends.gpu import sticky_cuda_error
 from ..backends.runtime import open_backend
-from ..wire.messages import error_reply
+from ..wire.messages import MAX_IMPORT_NOTES, error_reply
 
 
 @contextlib.contextmanager
@@ -309,10 +309,28 @@ class Runner:
     def import_module(self, request: dict) -> dict:
         try:
             with _watchdog(request.get("watch_s")):  # (a loop at the module's top level: where it was)
-                self._module(str(request["module"]))
+                module = self._module(str(request["module"]))
         except BaseException as exc:  # noqa: BLE001 - any failure of student code is reported
             return {"ok": False, "error": self._error(exc, importing=True)}
-        return {"ok": True}
+        failed = self._failed_at_import(module)
+        return {"ok": True, **({"notes": failed} if failed else {})}
+
+    def _failed_at_import(self, module) -> list[str]:
+        """What a notebook's guarded top-level code raised as it was imported (grader.course.scratch:
+        the module's `_gpugrade_failed`), each as `<module>.py:<line>: <type>: <message>` at the
+        first line of the module's own it went through: feedback for the results' notes."""
+        failed = getattr(module, "_gpugrade_failed", None)
+        notes: list[str] = []
+        for exc in failed[:MAX_IMPORT_NOTES] if isinstance(failed, list) else ():
+            if not isinstance(exc, BaseException):
+                continue
+            frames = [f for f in traceback.extract_tb(exc.__traceback__) if self._is_student_file(f.filename)]
+            where = (f"{os.path.relpath(os.path.realpath(frames[0].filename), self.workspace)}:{frames[0].lineno}"
+                     if frames else f"{module.__name__}.py")
+            text = _first_sentence(self._relative(str(exc).strip()))[:300]
+            notes.append(f"{where}: {type(exc).__name__}{': ' + text if text else ''} (as the notebook was imported "
+                         f"for grading: the cell's lines after it were skipped, the rest was graded)")
+        return notes
 
     def configure(self, request: dict) -> dict:
         """Settings the judge may change: the compile check (off for its trusted reference runner),

@@ -21,6 +21,7 @@ from .frames import ProtocolError
 MAX_MESSAGE = 2000       # an error's first line, a warning
 MAX_TEXT = 8000          # an error's detail, a traceback
 MAX_NAME = 200           # kernel, array and exception names
+MAX_IMPORT_NOTES = 20    # what a notebook's guarded top-level code raised at import (grader.course.scratch)
 MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
 PRINTED_LINES = 20       # of what a call's kernels printed (grader.device.kernel_output)
@@ -292,11 +293,13 @@ def _consistent(counters: dict[str, float], where: str) -> None:
 
 @dataclass(frozen=True)
 class Reply:
-    """The reply to `import`, `configure` or `ping`: ok, or the error."""
+    """The reply to `import`, `configure` or `ping`: ok, or the error. An import's `notes`: what a
+    notebook's guarded top-level code raised (feedback only: the student's process said it)."""
 
     ok: bool
     error: ErrorInfo | None = None
     backend: str = ""
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, doc: Any) -> "Reply":
@@ -305,7 +308,9 @@ class Reply:
         if not isinstance(ok, bool):
             raise ProtocolError("reply.ok: expected true or false")
         error = None if ok else ErrorInfo.parse(doc.get("error", {}))
-        return cls(ok, error, _text(doc.get("backend", ""), "reply.backend", MAX_NAME))
+        notes = tuple(_text(note, f"reply.notes[{i}]") for i, note in
+                      enumerate(_list(doc.get("notes", []), "reply.notes", MAX_IMPORT_NOTES)))
+        return cls(ok, error, _text(doc.get("backend", ""), "reply.backend", MAX_NAME), notes)
 
 
 @dataclass(frozen=True)
