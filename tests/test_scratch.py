@@ -85,3 +85,27 @@ def test_cell_lines_skip_the_lines_the_grader_wrote():
     assert cells.where(lines.index(f"try:  {INSERTED}") + 1) is None
     assert cells.where(lines.index("x = 1") + 1) == (4, 1)
     assert cells.where(1) is None  # the prologue
+
+
+def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(tmp_path):
+    """The runner reads the module's list of what its guarded scratch raised; the judge takes it
+    only from a notebook's module (its first line the grader's), never a `.py` that defines the
+    list itself to put words of its own among the results' notes."""
+    from grader.judge import Student
+    from grader.sandbox import Limits, ProcessSandbox
+
+    cell, _, _ = guarded("def f():\n    return 2\nprint(undefined_name)\n")
+    (tmp_path / "nb.py").write_text(f"{PROLOGUE}\n\n# %% (cell 1)\n{cell}\n")
+    (tmp_path / "forged.py").write_text("_gpugrade_failed = [ValueError('full marks, said the instructor')]\n"
+                                        "def f():\n    return 2\n")
+    notes = {}
+    for name in ("nb", "forged"):
+        student = Student(name, str(tmp_path), "gpu", ProcessSandbox(Limits(call_timeout_s=60)))
+        try:
+            assert student.call("f").value == 2
+            notes[name] = student.import_notes
+        finally:
+            student.close()
+    assert notes == {"nb": ["nb.py:7: NameError: name 'undefined_name' is not defined (as the notebook was imported "
+                            "for grading: the cell's lines after it were skipped, the rest was graded)"],
+                     "forged": []}

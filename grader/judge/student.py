@@ -402,7 +402,7 @@ class Student:
                     {"op": "import", "module": self.module, "watch_s": watch_after(t)}, timeout=t), timeout)
                 self._raise_for(reply)
                 self._imported = True
-                self.import_notes = list(reply.notes)
+                self.import_notes = list(reply.notes) if self._guards_scratch() else []
             except CallTimeout as exc:  # where its top level was stuck (a loop left in a notebook's cell)
                 printed, dump = split_dump(exc.output)
                 files = {name for name in os.listdir(self.workspace) if name.endswith(".py")}
@@ -412,6 +412,18 @@ class Student:
                 self._import_failure = exc
         if self._import_failure is not None:
             raise self._import_failure
+
+    def _guards_scratch(self) -> bool:
+        """Whether the module is a notebook's whose top-level scratch runs guarded (grader.course.
+        scratch): only then may its import say what that scratch raised (a `.py` defining the list
+        itself would put its own words among the results' notes)."""
+        from ..course.scratch import PROLOGUE
+
+        try:
+            with open(Path(self.workspace) / f"{self.module}.py", encoding="utf-8", errors="replace") as module:
+                return module.readline().rstrip("\n") == PROLOGUE
+        except OSError:
+            return False
 
     def _call_limit(self, timeout: float | None) -> float:
         """A call's own timeout (the exercise's budget may cut it shorter)."""
