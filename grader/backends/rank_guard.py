@@ -9,9 +9,10 @@ the same code would fail on the simulator (its device process refuses it). So ev
 array arguments (tuples included) are looked up in the ranks' ownership record
 (`Ranks.owner`), and a direct `dst.copy_to_device(src)` between two ranks' memory is refused.
 
-The launching rank is the rank of the launch's stream when it is one of the ranks' streams (a
-launch runs on its stream's GPU), else the innermost `with r:`. This catches mistakes, not an
-adversary: on a GPU the student's code runs in this very process.
+The launching rank is the rank of the launch's stream when it is one of the ranks' streams, else
+the innermost `with r:` (a launch on a stream of a GPU that is not the current one fails in CUDA
+itself, and on the simulator). This catches mistakes, not an adversary: on a GPU the student's
+code runs in this very process.
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ class RemoteDevice(LaunchTarget):
         return package
 
     def launch(self, dispatcher, griddim, blockdim, args, stream=0, sharedmem=0) -> None:
-        device = stream.device if isinstance(stream, SimStream) else self.devices.current.id
+        device = self.devices.current.id  # (the launch's stream must be one of its: the device process checks)
         hosts: list[np.ndarray | None] = []
         encoded = [self._arg(a, hosts) for a in args]
         reply = self.channel.request({"op": "launch", "kernel": self._package(dispatcher), "device": device,

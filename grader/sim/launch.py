@@ -136,9 +136,11 @@ def normalise_config(kernel: str, griddim, blockdim, stream, sharedmem, device: 
         raise LaunchConfigError(f"kernel {kernel!r}: {sharedmem} bytes of dynamic shared memory "
                                 f"exceed the {limits.max_shared_bytes_optin}-byte limit",
                                 kernel=kernel)
-    if isinstance(stream, SimStream) and stream.device != device:
-        raise LaunchConfigError(f"kernel {kernel!r}: launched on device {device} with a stream "
-                                f"of device {stream.device}", kernel=kernel)
+    if isinstance(stream, SimStream) and stream.device != device:  # CUDA fails it: the current device's streams only
+        raise LaunchConfigError(f"kernel {kernel!r}: launched on device {device}, the current one, with a stream of "
+                                f"device {stream.device}: CUDA fails a launch on another device's stream; make device "
+                                f"{stream.device} current first (`with cuda.gpus[{stream.device}]:`, or `with r:` for "
+                                f"a rank r)", kernel=kernel)
     return LaunchConfig(grid, block, int(sharedmem), stream, device)
 
 
@@ -268,7 +270,7 @@ def run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
 
 def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     kernel = KernelSource(dispatcher)
-    device = sim.devices[stream.device] if isinstance(stream, SimStream) else sim.devices.current
+    device = sim.devices.current  # (a stream of another device is refused: normalise_config)
     try:
         config = normalise_config(kernel.name, griddim, blockdim, stream, sharedmem, device.id,
                                   device.limits)

@@ -126,6 +126,15 @@ def test_the_legacy_default_stream_waits_for_the_blocking_streams_of_its_device(
         add[1, 64, adds](b, scratch)  # a blocking stream: after the default stream's kernel
 
 
+def test_a_launch_on_another_devices_stream_fails_as_in_cuda(gpus):
+    """(audit) `add[grid, block, stream_of_device_1]` with device 0 current ran on device 1; CUDA
+    fails such a launch, so the ring that forgot `with r:` scored full marks for code that crashes
+    on a multi-GPU machine."""
+    _, b, scratch, _, adds = _arrays()
+    with pytest.raises(sim.LaunchConfigError, match="launched on device 0, the current one, with a stream of device 1"):
+        add[1, 64, adds](b, scratch)
+
+
 def test_an_event_records_only_on_its_own_devices_streams(gpus):
     _, _, _, copies, _ = _arrays()
     made_on_0 = cuda.event()
