@@ -144,14 +144,21 @@ class StreamOrder:
         return ident
 
     # -- operations ---------------------------------------------------------------------------
-    def _issue(self, kind: str, stream: int, name: str, model: dict | None = None, **fields) -> Op:
-        s = self._streams[stream]
+    def _ordered_after(self, s: _Stream) -> dict[int, int]:
+        """What an operation issued now on `s` runs after: its stream's earlier work, what the host
+        waited for, and the legacy default stream's rule (it waits for every blocking stream of its
+        device, and they for it)."""
         clock = _join(s.clock, self._host)
         for other in self._streams.values():
             if other.device != s.device or other is s:
                 continue
             if s.default or other.default:  # the legacy default stream and the blocking streams
                 clock = _join(clock, other.clock)
+        return clock
+
+    def _issue(self, kind: str, stream: int, name: str, model: dict | None = None, **fields) -> Op:
+        s = self._streams[stream]
+        clock = self._ordered_after(s)
         # What the host has waited for orders everything issued from now on: no need to carry it
         # (the accesses it covers were dropped when the host waited), so clocks stay small.
         clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
@@ -220,6 +227,10 @@ class StreamOrder:
                     f"event.record(stream): the event was created on device {made_on} and the stream is "
                     f"device {s.device}'s; CUDA refuses that (invalid handle): create the event with "
                     f"device {s.device} current (`with cuda.gpus[{s.device}]:` or `with rank:`)")
+            # recording is work on the stream, ordered as any: on a blocking stream, after the kernels
+            # the legacy default stream was given before it (the audit: adds on the default stream,
+            # then `done.record(q.stream)`, were reported racing the next copy)
+            s.clock = {key: tick for key, tick in self._ordered_after(s).items() if tick > self._host.get(key, 0)}
             event.order_clock = dict(s.clock)
             event.recorded_on = ident
 

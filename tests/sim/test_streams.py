@@ -126,6 +126,30 @@ def test_the_legacy_default_stream_waits_for_the_blocking_streams_of_its_device(
         add[1, 64, adds](b, scratch)  # a blocking stream: after the default stream's kernel
 
 
+def test_an_event_recorded_on_a_blocking_stream_covers_the_default_streams_earlier_kernel(gpus):
+    """(audit) adds on device 1's legacy default stream, then an event recorded on a blocking
+    stream of device 1 and waited for on device 0: the record runs after the add (the legacy
+    stream's rule), so a copy ordered after the event does not race the add. It was reported as a
+    write-after-read race: recording took only the blocking stream's own clock."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a)
+        add[1, 64](b, scratch)  # the default stream
+        done = cuda.event()
+        done.record(adds)
+    send = cuda.stream()  # device 0's
+    done.wait(send)
+    scratch.copy_to_device(a, stream=send)  # refills what the add read: ordered after it by the event
+    send.synchronize()
+    with cuda.gpus[1]:
+        late = cuda.event()
+        late.record(adds)  # before the next add: covers nothing of it
+        add[1, 64](b, scratch)
+    late.wait(send)
+    with pytest.raises(sim.StreamRaceError, match="write after read"):
+        scratch.copy_to_device(a, stream=send)
+
+
 def test_a_launch_on_another_devices_stream_fails_as_in_cuda(gpus):
     """(audit) `add[grid, block, stream_of_device_1]` with device 0 current ran on device 1; CUDA
     fails such a launch, so the ring that forgot `with r:` scored full marks for code that crashes
