@@ -298,8 +298,10 @@ def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_li
                 wrong.setdefault(f"{link.messages} message(s); pipelined, a link carries at least "
                                  f"{min_messages_per_link} (every chunk in pieces)", []).append(name)
             if largest_elements is not None and link.largest > largest_elements * itemsize:
-                wrong.setdefault(f"a message of {link.largest // itemsize:,} elements; pipelined, no piece is "
-                                 f"larger than {largest_elements:,}", []).append(name)
+                rule = (f"pipelined, no piece is larger than {largest_elements:,}" if min_messages_per_link is not None
+                        else f"no chunk is larger than ceil(n / N) = {largest_elements:,} (chunks differ by at most "
+                             f"one element: spread the remainder over the first ones)")
+                wrong.setdefault(f"a message of {link.largest // itemsize:,} elements; {rule}", []).append(name)
         problems += [f"{_links(links, count)}: {what}" for what, links in wrong.items()]
     if problems:
         raise PerformanceShortfall("not a ring's traffic: " + problems[0] + "\n\n" + "\n".join(
