@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import StreamRaceError, WrongDeviceError
-from .sites import launch_site
+from .sites import launch_stack
 
 HOST = -1  # the host, as one end of a copy
 MAX_LOG = 50_000  # operations kept for the report (a call issuing more is cut, and says so)
@@ -51,7 +51,7 @@ class Op:
     src: int | None = None     # copies: the source device (HOST: the host)
     dst: int | None = None     # copies: the destination device
     launch: int | None = None  # kernels: the launch's number in this log
-    site: str = ""             # where the student's code issued it ("file:line"), for messages
+    site: str = ""             # where the student's code issued it ("at f.py:94 in add_on, called at ..."): messages
 
     def summary(self) -> dict:
         doc = {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
@@ -72,6 +72,7 @@ class _Stream:
     tick: int = 0
     clock: dict[int, int] = field(default_factory=dict)  # what its next operation is ordered after
     waited: list[int] = field(default_factory=list)  # the streams of the events it waited for (the last few)
+    recorded: tuple[int, str] | None = None  # the last event recorded on it: (its tick then, where)
 
 
 @dataclass
@@ -162,9 +163,9 @@ class StreamOrder:
         # What the host has waited for orders everything issued from now on: no need to carry it
         # (the accesses it covers were dropped when the host waited), so clocks stay small.
         clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
-        site = launch_site()
-        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields,
-                site=f"{site[0]}:{site[1]}" if site else "")
+        # where, with the callers (an add launched in a helper is told with the student's call of it)
+        site = ", called ".join(f"at {file}:{line} in {function}" for file, line, function in launch_stack())
+        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields, site=site)
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
         self._keep(op, model)
@@ -233,6 +234,7 @@ class StreamOrder:
             s.clock = {key: tick for key, tick in self._ordered_after(s).items() if tick > self._host.get(key, 0)}
             event.order_clock = dict(s.clock)
             event.recorded_on = ident
+            s.recorded = (s.tick, ", called ".join(f"at {f}:{line} in {fn}" for f, line, fn in launch_stack()))
 
     def wait(self, event, stream, current: int) -> None:
         with self._lock:
@@ -305,9 +307,19 @@ class StreamOrder:
 
     def _waited_elsewhere(self, op: Op, prior: Op) -> str:
         """Where the racing operation's stream did wait for events, but none recorded on the other's
-        stream: the event was recorded on the wrong stream (the add's, not the copy's)."""
+        stream: the event was recorded on the wrong stream (the add's, not the copy's). Where an
+        event was recorded after the other operation, but not yet waited for: the wait comes too
+        late (after the launch it was to order)."""
         s = self._streams.get(op.stream)
         waited = s.waited if s else []
+        other = self._streams.get(prior.stream)
+        if other is not None and other.recorded is not None and other.recorded[0] >= prior.tick \
+                and (not waited or prior.stream in waited):
+            site = f" ({other.recorded[1]})" if other.recorded[1] else ""
+            return (f". An event was recorded on {self.stream_label(prior.stream)} after the "
+                    f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}, but {self.stream_label(op.stream)} "
+                    f"had not waited for it when this was issued: a wait orders only the work issued after it, so "
+                    f"call e.wait(stream) before the launch or copy it is to order")
         if not waited or prior.stream in waited:
             return ""
         where = ", ".join(self.stream_label(w) for w in dict.fromkeys(waited))
@@ -326,8 +338,8 @@ class StreamOrder:
     def _describe(self, op: Op) -> str:
         where = self.stream_label(op.stream)
         if op.kind == "kernel":
-            return f"kernel {op.name!r}{f' (launched at {op.site})' if op.site else ''} on {where}"
-        return f"the {op.name}{f' (at {op.site})' if op.site else ''} on {where}"
+            return f"kernel {op.name!r}{f' (launched {op.site})' if op.site else ''} on {where}"
+        return f"the {op.name}{f' ({op.site})' if op.site else ''} on {where}"
 
     def stream_label(self, ident: int) -> str:
         s = self._streams.get(ident)

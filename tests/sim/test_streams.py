@@ -56,8 +56,9 @@ def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
     assert "read after write" in message and "'src'" in message and "copy device 0 -> device 1" in message
     assert "e.record" in message
     # both operations named with the student's line that issued them
-    assert f"kernel 'add' (launched at {__file__}:{launched_at})" in message
-    assert f"copy device 0 -> device 1 (at {__file__}:{copied_at})" in message
+    test = "test_a_missing_event_wait_is_a_race_although_the_result_is_right"
+    assert f"kernel 'add' (launched at {__file__}:{launched_at} in {test}" in message  # (then pytest's frames)
+    assert f"copy device 0 -> device 1 (at {__file__}:{copied_at} in {test}" in message
     assert "they can run at the same time" in message  # not "they run": they may not
 
 
@@ -87,6 +88,20 @@ def test_reusing_a_scratch_buffer_before_the_kernel_reading_it_is_ordered_is_a_r
         add[1, 64, adds](b, scratch)
         with pytest.raises(sim.StreamRaceError, match="write after read"):
             scratch.copy_to_device(a, stream=copies)  # the add may still be reading it
+
+
+def test_a_wait_issued_after_the_launch_it_was_to_order_is_named(gpus):
+    """(audit) the event recorded after the copy, but waited for after the add's launch: a race,
+    and the message says the wait came too late (a wait orders only what is issued after it)."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        arrived = cuda.event()
+        arrived.record(copies)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    assert "An event was recorded on stream" in str(found.value) and "had not waited for it when this was issued: " \
+        "a wait orders only the work issued after it" in str(found.value), str(found.value)
 
 
 def test_disjoint_slices_on_two_streams_do_not_race(gpus):
