@@ -273,3 +273,19 @@ def test_without_the_device_report_traffic_and_timeline_tests_are_not_gradable()
         with pytest.raises(pytest.skip.Exception, match="device process, and this run has none"):
             read()
     assert Traffic.of(inline, 2, required=False) is None
+
+
+def test_ranks_copy_into_a_slice_cut_short_by_its_arrays_end_says_the_array_is_too_small():
+    """(audit) `ranks.copy(scratch[:253], chunk)` with a 250-element scratch read only "dst is
+    float32[250] and src is float32[253]; they must match": the slice had silently stopped at the
+    array's end, and the student looked at their slicing, not at the scratch's size."""
+    with sim.installed(devices=2):
+        ranks = Ranks(2, devices_for(2, 2))
+        bufs = ranks.upload([np.ones(253, np.float32), np.ones(253, np.float32)])
+        scratch = ranks[1].device_array(250, np.float32)
+        with pytest.raises(ValueError, match=r"dst is float32\[250\] and src is float32\[253\]; they must match "
+                                             r"\(slice both the same\): dst stops where its array does, an array "
+                                             r"of 250 elements"):
+            ranks.copy(scratch[:253], bufs[0])
+        with pytest.raises(ValueError, match=r"\(slice both the same\)$"):  # a slice short of its array's end
+            ranks.copy(scratch[:100], bufs[0][:101])

@@ -186,7 +186,8 @@ class Ranks:
                                  f"bufs = ranks.upload(host_arrays) gives each rank its buffer)")
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise ValueError(f"ranks.copy: dst is {dst.dtype}{list(dst.shape)} and src is "
-                             f"{src.dtype}{list(src.shape)}; they must match (slice both the same)")
+                             f"{src.dtype}{list(src.shape)}; they must match (slice both the same)"
+                             f"{self._cut_short(dst, src)}")
         if stream is None:
             for rank in {frm.id: frm, to.id: to}.values():  # everything queued on both ranks first
                 rank.synchronize()
@@ -200,6 +201,19 @@ class Ranks:
                                  f"(r.stream or r.new_stream())")
             with owner:
                 dst.copy_to_device(src, stream=stream)
+
+    def _cut_short(self, dst, src) -> str:
+        """Where `dst` is smaller than `src` because a slice of it stopped at its array's end (a
+        scratch array too small for the largest chunk: `scratch[:253]` of 250 elements is 250)."""
+        if dst.dtype != src.dtype or dst.ndim != 1 or src.ndim != 1 or dst.size >= src.size:
+            return ""
+        start, end = _address(dst)
+        i = bisect.bisect(self._starts, start) - 1
+        if i < 0 or self._spans[i][1] != end:
+            return ""
+        size = (end - self._spans[i][0]) // dst.dtype.itemsize
+        return (f": dst stops where its array does, an array of {size:,} element{'s' if size != 1 else ''}, so a slice of it cannot hold "
+                f"{src.size:,}: is that array large enough for the largest chunk?")
 
     def synchronize(self) -> None:
         """Wait for all the work of every rank."""
