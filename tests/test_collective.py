@@ -160,8 +160,20 @@ def test_the_pipelined_ring_overlaps_copies_and_adds_and_beats_the_synchronous_r
     assert sync.waits_between_copies > 10 and sync.overlap_s() < mine.overlap_s()
     assert mine.makespan_s < 0.8 * sync.makespan_s, (mine.makespan_s, sync.makespan_s)
     assert expect_pipelined(_stage(), mine, mine)["ratio"] == 1.0
-    with pytest.raises(PerformanceShortfall, match="host waited"):
+    with pytest.raises(PerformanceShortfall, match="host stopped to wait"):
         expect_pipelined(_stage(), sync, mine)
+
+
+def test_the_host_waits_for_many_streams_at_one_point_count_as_one_stop(solution):
+    """(audit) one ranks.synchronize() per step at N = 4 (3 in all) read "the host waited 36 times":
+    each rank's streams and each device counted. Syncs with no work issued between are one stop."""
+    def synchronized_between(ranks, bufs):
+        for _ in range(3):
+            solution.allreduce_pipelined(ranks, bufs)
+            ranks.synchronize()  # (each rank's streams, then each device)
+
+    result, _ = _recorded(synchronized_between, 4, 4001)
+    assert _timeline(result, 4001).waits_between_copies == 2
 
 
 def test_a_ring_in_more_pieces_keeps_within_the_rings_bytes_and_is_told_it_is_host_bound(solution, monkeypatch):

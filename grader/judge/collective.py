@@ -355,7 +355,7 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     keep_timing(summary)
     if mine.waits_between_copies > max_waits:
         raise PerformanceShortfall(
-            f"the host waited {mine.waits_between_copies} times between the first and the last copy (allowed: "
+            f"the host stopped to wait {mine.waits_between_copies} times between the first and the last copy (allowed: "
             f"{max_waits}): a synchronous ranks.copy, ranks.synchronize(), stream.synchronize() or "
             f"cuda.synchronize() inside the loop stops every rank; order the work with events instead "
             f"(e.record(stream); e.wait(other_stream))")

@@ -44,7 +44,7 @@ class Span:
 class Timeline:
     spans: list[Span]
     host_waits: int
-    waits_between_copies: int  # host waits after the first GPU-to-GPU copy and before the last
+    waits_between_copies: int  # times the host stopped after the first GPU-to-GPU copy and before the last
     issued_s: float = 0.0      # when the host had issued its last operation (`host_issue_us` each)
 
     @property
@@ -103,7 +103,7 @@ class Scheduler:
         self._ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
         self._waited: dict[int, int] = {}               # stream -> the last tick the host waited for
         self._free: dict[tuple, float] = {}             # resource -> when it is free
-        self._events: list[str] = []                    # "sync" | "peer", for waits between copies
+        self._events: list[str] = []                    # "sync" | "peer" | "work", for waits between copies
 
     def end_of(self, clock) -> float:
         """When everything `clock` names has ended ([stream, tick] pairs, or {stream: tick})."""
@@ -140,6 +140,8 @@ class Scheduler:
             resource = ("link", src, dst)
             if HOST not in (src, dst) and src != dst and self.keep_timeline:
                 self._events.append("peer")
+        if self.keep_timeline and (not self._events or self._events[-1] != "peer"):
+            self._events.append("work")
         start = max(self.host, ready, self._free.get(resource, 0.0))
         end = start + duration
         self._free[resource] = end
@@ -161,9 +163,11 @@ class Scheduler:
             self._waited[stream] = max(self._waited.get(stream, 0), tick)
 
     def timeline(self) -> Timeline:
+        # a host wait is where the host stops: the syncs one after another with no work issued between
+        # (ranks.synchronize() is each stream's and each device's) are one
         peers = [i for i, what in enumerate(self._events) if what == "peer"]
         between = sum(1 for i, what in enumerate(self._events)
-                      if what == "sync" and peers and peers[0] < i < peers[-1])
+                      if what == "sync" and self._events[i - 1] != "sync" and peers and peers[0] < i < peers[-1])
         return Timeline(list(self.spans), self.waits, between, self.host)
 
 
