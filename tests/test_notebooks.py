@@ -180,8 +180,9 @@ def test_the_self_check_cell_is_not_part_of_the_module_graded(tmp_path):
 def test_ipython_lines_a_student_left_in_are_left_out_and_the_notebook_graded_with_a_note(tmp_path):
     """A midnight notebook: `!pip install`, `%load_ext` beside the imports, a `%timeit` and a
     `%%time` cell. The grader runs plain Python: those lines are `pass` (the cell's other lines and
-    their numbers unchanged) and the cell magic's cell is left out, each said in the results' notes;
-    nothing else of the grade changes (the filled notebook keeps full marks)."""
+    their numbers unchanged), the `%%time` line too (its cell's try of vector_add is not run: the
+    notebook's scratch), each said in the results' notes; nothing else of the grade changes (the
+    filled notebook keeps full marks)."""
     work = notebook_from_source((ROOT / "solutions" / "vector_add.py").read_text(), "vector_add")
     imports = next(i for i, c in enumerate(work.cells) if "import numpy" in c.source)
     work.cells[imports].source = "!pip install numba-cuda\n%load_ext autoreload\n" + work.cells[imports].source
@@ -205,23 +206,47 @@ def test_ipython_lines_a_student_left_in_are_left_out_and_the_notebook_graded_wi
         f"of the module graded (the grader runs plain Python)",
         f"vector_add.ipynb, cell {len(work.cells) - 1}: `t = %timeit -o vector_add(a, a)` is an IPython magic: "
         f"left out of the module graded (the grader runs plain Python)",
-        f"vector_add.ipynb, cell {len(work.cells)}: `%%time` is a cell magic: the cell is left out of the module "
-        f"graded (the grader runs plain Python)"], results.notes
+        f"vector_add.ipynb, cell {len(work.cells)}: `%%time` is a cell magic that runs the cell's Python: its line "
+        f"is left out of the module graded (the grader runs plain Python), the cell's code graded",
+        f"vector_add.ipynb, cell {len(work.cells)}, line 3: not run as the notebook is graded: the tests call the "
+        f"notebook's functions themselves (a try at import would spend the exercise's time before any test); they "
+        f"call vector_add"], results.notes
 
 
 @pytest.mark.parametrize("source, message", [
-    ("x = (1,\n", "cell 2, line 1: SyntaxError: "),
-    ("%timeit 1 +\nx = (1,\n", "cell 2, line 2: SyntaxError: "),  # still not Python once the magic is left out
+    ("def f():\n    x = (1,\n", "cell 2, line 2: SyntaxError: "),
+    ("%timeit 1 +\n@cuda.jit\ndef k(x:\n", "cell 2, line 3: SyntaxError: "),  # still not Python without the magic
 ])
-def test_a_cell_that_is_not_python_even_without_its_ipython_lines_is_refused_naming_the_cell(tmp_path, source,
-                                                                                            message):
+def test_a_cell_holding_a_def_that_is_not_python_is_refused_naming_the_cell(tmp_path, source, message):
     nbformat.write(with_cell(source), tmp_path / "vector_add.ipynb")
     with pytest.raises(NotebookRefused, match=re.escape(message)):
         module_source(tmp_path / "vector_add.ipynb")
 
 
+def test_a_half_written_cell_holding_no_def_is_left_out_with_a_note(tmp_path):
+    """(audit) a leftover `print(vector_add(a, a)` zeroed the notebook; in Jupyter it ran nothing."""
+    from grader.course.notebooks import read
+
+    nbformat.write(with_cell("a = 1\nprint(vector_add(a, a)\n"), tmp_path / "vector_add.ipynb")
+    module, notes = read(tmp_path / "vector_add.ipynb")
+    assert "print(vector_add(a, a)" not in module
+    assert notes == ["vector_add.ipynb, cell 2, line 2: SyntaxError: '(' was never closed: the cell is left out of "
+                     "the module graded (it holds no def or class)"]
+
+
+def test_a_time_cell_magic_grades_the_cells_code(tmp_path):
+    """(audit) a `%%time` cell defining vector_add was left out whole: 'has no function vector_add()'."""
+    from grader.course.notebooks import read
+
+    nbformat.write(with_cell("%%time\ndef f(a):\n    return a\n"), tmp_path / "vector_add.ipynb")
+    module, notes = read(tmp_path / "vector_add.ipynb")
+    assert "# %% (cell 2)\npass  # (IPython, left out)\ndef f(a):\n    return a\n" in module
+    assert notes == ["vector_add.ipynb, cell 2: `%%time` is a cell magic that runs the cell's Python: its line is "
+                     "left out of the module graded (the grader runs plain Python), the cell's code graded"]
+
+
 def test_a_refused_notebook_fails_every_test_of_the_exercise_with_the_cell_named(tmp_path):
-    folder = submission(tmp_path, "broken-cell", with_cell("import numpy\nx = (1,\n", at=3))
+    folder = submission(tmp_path, "broken-cell", with_cell("import numpy\ndef f(x,\n", at=3))
     results = grade_folder(folder, tmp_path)
     assert results.tests and results.score == 0
     reason = "vector_add.ipynb, cell 3, line 2: SyntaxError: "
@@ -688,16 +713,19 @@ def test_scratch_a_student_left_at_a_notebooks_top_level_costs_nothing_and_is_to
     assert results.score == results.max_score > 0, [t.output for t in results.tests if t.output][:1]
     kernel_lines = len(work.cells[kernel].source.splitlines())
     cell = imports + 1
-    told = "(as the notebook was imported for grading: the cell's lines after it were skipped, the rest was graded)"
+    told = "(as the notebook was imported for grading: that statement was skipped, the rest was graded)"
+    not_run = ("not run as the notebook is graded: the tests call the notebook's functions themselves (a try at "
+               "import would spend the exercise's time before any test)")
     assert [n for n in results.notes if "IPython" not in n] == [
         f"vector_add.ipynb, cell {cell}, line {len(work.cells[imports].source.splitlines()) - 1}: "
         "`import matplotlib.pyplot as plt` is left out of the module graded (a notebook's top-level code the "
         "grader may not run): imports matplotlib.pyplot",
         f"vector_add.ipynb, cell {cell}, line {len(work.cells[imports].source.splitlines())}: `import time` is left "
-        "out of the module graded (a notebook's top-level code the grader may not run): imports time: the grader "
-        "times your kernels itself; remove it (to time them yourself, use CUDA events in a script of your own, run "
-        "with `gpugrade run`)",
-        f"vector_add.ipynb, cell {kernel + 1}, line {kernel_lines}: NameError: name 'plt' is not defined {told}",
+        "out of the module graded (a notebook's top-level code the grader may not run): imports time",
+        f"vector_add.ipynb, cell {kernel + 1}, lines {kernel_lines - 1}, {kernel_lines}: {not_run}; they call "
+        "vector_add and they use plt, which a line left out would have set",
+        f"vector_add.ipynb, cell {len(work.cells)}, lines 1, 2: {not_run}; they call vector_add and they use plt, "
+        "time, which a line left out would have set",
         f"vector_add.ipynb, cell {len(work.cells) - 1}, line 3: NameError: name 't' is not defined {told}",
-        f"vector_add.ipynb, cell {len(work.cells)}, line 1: NameError: name 'time' is not defined {told}",
+        f"vector_add.ipynb, cell {len(work.cells) - 1}, line 4: NameError: name 'display' is not defined {told}",
     ], results.notes

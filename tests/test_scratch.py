@@ -1,11 +1,12 @@
-"""A notebook's top-level scratch (grader.course.scratch): left out where the policy refuses it,
-guarded where it could fail, and every other line of the cell where it was, so that the grade's
-messages still name the student's cell and line (grader.course.cell_lines)."""
+"""A notebook's top-level scratch (grader.course.scratch): not run where it tries the notebook's own
+functions, left out where the policy refuses it, guarded where it could fail, and every other line
+of the cell where it was, so that the grade's messages still name the student's cell and line
+(grader.course.cell_lines)."""
 
 import ast
 
 from grader.course.cell_lines import CellLines
-from grader.course.scratch import INSERTED, PROLOGUE, guard
+from grader.course.scratch import INSERTED, PROLOGUE, Scratch, redefined
 from grader.judge.policy import DEFAULT_ALLOWED_IMPORTS
 
 CELL = '''import numpy as np
@@ -16,7 +17,7 @@ TPB = (16, 16)
 def k(a):
     a[0] = 1
 a = np.ones(4)
-t0 = time.perf_counter(); print(t0)
+t0 = np.float32("x"); print(t0)
 NOTE = """two
 lines"""
 # a comment
@@ -24,8 +25,14 @@ display(a)
 '''
 
 
-def guarded(source: str = CELL) -> tuple[str, list[str], bool]:
-    return guard(source, "ex.ipynb", 3, DEFAULT_ALLOWED_IMPORTS)
+def scratch(*cells: str) -> Scratch:
+    return Scratch.of("ex.ipynb", list(cells), DEFAULT_ALLOWED_IMPORTS)
+
+
+def guarded(source: str = CELL, *others: str) -> tuple[str, list[str], bool]:
+    top = scratch(source, *others)
+    text, notes = top.cell(source, 3)
+    return text, notes, top.guarded
 
 
 def student_lines(text: str) -> list[str]:
@@ -42,24 +49,46 @@ def test_every_line_of_the_cell_keeps_its_place_among_the_cells_own():
     expected[1] = "pass  # (left out)"  # import time
     assert kept == expected
     assert notes == ["ex.ipynb, cell 3, line 2: `import time` is left out of the module graded (a notebook's "
-                     "top-level code the grader may not run): imports time: the grader times your kernels itself; "
-                     "remove it (to time them yourself, use CUDA events in a script of your own, run with "
-                     "`gpugrade run`)"]
+                     "top-level code the grader may not run): imports time"]
 
 
-def test_defs_imports_and_constants_stay_at_the_top_level_what_could_fail_runs_guarded():
+def test_defs_imports_and_constants_stay_at_the_top_level_each_statement_that_could_fail_runs_guarded():
     text, _, _ = guarded()
     lines = text.splitlines()
     for plain in ("import numpy as np", "TPB = (16, 16)", "@cuda.jit", "def k(a):", 'NOTE = """two', "lines\"\"\""):
         assert plain in lines, plain
-    for inside in ("a = np.ones(4)", "t0 = time.perf_counter(); print(t0)", "display(a)"):
+    for inside in ("a = np.ones(4)", 't0 = np.float32("x"); print(t0)', "display(a)"):
         assert "    " + inside in lines, inside
-    assert lines.count(f"try:  {INSERTED}") == 2  # the string of two lines is not indented: it splits the run
+    assert lines.count(f"try:  {INSERTED}") == 3  # one a statement: a failing display costs no later line
 
 
-def test_a_string_of_several_lines_is_never_indented():
-    text, _, any_guarded = guarded('print("""a\nb""")\n')
-    assert text == 'print("""a\nb""")' and not any_guarded
+def test_the_lines_inside_a_string_of_several_lines_are_never_indented():
+    text, _, any_guarded = guarded('print(f"""a {1}\nb""")\n')
+    assert any_guarded and '    print(f"""a {1}\nb""")' in text
+    assert ast.literal_eval(text.split("print(")[1].split(")")[0].replace("f", "", 1).replace("{1}", "1")) == "a 1\nb"
+
+
+def test_a_try_of_the_notebooks_own_functions_is_not_run_nor_what_uses_its_result():
+    """A benchmark of the student's kernel on 2^25 elements, or a try of a stage whose loop never
+    ends, spent the exercise's time at import (0/25 after 720 s): such lines are not run."""
+    kernel = "@cuda.jit\ndef add_kernel(a):\n    a[0] += 1\n\ndef vector_add(a, b):\n    return a + b\n"
+    tries = ("x = np.ones(8)\nout = vector_add(x, x)\nprint(out[:4])\nfor _ in range(20):\n    vector_add(x, x)\n"
+             "add_kernel[1, 32](x)\ny = x + 1\n")
+    top = scratch(kernel, tries)
+    text, notes = top.cell(tries, 9)
+    assert [line for line in text.splitlines() if "(not run)" in line] == [
+        "pass  # (not run)", "pass  # (not run)", "pass  # (not run)", "pass  # (not run)"]
+    assert "    x = np.ones(8)" in text and "    y = x + 1" in text  # run, guarded
+    assert notes == ["ex.ipynb, cell 9, lines 2, 3, 4, 6: not run as the notebook is graded: the tests call the "
+                     "notebook's functions themselves (a try at import would spend the exercise's time before any "
+                     "test); they call add_kernel, vector_add and they use out, which a line left out would have set"]
+
+
+def test_a_refused_import_a_function_uses_is_kept_for_the_policy_to_name():
+    source = "import time\n"
+    user = "def host():\n    return time.time()\n"
+    text, notes = scratch(source, user).cell(source, 1)
+    assert (text, notes) == ("import time", [])
 
 
 def test_a_refused_statement_inside_a_def_is_graded_code_and_left_to_the_policy():
@@ -74,6 +103,20 @@ def test_a_cell_of_definitions_is_unchanged():
     assert not any_guarded
 
 
+def test_future_imports_move_to_the_top():
+    source = "from __future__ import annotations\nimport numpy as np\nprint(np.pi)\n"
+    top = scratch(source)
+    text, _ = top.cell(source, 1)
+    assert text.splitlines()[0] == "pass  # (moved to the top)"
+    assert top.head() == f"from __future__ import annotations  {INSERTED}\n{PROLOGUE}\n"
+    ast.parse(top.head() + "\n# %% (cell 1)\n" + text)
+
+
+def test_a_function_defined_in_two_cells_is_said_to_be_graded_as_the_last():
+    assert redefined("ex.ipynb", [(3, "def f():\n    pass\n"), (9, "def f():\n    return 1\n")]) == [
+        "ex.ipynb: f is defined in cells 3 and 9: the last is graded, as when the notebook runs from top to bottom"]
+
+
 def test_cell_lines_skip_the_lines_the_grader_wrote():
     text, _, _ = guarded()
     module = f"{PROLOGUE}\n\n# %% (cell 3)\n{text}\n\n# %% (cell 4)\nx = 1\n"
@@ -81,7 +124,7 @@ def test_cell_lines_skip_the_lines_the_grader_wrote():
     lines = module.splitlines()
     display = lines.index("    display(a)") + 1
     assert cells.where(display) == (3, 13)
-    assert cells.where(lines.index("    t0 = time.perf_counter(); print(t0)") + 1) == (3, 9)
+    assert cells.where(lines.index('    t0 = np.float32("x"); print(t0)') + 1) == (3, 9)
     assert cells.where(lines.index(f"try:  {INSERTED}") + 1) is None
     assert cells.where(lines.index("x = 1") + 1) == (4, 1)
     assert cells.where(1) is None  # the prologue
@@ -89,8 +132,8 @@ def test_cell_lines_skip_the_lines_the_grader_wrote():
 
 def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(tmp_path):
     """The runner reads the module's list of what its guarded scratch raised; the judge takes it
-    only from a notebook's module (its first line the grader's), never a `.py` that defines the
-    list itself to put words of its own among the results' notes."""
+    only from a notebook's module (the grader's prologue at its top), never a `.py` that defines
+    the list itself to put words of its own among the results' notes."""
     from grader.judge import Student
     from grader.sandbox import Limits, ProcessSandbox
 
@@ -107,5 +150,5 @@ def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(t
         finally:
             student.close()
     assert notes == {"nb": ["nb.py:7: NameError: name 'undefined_name' is not defined (as the notebook was imported "
-                            "for grading: the cell's lines after it were skipped, the rest was graded)"],
+                            "for grading: that statement was skipped, the rest was graded)"],
                      "forged": []}

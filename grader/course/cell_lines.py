@@ -68,6 +68,7 @@ class CellLines:
 
 _FILE_LINE = re.compile(r'File "(?P<tb>[^"\n]+)", line (?P<tbline>\d+)'
                         r'|(?<![\w./-])(?P<file>[\w.-]+\.py):(?P<line>\d+)'
+                        r'|(?<![\w./-])(?P<bare>[\w.-]+\.py)(?![\w:])'
                         r'|\b(?P<word>lines?) (?P<a>\d+)(?: and (?P<b>\d+))?\b')
 
 
@@ -115,6 +116,9 @@ def retell_text(text: str, by_module: dict[str, CellLines], own: CellLines | Non
         if match.group("file"):
             cells = by_module.get(match.group("file"))
             return cells.place(int(match.group("line"))) if cells else match.group()
+        if match.group("bare"):  # "importing vector_add.py timed out", "vector_add.py has no function ..."
+            cells = by_module.get(match.group("bare"))
+            return cells.notebook if cells else match.group()
         if own is None:
             return match.group()
         a, b = int(match.group("a")), match.group("b")

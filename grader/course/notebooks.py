@@ -23,13 +23,16 @@ module is the code cells in order, joined with blank lines, each under a `# %% (
 that a line of the module leads back to its cell; the student's self-check cell (`import grader`,
 `grader.check(...)`) is left out. The grader never runs IPython: in a cell that is not Python
 because of IPython syntax, each `%magic` or `!shell` line (`x = !ls` too) or help line
-(`cuda.grid?`) becomes `pass` (the cell's other lines, and their numbers, unchanged), and a `%%cell
-magic` cell is left out whole; `read` says each, naming the cell, and the results carry it as a
-note. Leaving code out can only take from the submission: a `%timeit` a student left in costs
+(`cuda.grid?`) becomes `pass` (the cell's other lines, and their numbers, unchanged); a `%%cell
+magic` cell is left out whole, but for the magics that run the cell's Python (`%%time`,
+`%%capture`), whose line alone is; `read` says each, naming the cell, and the results carry it as
+a note. Leaving code out can only take from the submission: a `%timeit` a student left in costs
 nothing, and a `%run` or `%load` that brought code in shows as what is missing. A cell still not
-Python is refused, naming the cell. The module graded (not the digest that tells an untouched
-notebook) then has its top-level scratch guarded, so that a cell trying the exercise (a `display`,
-a plot, an `import time`) costs nothing: grader.course.scratch.
+Python is refused, naming the cell, where it holds a def or class (as a `.py` would be); one that
+holds none (a half-written try, `print(f(a, b)`) is left out, with a note: in Jupyter it ran
+nothing. The module graded (not the digest that tells an untouched notebook) then has its
+top-level scratch guarded, so that a cell trying the exercise (a `display`, a plot, `import time`,
+a benchmark of the student's kernel) costs nothing: grader.course.scratch.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ CELL_MARKER = re.compile(r"# %% \(cell (\d+)\)")
 class NotebookRefused(GpugradeError):
     """A student's notebook that is not graded: malformed, too large, or not plain Python.
     The message is the student's reason, naming the notebook and, where it applies, the cell."""
+
+
+class _NotPython(NotebookRefused):
+    """A cell that is not Python, IPython's lines aside (refused where it holds a def or class)."""
 
 
 # -- writing: stub -> notebook -------------------------------------------------------------------
@@ -189,22 +196,41 @@ def read(path: Path, allowed_imports: frozenset[str] | None = None) -> tuple[str
     except Exception as exc:  # noqa: BLE001 - nbformat raises more kinds for malformed input; all mean "refused"
         raise NotebookRefused(f"{name} is not a valid notebook: {type(exc).__name__}: {_first_line(str(exc))}"
                               ) from None
-    parts, left_out, guarded = [], [], False
+    cells, left_out = [], []
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type != "code" or not cell.source.strip():
             continue
-        source, said = _plain(cell.source, name, number)
-        left_out += said
-        if source is None or _self_check(source):
+        try:
+            source, said = _plain(cell.source, name, number)
+        except _NotPython as refused:
+            if _DEFINES.search(cell.source):  # a def or class that is not Python: refused, as a .py would be
+                raise
+            # a leftover half-written line (`print(f(a, b)`): in Jupyter it ran nothing, and here neither
+            left_out.append(f"{refused}: the cell is left out of the module graded (it holds no def or class)")
             continue
-        if allowed_imports is not None:
-            source, said, guards = scratch.guard(source, name, number, allowed_imports)
-            left_out += said
-            guarded = guarded or guards
-        parts.append(f"# %% (cell {number})\n{source.rstrip()}")  # CELL_MARKER
-    if not parts:
+        left_out += said
+        if source is not None and not _self_check(source):
+            cells.append((number, source))
+    if not cells:
         raise NotebookRefused(f"{name} has no code cell")
-    return (scratch.PROLOGUE + "\n\n" if guarded else "") + "\n\n".join(parts) + "\n", left_out
+    head = ""
+    if allowed_imports is not None:  # the module to grade: its top-level scratch guarded
+        top = scratch.Scratch.of(name, [source for _, source in cells], allowed_imports)
+        guarded = []
+        for number, source in cells:
+            text, said = top.cell(source, number)
+            guarded.append((number, text))
+            left_out += said
+        cells, head = guarded, top.head()
+        left_out += scratch.redefined(name, cells)
+    return head + "\n\n".join(f"# %% (cell {number})\n{source.rstrip()}" for number, source in cells) + "\n", \
+        left_out  # (CELL_MARKER above each cell)
+
+
+# a line that starts a def or class (a cell that is not Python and holds one is refused, not left out)
+_DEFINES = re.compile(r"^\s*(?:@|def\s|async\s+def\s|class\s)", re.MULTILINE)
+# cell magics that run the cell's own Python (the magic's line is left out, the code graded)
+_PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
 
 
 # a line of IPython syntax: a line magic or shell command, alone or assigned (`x = !ls`, `t = %timeit -o f()`)
@@ -217,8 +243,9 @@ LEFT_OUT = "left out of the module graded (the grader runs plain Python)"
 def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
     """A cell as plain Python: (its source, or None for a cell magic's cell, left out whole; what was
     left out). Only a cell that is not Python is looked at, so `%` or `!` at the start of a
-    continued line or inside a string is never mistaken for a magic; a cell still not Python once
-    its IPython lines are `pass` is refused with its syntax error."""
+    continued line or inside a string is never mistaken for a magic; a cell magic that runs the
+    cell's Python (`%%time`) has only its line left out; a cell still not Python once its IPython
+    lines are `pass` is NotebookRefused with its syntax error."""
     try:
         ast.parse(source)
         return source, []
@@ -228,10 +255,14 @@ def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
         raise NotebookRefused(f"{name}, cell {number}: it is not text Python reads (a lone surrogate "
                               f"character)") from None
     lines = source.splitlines()
-    first = next(line.strip() for line in lines if line.strip())
-    if first.startswith("%%"):
-        return None, [f"{name}, cell {number}: `{_short(first)}` is a cell magic: the cell is {LEFT_OUT}"]
+    at, first = next((k, line.strip()) for k, line in enumerate(lines) if line.strip())
     plain, said = [], []
+    if first.startswith("%%"):
+        if first.split()[0] not in _PYTHON_CELL_MAGICS:
+            return None, [f"{name}, cell {number}: `{_short(first)}` is a cell magic: the cell is {LEFT_OUT}"]
+        said.append(f"{name}, cell {number}: `{_short(first)}` is a cell magic that runs the cell's Python: its line "
+                    f"is {LEFT_OUT}, the cell's code graded")
+        plain, lines = lines[:at] + ["pass  # (IPython, left out)"], lines[at + 1:]
     for line in lines:
         if _IPYTHON_LINE.match(line) or _HELP_LINE.match(line):
             text = line.strip()
@@ -247,7 +278,7 @@ def _plain(source: str, name: str, number: int) -> tuple[str | None, list[str]]:
             return text, said
         except SyntaxError as exc:
             error = exc
-    raise NotebookRefused(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
+    raise _NotPython(f"{name}, cell {number}, line {error.lineno}: SyntaxError: {error.msg}")
 
 
 def _self_check(source: str) -> bool:

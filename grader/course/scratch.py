@@ -2,21 +2,26 @@
 that it costs nothing.
 
 A notebook is graded as the module of its code cells (grader.course.notebooks), and importing a
-module runs its top level. Notebook users leave code there that the module graded cannot run:
-`print(t.best)` after a `t = %timeit -o` line that was left out, `display(x)` (IPython's), a plot,
-a try of their kernel on a size where it fails. A `.py` guards such code with `if __name__ ==
-"__main__"`; a notebook has no such place, and one failing line zeroed every test of a correct
-exercise. So, in a notebook's module (never a `.py`'s), outside every def and class:
-- a statement the static policy refuses (`import matplotlib.pyplot as plt`, `import time`,
-  `open(...)`) is left out, as IPython's lines are, with a note naming why; inside a def or class it
-  is graded code, refused as in any module;
-- each run of statements that could fail (anything but a def, a class, an import or a constant)
-  runs inside `try`: what it raises goes to the module's `FAILED` list, which the runner tells as a
-  note (grader.runner.serve), not as a module that does not import. The statements still run and
-  bind what they bind, as in Jupyter, so a kernel that reads a table filled by a loop still gets it.
-The lines the grader writes end with `INSERTED`, so that the module's other lines still lead back
-to the cell's (grader.course.cell_lines). A statement is indented, never moved; one holding a string
-of several lines is left as it is, since indenting would change the string.
+module runs its top level. Notebook users leave code there that the module graded cannot run, or
+should not: `print(t.best)` after a `t = %timeit -o` line that was left out, `display(x)`
+(IPython's), a plot, `import time`, a benchmark of their kernel on 2^25 elements (minutes on the
+simulator), a try of a stage whose loop never ends. A `.py` guards such code with `if __name__ ==
+"__main__"`; a notebook has no such place, and one such line zeroed every test of the exercise. So,
+in a notebook's module (never a `.py`'s), outside every def and class (`Scratch.cell`):
+- a statement that calls the notebook's own functions or kernels (or uses what such a statement
+  would have set) is not run: the tests call those functions themselves, each within its own
+  time limit, and a try at import would spend the exercise's time, or hang, before any test;
+- a statement the static policy refuses (`import matplotlib.pyplot as plt`, `open(...)`) is left
+  out, unless a def or class uses what it binds (`import time` for a host function that times
+  itself): then the policy refuses the module, naming it, as it would a `.py`;
+- every other statement that could fail (anything but an import or a constant) runs on its own
+  inside `try`: what it raises goes to the module's `FAILED` list, which the runner tells as a note
+  (grader.runner.serve), not as a module that does not import. It still binds what it binds, as in
+  Jupyter, so a kernel reading a table a loop filled gets it;
+- `from __future__` imports move to the module's top, where Python wants them.
+Each is said in a note at its cell and line. The lines the grader writes end with `INSERTED`, so
+that the module's other lines still lead back to the cell's (grader.course.cell_lines): a statement
+is indented, never moved, and the lines inside a string of several lines are not indented at all.
 """
 
 from __future__ import annotations
@@ -24,60 +29,128 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from dataclasses import dataclass, field
 
 from ..judge.policy import check_node
 
 FAILED = "_gpugrade_failed"  # the module's list of what its guarded statements raised at import
 INSERTED = "# (gpugrade)"  # ends every line the grader adds to a notebook's module
-PROLOGUE = f"{FAILED} = []  {INSERTED} what this notebook's top-level code raised as it was imported"
+PROLOGUE = f"{FAILED} = []  {INSERTED}"
 _OPEN = f"try:  {INSERTED}"
-_CLOSE = [f"except Exception as _gpugrade_error:  {INSERTED}", f"    {FAILED}.append(_gpugrade_error)  {INSERTED}"]
+_CLOSE = [f"except (Exception, SystemExit) as _gpugrade_error:  {INSERTED}",
+          f"    {FAILED}.append(_gpugrade_error)  {INSERTED}"]
 _INDENT = "    "
 LEFT_OUT = "left out of the module graded (a notebook's top-level code the grader may not run)"
+NOT_RUN = ("not run as the notebook is graded: the tests call the notebook's functions themselves (a try at "
+           "import would spend the exercise's time before any test)")
 
 
-def guard(source: str, name: str, number: int, allowed_imports: frozenset[str]) -> tuple[str, list[str], bool]:
-    """A code cell (valid Python) as the module graded runs it: (its source, what was left out, as
-    notes; whether any of it runs guarded, which needs `PROLOGUE` at the module's top)."""
-    text, notes, guarded = _guard(source, name, number, allowed_imports, indent=True)
-    try:
-        ast.parse(text)
-    except SyntaxError:  # (indenting a corner of the cell's text broke it: run it as it is, unguarded)
-        return _guard(source, name, number, allowed_imports, indent=False)
-    return text, notes, guarded
+@dataclass
+class Scratch:
+    """A notebook's top level, cell by cell. `defined`: the notebook's own functions and classes
+    (any cell); `used_in_defs`: the names their bodies read."""
+
+    name: str  # the notebook's file name, for notes
+    allowed_imports: frozenset[str]
+    defined: frozenset[str]
+    used_in_defs: frozenset[str]
+    futures: list[str] = field(default_factory=list)  # the `from __future__` imports, moved to the top
+    guarded: bool = False  # whether any statement runs guarded (the module then needs `PROLOGUE`)
+    _unset: set[str] = field(default_factory=set)  # names only a statement not run would have set
+
+    @classmethod
+    def of(cls, name: str, cells: list[str], allowed_imports: frozenset[str]) -> "Scratch":
+        """The notebook `name` whose code cells (valid Python) are `cells`."""
+        defined, used = set(), set()
+        for source in cells:
+            for node in ast.parse(source).body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    defined.add(node.name)
+                    used.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+        return cls(name, allowed_imports, frozenset(defined), frozenset(used))
+
+    def head(self) -> str:
+        """The lines the module starts with: the moved `from __future__` imports, then `PROLOGUE`."""
+        lines = [f"{line}  {INSERTED}" for line in dict.fromkeys(self.futures)] + ([PROLOGUE] if self.guarded else [])
+        return "".join(line + "\n" for line in lines)
+
+    def cell(self, source: str, number: int) -> tuple[str, list[str]]:
+        """Code cell `number` as the module graded runs it: (its source, notes of what was left out)."""
+        text, notes, guarded, unset = self._cell(source, number, indent=True)
+        try:
+            ast.parse(text)
+        except SyntaxError:  # (indenting a corner of the cell's text broke it: run it as it is, unguarded)
+            text, notes, guarded, unset = self._cell(source, number, indent=False)
+        self.guarded = self.guarded or guarded
+        self._unset = unset
+        return text, notes
+
+    def _cell(self, source: str, number: int, indent: bool) -> tuple[str, list[str], bool, set[str]]:
+        lines = source.splitlines()
+        inside = _string_continuations(source)
+        out: list[str] = []
+        notes: list[str] = []
+        not_run: list[tuple[int, set[str], set[str]]] = []  # (line, the notebook's functions called, names unset)
+        unset, guarded, row = set(self._unset), False, 1
+        for first, last, statements in _units(ast.parse(source).body):
+            out += lines[row - 1:first - 1]  # comments and blank lines
+            unit = lines[first - 1:last]
+            row = last + 1
+            bound = {n for s in statements for n in _bound(s)}
+            if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in statements):
+                out += unit
+                unset -= bound
+                continue
+            if all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements):
+                self.futures += [ast.unparse(s) for s in statements]
+                out += _left_out(unit, "(moved to the top)")
+                continue
+            refused = [v for s in statements for v in check_node(s, self.name, self.allowed_imports)]
+            if refused and not (all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
+                                and bound & self.used_in_defs):
+                why = "; ".join(dict.fromkeys(v.what.split(": ")[0] for v in refused))
+                notes.append(f"{self.name}, cell {number}, line {first}: `{unit[0].strip()[:60]}` is {LEFT_OUT}: {why}")
+                out += _left_out(unit, "(left out)")
+                unset |= bound
+                continue
+            calls = {n for s in statements for n in _called(s)} & self.defined
+            reads = {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name)
+                     and isinstance(n.ctx, ast.Load)} & unset
+            if calls or reads:
+                not_run.append((first, calls, reads))
+                out += _left_out(unit, "(not run)")
+                unset |= bound
+                continue
+            unset -= bound
+            if refused or all(map(_cannot_fail, statements)) or not indent:
+                out += unit
+                continue
+            guarded = True
+            out += [_OPEN] + [line if k + first in inside or not line.strip() else _INDENT + line
+                              for k, line in enumerate(unit)] + _CLOSE
+        out += lines[row - 1:]
+        if not_run:
+            called = sorted(set().union(*(c for _, c, _ in not_run)))
+            unset_read = sorted(set().union(*(r for _, _, r in not_run)))
+            lines_said = ", ".join(str(line) for line, _, _ in not_run)
+            what = ([f"they call {', '.join(called)}"] if called else []) + \
+                ([f"they use {', '.join(unset_read)}, which a line left out would have set"] if unset_read else [])
+            notes.append(f"{self.name}, cell {number}, line{'s' if len(not_run) > 1 else ''} {lines_said}: "
+                         f"{NOT_RUN}; {' and '.join(what)}")
+        return "\n".join(out), notes, guarded, unset
 
 
-def _guard(source: str, name: str, number: int, allowed_imports: frozenset[str], indent: bool
-           ) -> tuple[str, list[str], bool]:
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    spanning = _rows_in_strings(source)
-    out: list[str] = []
-    notes: list[str] = []
-    guarded = is_open = False
-    row = 1  # the next line of the cell to write
-    for first, last, statements in _units(tree.body):
-        between = lines[row - 1:first - 1]  # comments and blank lines
-        unit = lines[first - 1:last]
-        refused = [] if _defines(statements) else [v for s in statements for v in check_node(s, name, allowed_imports)]
-        if refused:
-            notes.append(f"{name}, cell {number}, line {first}: `{unit[0].strip()[:60]}` is {LEFT_OUT}: "
-                         + "; ".join(dict.fromkeys(v.what for v in refused)))
-            unit = [unit[0][:len(unit[0]) - len(unit[0].lstrip())] + "pass  # (left out)"] + [""] * (len(unit) - 1)
-        guard_it = indent and not refused and not _defines(statements) and not all(map(_cannot_fail, statements)) \
-            and not spanning & set(range(first, last + 1))
-        if is_open and not guard_it and not refused:
-            out += _CLOSE
-            is_open = False
-        if guard_it and not is_open:
-            out += between + [_OPEN]
-            between, is_open, guarded = [], True, True
-        out += between + ([_INDENT + line if line.strip() else line for line in unit] if is_open else unit)
-        row = last + 1
-    if is_open:
-        out += _CLOSE
-    out += lines[row - 1:]
-    return "\n".join(out), notes, guarded
+def redefined(name: str, cells: list[tuple[int, str]]) -> list[str]:
+    """Notes of the functions and classes defined in more than one cell (`cells`: (number,
+    source)): the last one is graded, as when the notebook runs top to bottom."""
+    where: dict[str, list[int]] = {}
+    for number, source in cells:
+        for node in ast.parse(source).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where.setdefault(node.name, []).append(number)
+    return [f"{name}: {function} is defined in cells {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}: the "
+            f"last is graded, as when the notebook runs from top to bottom"
+            for function, numbers in where.items() if len(set(numbers)) > 1]
 
 
 def _units(body: list[ast.stmt]) -> list[tuple[int, int, list[ast.stmt]]]:
@@ -94,8 +167,30 @@ def _units(body: list[ast.stmt]) -> list[tuple[int, int, list[ast.stmt]]]:
     return units
 
 
-def _defines(statements: list[ast.stmt]) -> bool:
-    return any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in statements)
+def _left_out(unit: list[str], why: str) -> list[str]:
+    """A statement's lines, left out: `pass` on its first, the others blank (line numbers kept)."""
+    return [unit[0][:len(unit[0]) - len(unit[0].lstrip())] + f"pass  # {why}"] + [""] * (len(unit) - 1)
+
+
+def _bound(statement: ast.stmt) -> set[str]:
+    """The names a top-level statement binds."""
+    names = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        names |= {(a.asname or a.name).split(".")[0] for a in statement.names}
+    elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.add(statement.name)
+    return names
+
+
+def _called(statement: ast.stmt) -> set[str]:
+    """The names a statement calls: `f(x)`, and `kernel[grid, block](x)`, a kernel's launch."""
+    found = set()
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Call):
+            func = node.func.value if isinstance(node.func, ast.Subscript) else node.func
+            if isinstance(func, ast.Name):
+                found.add(func.id)
+    return found
 
 
 def _cannot_fail(statement: ast.stmt) -> bool:
@@ -120,15 +215,14 @@ def _constant(node: ast.expr) -> bool:
     return isinstance(node, ast.UnaryOp) and _constant(node.operand)
 
 
-def _rows_in_strings(source: str) -> set[int]:
-    """The lines a string of several lines spans past its first (indenting them would change it)."""
+def _string_continuations(source: str) -> set[int]:
+    """The lines inside a string of several lines, past its first: indenting them would change it."""
     kinds = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
     rows: set[int] = set()
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type in kinds and token.end[0] > token.start[0]:
-                rows.update(range(token.start[0], token.end[0] + 1))
+                rows.update(range(token.start[0] + 1, token.end[0] + 1))
     except (tokenize.TokenError, SyntaxError):
         pass  # (it parsed: tokenize's stricter corners only)
     return rows
-

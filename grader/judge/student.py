@@ -415,15 +415,16 @@ class Student:
 
     def _guards_scratch(self) -> bool:
         """Whether the module is a notebook's whose top-level scratch runs guarded (grader.course.
-        scratch): only then may its import say what that scratch raised (a `.py` defining the list
-        itself would put its own words among the results' notes)."""
+        scratch: its prologue line at the top): only then may its import say what that scratch
+        raised (a `.py` defining the list itself would put its own words among the results' notes)."""
         from ..course.scratch import PROLOGUE
 
         try:
             with open(Path(self.workspace) / f"{self.module}.py", encoding="utf-8", errors="replace") as module:
-                return module.readline().rstrip("\n") == PROLOGUE
+                head = [module.readline().rstrip("\n") for _ in range(12)]  # (after `from __future__` imports)
         except OSError:
             return False
+        return PROLOGUE in head
 
     def _call_limit(self, timeout: float | None) -> float:
         """A call's own timeout (the exercise's budget may cut it shorter)."""

@@ -329,7 +329,7 @@ class Runner:
                      if frames else f"{module.__name__}.py")
             text = _first_sentence(self._relative(str(exc).strip()))[:300]
             notes.append(f"{where}: {type(exc).__name__}{': ' + text if text else ''} (as the notebook was imported "
-                         f"for grading: the cell's lines after it were skipped, the rest was graded)")
+                         f"for grading: that statement was skipped, the rest was graded)")
         return notes
 
     def configure(self, request: dict) -> dict:
