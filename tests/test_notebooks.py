@@ -574,6 +574,11 @@ def test_only_the_notebooks_module_lines_are_retold():
         'File "/usr/lib/numpy/core.py", line 12, in f; matmul.py:3; numpy.py:2; vector_add.ipynb, cell 5, line 1; '
         'with no barrier between lines 1 and 2 of cell 2; cell 5, line 1 does both; cell 2, line 2 and cell 5, '
         'line 1; vector_add.ipynb')
+    # (the audit: "importing vector_add.py timed out", "invalid syntax (vector_add.py, line 6)")
+    bare = "importing vector_add.py timed out; invalid syntax (vector_add.py, line 6); matmul.py has no f; x/vector_add.py"
+    assert retell_text(bare, {"vector_add.py": cells}, cells) == (
+        "importing vector_add.ipynb timed out; invalid syntax (vector_add.ipynb, cell 5, line 1); matmul.py has no f; "
+        "x/vector_add.py")
     printed = "failed at vector_add.py:6\n\nwhat your kernels printed:\n  kernel> vector_add.py:6 line 6"
     assert retell_text(printed, {"vector_add.py": cells}, cells) == (
         "failed at vector_add.ipynb, cell 5, line 1\n\nwhat your kernels printed:\n  kernel> vector_add.py:6 line 6")
