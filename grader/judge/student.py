@@ -359,6 +359,10 @@ def _answer_shapes(reply) -> list[dict]:
     return found
 
 
+# after a process killed for its memory: what a student should look for
+_OUT_OF_MEMORY = " (a kernel whose loop never ends fills the memory as it runs, as does a huge allocation)"
+
+
 class Student:
     """Calls into one exercise module of a submission, through a runner in a sandbox."""
 
@@ -444,12 +448,14 @@ class Student:
 
     def _timed_call(self, function: str, size: int, request, timeout: float | None):
         """A call of `function` on `size` bytes of input (`request(limit)`, as `_timed`). After a
-        call of it timed out, a call on inputs at least as large fails at once with that call's
-        reason: an endless loop costs its function one timeout, not one per test, and leaves the
-        exercise's budget to its other functions. A timeout says where the call was."""
+        call of it timed out, or was killed for its memory, a call on inputs at least as large
+        fails at once with that call's reason: an endless loop costs its function one timeout, not
+        one per test, and leaves the exercise's budget to its other functions. A timeout says where
+        the call was."""
         found = self._timed_out.get(function)
         if found is not None and size >= found[0]:
-            raise RunnerError(f"not run: {found[1]}; a call on inputs as large would wait as long again")
+            again = "fill the memory" if found[1].endswith(_OUT_OF_MEMORY) else "wait as long"
+            raise RunnerError(f"not run: {found[1]}; a call on inputs as large would {again} again")
         whole = self.budget is None or self.budget.left >= self._call_limit(timeout)
         try:
             return self._timed(request, timeout)
@@ -461,6 +467,15 @@ class Student:
             if whole and (found is None or size < found[0]):
                 self._timed_out[function] = (size, message)
             raise CallTimeout(message, printed) from None
+        except RunnerError as exc:
+            # a process killed for its memory (a kernel that never ends fills the simulator's as it
+            # loops) would be killed again on larger inputs, each after as long: said once, as a timeout
+            if "killed: out of memory" not in str(exc):
+                raise
+            message = f"{function}() was stopped: {str(exc).splitlines()[0]}{_OUT_OF_MEMORY}"
+            if found is None or size < found[0]:
+                self._timed_out[function] = (size, message)
+            raise RunnerError(message, getattr(exc, "output", "")) from None
 
     def _raise_for_findings(self, device: "wire.DeviceReport | None") -> None:
         """The device's first finding fails the call, whatever the runner says. A lost CUDA
