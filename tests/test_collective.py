@@ -301,3 +301,28 @@ def test_ranks_copy_into_a_slice_cut_short_by_its_arrays_end_says_the_array_is_t
             ranks.copy(scratch[:253], bufs[0])
         with pytest.raises(ValueError, match=r"\(slice both the same\)$"):  # a slice short of its array's end
             ranks.copy(scratch[:100], bufs[0][:101])
+
+
+def test_a_ring_that_runs_the_other_way_is_told_so(solution):
+    """(audit) a consistent r -> r - 1 ring was told only as its off-ring links."""
+    chunk = solution.chunk
+
+    def backwards(ranks, bufs):
+        n, count = bufs[0].size, len(ranks)
+        scratch = [r.device_array(max(chunk(n, count, 0)[1], 1), bufs[0].dtype) for r in ranks]
+        for step in range(count - 1):
+            for r in ranks:
+                lo, hi = chunk(n, count, (r.id + step) % count)
+                ranks.copy(scratch[r.prev.id][:hi - lo], bufs[r.id][lo:hi])
+            for r in ranks:
+                lo, hi = chunk(n, count, (r.id + 1 + step) % count)
+                solution.add_on(r, bufs[r.id][lo:hi], scratch[r.id][:hi - lo])
+        for step in range(count - 1):
+            for r in ranks:
+                lo, hi = chunk(n, count, (r.id - 1 + step) % count)
+                ranks.copy(bufs[r.prev.id][lo:hi], bufs[r.id][lo:hi])
+
+    result, inputs = _recorded(backwards, 4, 1003)
+    expect_allreduced(result.value, inputs, "ring")
+    with pytest.raises(PerformanceShortfall, match=r"1 -> 0, 2 -> 1, 3 -> 2: the ring runs the other way"):
+        expect_ring_traffic(Traffic.of(result, 4), 1003, 4, messages_per_link=6)
