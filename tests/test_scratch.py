@@ -137,7 +137,7 @@ def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(t
     from grader.judge import Student
     from grader.sandbox import Limits, ProcessSandbox
 
-    cell, _, _ = guarded("def f():\n    return 2\nprint(undefined_name)\n")
+    cell, _, _ = guarded("def f():\n    return 2\nprint(undefined_name)\ng = lambda: undefined_name\nprint(g())\n")
     (tmp_path / "nb.py").write_text(f"{PROLOGUE}\n\n# %% (cell 1)\n{cell}\n")
     (tmp_path / "forged.py").write_text("_gpugrade_failed = [ValueError('full marks, said the instructor')]\n"
                                         "def f():\n    return 2\n")
@@ -149,6 +149,7 @@ def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(t
             notes[name] = student.import_notes
         finally:
             student.close()
-    assert notes == {"nb": ["nb.py:7: NameError: name 'undefined_name' is not defined (as the notebook was imported "
-                            "for grading: that statement was skipped, the rest was graded)"],
+    told = "(as the notebook was imported for grading: that statement was skipped, the rest was graded)"
+    assert notes == {"nb": [f"nb.py:7: NameError: name 'undefined_name' is not defined {told}",
+                            f"nb.py:15 (in <lambda>, nb.py:11): NameError: name 'undefined_name' is not defined {told}"],
                      "forged": []}

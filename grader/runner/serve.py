@@ -327,6 +327,10 @@ class Runner:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if self._is_student_file(f.filename)]
             where = (f"{os.path.relpath(os.path.realpath(frames[0].filename), self.workspace)}:{frames[0].lineno}"
                      if frames else f"{module.__name__}.py")
+            if len(frames) > 1:  # where it raised, in a function the statement called
+                inner = frames[-1]
+                where += f" (in {inner.name}, {os.path.relpath(os.path.realpath(inner.filename), self.workspace)}:" \
+                         f"{inner.lineno})"
             text = _first_sentence(self._relative(str(exc).strip()))[:300]
             notes.append(f"{where}: {type(exc).__name__}{': ' + text if text else ''} (as the notebook was imported "
                          f"for grading: that statement was skipped, the rest was graded)")
