@@ -151,5 +151,6 @@ def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(t
             student.close()
     told = "(as the notebook was imported for grading: that statement was skipped, the rest was graded)"
     assert notes == {"nb": [f"nb.py:7: NameError: name 'undefined_name' is not defined {told}",
-                            f"nb.py:15 (in <lambda>, nb.py:11): NameError: name 'undefined_name' is not defined {told}"],
+                            f"nb.py:15 (in <lambda>, nb.py:11): NameError: name 'undefined_name' is not defined "
+                            f"{told}"],
                      "forged": []}

@@ -274,9 +274,9 @@ def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_li
     if off_ring:
         # (the audit: a consistent r -> r - 1 ring was told only as its links)
         backwards = set(off_ring) == {((r + 1) % count, r) for r in range(count)}
+        why = ": the ring runs the other way (each rank sends to r.prev, not r.next)" if backwards else ""
         problems.append(f"bytes on links that are not the ring's (r -> r + 1): "
-                        f"{', '.join(f'{a} -> {b}' for a, b in off_ring)}"
-                        + (": the ring runs the other way (each rank sends to r.prev, not r.next)" if backwards else ""))
+                        f"{', '.join(f'{a} -> {b}' for a, b in off_ring)}{why}")
     # chunks cut into pieces: each piece may move one element across a chunk's bound (n = 1003 in 16
     # pieces of 63 or 62 makes chunks of 252, 252, 251 and 248 where ceil(n / N) is 251)
     for (src, dst), link in sorted(traffic.links.items()):
