@@ -64,16 +64,21 @@ def test_launch_with_array_of_another_device_fails(two_gpus):
     assert (a1.copy_to_host() == 3).all()
 
 
-def test_stream_selects_the_launch_device(two_gpus):
+def test_a_launch_needs_its_streams_device_current(two_gpus):
+    """The CUDA Programming Guide (multi-device, stream and event behavior): a kernel launch fails
+    if it is issued to a stream not associated with the current device. (This test said the stream
+    selected the launch's device: a ring that forgot `with r:` scored full marks, the audit.)"""
     with cuda.gpus[1]:
         s1 = cuda.stream()
         a1 = cuda.to_device(np.ones(8, np.float32))
     assert s1.device == 1
-    with sim.trace() as launches:
-        scale[1, 8, s1](a1, 2.0)  # current device is 0, the stream's is 1
+    with pytest.raises(sim.LaunchConfigError, match="launched on device 0, the current one, with a stream of device 1"):
+        scale[1, 8, s1](a1, 2.0)
+    with cuda.gpus[1], sim.trace() as launches:
+        scale[1, 8, s1](a1, 2.0)
     assert launches[0].device == 1
     a0 = cuda.to_device(np.ones(8, np.float32))
-    with pytest.raises(sim.WrongDeviceError):
+    with cuda.gpus[1], pytest.raises(sim.WrongDeviceError):
         scale[1, 8, s1](a0, 2.0)
 
 
