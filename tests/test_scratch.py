@@ -6,7 +6,7 @@ of the cell where it was, so that the grade's messages still name the student's 
 import ast
 
 from grader.course.cell_lines import CellLines
-from grader.course.scratch import INSERTED, PROLOGUE, Scratch, redefined
+from grader.course.scratch import INSERTED, PROLOGUE, Scratch
 from grader.judge.policy import DEFAULT_ALLOWED_IMPORTS
 
 CELL = '''import numpy as np
@@ -26,7 +26,7 @@ display(a)
 
 
 def scratch(*cells: str) -> Scratch:
-    return Scratch.of("ex.ipynb", list(cells), DEFAULT_ALLOWED_IMPORTS)
+    return Scratch.of("ex.ipynb", list(enumerate(cells, start=1)), DEFAULT_ALLOWED_IMPORTS)
 
 
 def guarded(source: str = CELL, *others: str) -> tuple[str, list[str], bool]:
@@ -113,7 +113,9 @@ def test_future_imports_move_to_the_top():
 
 
 def test_a_function_defined_in_two_cells_is_said_to_be_graded_as_the_last():
-    assert redefined("ex.ipynb", [(3, "def f():\n    pass\n"), (9, "def f():\n    return 1\n")]) == [
+    cells = [(3, "def f():\n    pass\n"), (9, "def f():\n    return 1\n")]
+    top = Scratch.of("ex.ipynb", cells, DEFAULT_ALLOWED_IMPORTS)
+    assert top.redefined() == [
         "ex.ipynb: f is defined in cells 3 and 9: the last is graded, as when the notebook runs from top to bottom"]
 
 

@@ -156,12 +156,17 @@ class Ranks:
         """The rank whose memory `array` (or a slice of it) is, or None."""
         if not (hasattr(array, "__cuda_array_interface__") or hasattr(array, "_ary")):
             return None
+        span = self._span(array)
+        return span[2] if span is not None else None
+
+    def _span(self, array) -> tuple[int, int, Rank] | None:
+        """The owned allocation `array` lies in: ([start, end) of its bytes, its rank), or None."""
         start, end = _address(array)
         i = bisect.bisect(self._starts, start) - 1
         if i >= 0:
             lo, hi, rank = self._spans[i]
             if lo <= start and (end <= hi or end == start):
-                return rank
+                return lo, hi, rank
         return None
 
     def upload(self, host_arrays: list) -> list:
@@ -207,13 +212,12 @@ class Ranks:
         scratch array too small for the largest chunk: `scratch[:253]` of 250 elements is 250)."""
         if dst.dtype != src.dtype or dst.ndim != 1 or src.ndim != 1 or dst.size >= src.size:
             return ""
-        start, end = _address(dst)
-        i = bisect.bisect(self._starts, start) - 1
-        if i < 0 or self._spans[i][1] != end:
+        span = self._span(dst)
+        if span is None or span[1] != _address(dst)[1]:
             return ""
-        size = (end - self._spans[i][0]) // dst.dtype.itemsize
-        return (f": dst stops where its array does, an array of {size:,} element{'s' if size != 1 else ''}, so a slice of it cannot hold "
-                f"{src.size:,}: is that array large enough for the largest chunk?")
+        size = (span[1] - span[0]) // dst.dtype.itemsize
+        return (f": dst stops where its array does, an array of {size:,} element{'s' if size != 1 else ''}, so a "
+                f"slice of it cannot hold {src.size:,}: is that array large enough for the largest chunk?")
 
     def synchronize(self) -> None:
         """Wait for all the work of every rank."""

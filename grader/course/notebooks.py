@@ -215,14 +215,14 @@ def read(path: Path, allowed_imports: frozenset[str] | None = None) -> tuple[str
         raise NotebookRefused(f"{name} has no code cell")
     head = ""
     if allowed_imports is not None:  # the module to grade: its top-level scratch guarded
-        top = scratch.Scratch.of(name, [source for _, source in cells], allowed_imports)
+        top = scratch.Scratch.of(name, cells, allowed_imports)
         guarded = []
         for number, source in cells:
             text, said = top.cell(source, number)
             guarded.append((number, text))
             left_out += said
         cells, head = guarded, top.head()
-        left_out += scratch.redefined(name, cells)
+        left_out += top.redefined()
     return head + "\n\n".join(f"# %% (cell {number})\n{source.rstrip()}" for number, source in cells) + "\n", \
         left_out  # (CELL_MARKER above each cell)
 

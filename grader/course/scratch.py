@@ -40,6 +40,7 @@ _OPEN = f"try:  {INSERTED}"
 _CLOSE = [f"except (Exception, SystemExit) as _gpugrade_error:  {INSERTED}",
           f"    {FAILED}.append(_gpugrade_error)  {INSERTED}"]
 _INDENT = "    "
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 LEFT_OUT = "left out of the module graded (a notebook's top-level code the grader may not run)"
 NOT_RUN = ("not run as the notebook is graded: the tests call the notebook's functions themselves (a try at "
            "import would spend the exercise's time before any test)")
@@ -47,27 +48,35 @@ NOT_RUN = ("not run as the notebook is graded: the tests call the notebook's fun
 
 @dataclass
 class Scratch:
-    """A notebook's top level, cell by cell. `defined`: the notebook's own functions and classes
-    (any cell); `used_in_defs`: the names their bodies read."""
+    """A notebook's top level, cell by cell. `defined`: the cells defining each of the notebook's
+    own functions and classes; `used_in_defs`: the names their bodies read."""
 
     name: str  # the notebook's file name, for notes
     allowed_imports: frozenset[str]
-    defined: frozenset[str]
+    defined: dict[str, list[int]]
     used_in_defs: frozenset[str]
     futures: list[str] = field(default_factory=list)  # the `from __future__` imports, moved to the top
     guarded: bool = False  # whether any statement runs guarded (the module then needs `PROLOGUE`)
     _unset: set[str] = field(default_factory=set)  # names only a statement not run would have set
 
     @classmethod
-    def of(cls, name: str, cells: list[str], allowed_imports: frozenset[str]) -> "Scratch":
-        """The notebook `name` whose code cells (valid Python) are `cells`."""
-        defined, used = set(), set()
-        for source in cells:
+    def of(cls, name: str, cells: list[tuple[int, str]], allowed_imports: frozenset[str]) -> "Scratch":
+        """The notebook `name` whose code cells (number, valid Python) are `cells`."""
+        defined: dict[str, list[int]] = {}
+        used: set[str] = set()
+        for number, source in cells:
             for node in ast.parse(source).body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    defined.add(node.name)
+                if isinstance(node, _DEFINITIONS):
+                    defined.setdefault(node.name, []).append(number)
                     used.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
-        return cls(name, allowed_imports, frozenset(defined), frozenset(used))
+        return cls(name, allowed_imports, defined, frozenset(used))
+
+    def redefined(self) -> list[str]:
+        """Notes of the functions and classes defined in more than one cell: the last one is graded,
+        as when the notebook runs top to bottom."""
+        return [f"{self.name}: {function} is defined in cells {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}: "
+                f"the last is graded, as when the notebook runs from top to bottom"
+                for function, numbers in self.defined.items() if len(set(numbers)) > 1]
 
     def head(self) -> str:
         """The lines the module starts with: the moved `from __future__` imports, then `PROLOGUE`."""
@@ -76,17 +85,21 @@ class Scratch:
 
     def cell(self, source: str, number: int) -> tuple[str, list[str]]:
         """Code cell `number` as the module graded runs it: (its source, notes of what was left out)."""
-        text, notes, guarded, unset = self._cell(source, number, indent=True)
+        text, notes, guarded, unset, futures = self._cell(source, number, indent=True)
         try:
             ast.parse(text)
         except SyntaxError:  # (indenting a corner of the cell's text broke it: run it as it is, unguarded)
-            text, notes, guarded, unset = self._cell(source, number, indent=False)
+            text, notes, guarded, unset, futures = self._cell(source, number, indent=False)
         self.guarded = self.guarded or guarded
         self._unset = unset
+        self.futures += futures
         return text, notes
 
-    def _cell(self, source: str, number: int, indent: bool) -> tuple[str, list[str], bool, set[str]]:
+    def _cell(self, source: str, number: int, indent: bool) -> tuple[str, list[str], bool, set[str], list[str]]:
+        """(the cell's text, its notes, whether any of it runs guarded, the names left unset after
+        it, its `from __future__` imports): what `cell` keeps, computed without keeping it."""
         lines = source.splitlines()
+        futures: list[str] = []
         inside = _string_continuations(source)
         out: list[str] = []
         notes: list[str] = []
@@ -97,12 +110,12 @@ class Scratch:
             unit = lines[first - 1:last]
             row = last + 1
             bound = {n for s in statements for n in _bound(s)}
-            if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in statements):
+            if any(isinstance(s, _DEFINITIONS) for s in statements):
                 out += unit
                 unset -= bound
                 continue
             if all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements):
-                self.futures += [ast.unparse(s) for s in statements]
+                futures += [ast.unparse(s) for s in statements]
                 out += _left_out(unit, "(moved to the top)")
                 continue
             refused = [v for s in statements for v in check_node(s, self.name, self.allowed_imports)]
@@ -113,7 +126,7 @@ class Scratch:
                 out += _left_out(unit, "(left out)")
                 unset |= bound
                 continue
-            calls = {n for s in statements for n in _called(s)} & self.defined
+            calls = {n for s in statements for n in _called(s)} & self.defined.keys()
             reads = {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name)
                      and isinstance(n.ctx, ast.Load)} & unset
             if calls or reads:
@@ -137,20 +150,7 @@ class Scratch:
                 ([f"they use {', '.join(unset_read)}, which a line left out would have set"] if unset_read else [])
             notes.append(f"{self.name}, cell {number}, line{'s' if len(not_run) > 1 else ''} {lines_said}: "
                          f"{NOT_RUN}; {' and '.join(what)}")
-        return "\n".join(out), notes, guarded, unset
-
-
-def redefined(name: str, cells: list[tuple[int, str]]) -> list[str]:
-    """Notes of the functions and classes defined in more than one cell (`cells`: (number,
-    source)): the last one is graded, as when the notebook runs top to bottom."""
-    where: dict[str, list[int]] = {}
-    for number, source in cells:
-        for node in ast.parse(source).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                where.setdefault(node.name, []).append(number)
-    return [f"{name}: {function} is defined in cells {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}: the "
-            f"last is graded, as when the notebook runs from top to bottom"
-            for function, numbers in where.items() if len(set(numbers)) > 1]
+        return "\n".join(out), notes, guarded, unset, futures
 
 
 def _units(body: list[ast.stmt]) -> list[tuple[int, int, list[ast.stmt]]]:
@@ -177,7 +177,7 @@ def _bound(statement: ast.stmt) -> set[str]:
     names = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
     if isinstance(statement, (ast.Import, ast.ImportFrom)):
         names |= {(a.asname or a.name).split(".")[0] for a in statement.names}
-    elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    elif isinstance(statement, _DEFINITIONS):
         names.add(statement.name)
     return names
 

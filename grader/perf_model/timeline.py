@@ -138,10 +138,8 @@ class Scheduler:
             nbytes = int(op.get("nbytes", 0))
             duration = copy_seconds(int(nbytes * self.scale) if HOST not in (src, dst) else nbytes, src, dst, g)
             resource = ("link", src, dst)
-            if HOST not in (src, dst) and src != dst and self.keep_timeline:
-                self._events.append("peer")
-        if self.keep_timeline and (not self._events or self._events[-1] != "peer"):
-            self._events.append("work")
+        if self.keep_timeline:
+            self._events.append("peer" if kind != "kernel" and HOST not in (src, dst) and src != dst else "work")
         start = max(self.host, ready, self._free.get(resource, 0.0))
         end = start + duration
         self._free[resource] = end

@@ -55,13 +55,16 @@ class Runner:
         # "<frozen importlib._bootstrap>" is not a path: realpath would put it in the workspace (our cwd)
         return os.path.isabs(filename) and os.path.realpath(filename).startswith(self.workspace + os.sep)
 
+    def _in_workspace(self, filename: str) -> str:
+        """A student file's path as the student knows it: vector_add.py, not /tmp/.../vector_add.py."""
+        return os.path.relpath(os.path.realpath(filename), self.workspace)
+
     def _student_frame(self, tb) -> str:
         """file:line of the innermost frame in the student's own files."""
         where = ""
         for frame, lineno in traceback.walk_tb(tb):
             if self._is_student_file(frame.f_code.co_filename):
-                path = os.path.realpath(frame.f_code.co_filename)
-                where = f"{os.path.relpath(path, self.workspace)}:{lineno} in {frame.f_code.co_name}"
+                where = f"{self._in_workspace(frame.f_code.co_filename)}:{lineno} in {frame.f_code.co_name}"
         return where
 
     def _error(self, exc: BaseException, importing: bool) -> dict:
@@ -325,12 +328,10 @@ class Runner:
             if not isinstance(exc, BaseException):
                 continue
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if self._is_student_file(f.filename)]
-            where = (f"{os.path.relpath(os.path.realpath(frames[0].filename), self.workspace)}:{frames[0].lineno}"
-                     if frames else f"{module.__name__}.py")
+            where = f"{self._in_workspace(frames[0].filename)}:{frames[0].lineno}" if frames else \
+                f"{module.__name__}.py"
             if len(frames) > 1:  # where it raised, in a function the statement called
-                inner = frames[-1]
-                where += f" (in {inner.name}, {os.path.relpath(os.path.realpath(inner.filename), self.workspace)}:" \
-                         f"{inner.lineno})"
+                where += f" (in {frames[-1].name}, {self._in_workspace(frames[-1].filename)}:{frames[-1].lineno})"
             text = _first_sentence(self._relative(str(exc).strip()))[:300]
             notes.append(f"{where}: {type(exc).__name__}{': ' + text if text else ''} (as the notebook was imported "
                          f"for grading: that statement was skipped, the rest was graded)")

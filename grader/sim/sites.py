@@ -89,6 +89,9 @@ def _student_frames(limit: int) -> list[tuple[str, int, str]]:
 def launched(stack: list[tuple[str, int, str]]) -> str:
     """Where the host launched a kernel, in words: "launched at f.py:95 in add_on, called at
     f.py:127 in allreduce_ring"."""
-    if not stack:
-        return ""
-    return "launched " + ", called ".join(f"at {file}:{line} in {function}" for file, line, function in stack)
+    return "launched " + called_at(stack) if stack else ""
+
+
+def called_at(stack: list[tuple[str, int, str]]) -> str:
+    """`stack` (`launch_stack`) in words: "at f.py:95 in add_on, called at f.py:127 in allreduce_ring"."""
+    return ", called ".join(f"at {file}:{line} in {function}" for file, line, function in stack)

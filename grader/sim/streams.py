@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import StreamRaceError, WrongDeviceError
-from .sites import launch_stack
+from .sites import called_at, launch_stack
 
 HOST = -1  # the host, as one end of a copy
 MAX_LOG = 50_000  # operations kept for the report (a call issuing more is cut, and says so)
@@ -155,17 +155,16 @@ class StreamOrder:
                 continue
             if s.default or other.default:  # the legacy default stream and the blocking streams
                 clock = _join(clock, other.clock)
-        return clock
+        # What the host has waited for orders everything issued from now on: no need to carry it
+        # (the accesses it covers were dropped when the host waited), so clocks stay small.
+        return {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
 
     def _issue(self, kind: str, stream: int, name: str, model: dict | None = None, **fields) -> Op:
         s = self._streams[stream]
         clock = self._ordered_after(s)
-        # What the host has waited for orders everything issued from now on: no need to carry it
-        # (the accesses it covers were dropped when the host waited), so clocks stay small.
-        clock = {key: tick for key, tick in clock.items() if tick > self._host.get(key, 0)}
         # where, with the callers (an add launched in a helper is told with the student's call of it)
-        site = ", called ".join(f"at {file}:{line} in {function}" for file, line, function in launch_stack())
-        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields, site=site)
+        op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields,
+                site=called_at(launch_stack()))
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
         self._keep(op, model)
@@ -231,10 +230,10 @@ class StreamOrder:
             # recording is work on the stream, ordered as any: on a blocking stream, after the kernels
             # the legacy default stream was given before it (the audit: adds on the default stream,
             # then `done.record(q.stream)`, were reported racing the next copy)
-            s.clock = {key: tick for key, tick in self._ordered_after(s).items() if tick > self._host.get(key, 0)}
+            s.clock = self._ordered_after(s)
             event.order_clock = dict(s.clock)
             event.recorded_on = ident
-            s.recorded = (s.tick, ", called ".join(f"at {f}:{line} in {fn}" for f, line, fn in launch_stack()))
+            s.recorded = (s.tick, called_at(launch_stack()))
 
     def wait(self, event, stream, current: int) -> None:
         with self._lock:
