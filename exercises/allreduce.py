@@ -55,8 +55,9 @@ Stage 3: chunked and pipelined over streams (`allreduce_pipelined`).
 
     How it is graded: as stage 2 (slices add no traffic), at least 2 (N - 1) x SLICES messages per
     link; no cross-stream race (the simulator tracks what the streams and events order and names
-    the two operations of a race); at most one host synchronisation; on the modelled (or measured)
-    timeline copies and adds overlap and the whole takes no longer than the reference's.
+    the two operations of a race); at most one host synchronisation; on the modelled timeline (as
+    on a 1 GiB buffer, where the links are the bound) copies and adds overlap and the whole takes
+    no longer than the reference's.
 """
 
 import numpy as np

@@ -141,15 +141,54 @@ def test_host_traffic_beyond_the_graders_copies_is_refused():
         expect_no_host_traffic(traffic, 400)
 
 
-def _stage(ratio=1.15):
+def _stage(ratio=1.15, zero=0.0):
     from grader.course.manifest import GpuThreshold, Stage
 
-    return Stage("allreduce", 3, "pipelined", "allreduce_pipelined", (), (), GpuThreshold("reference", ratio))
+    return Stage("allreduce", 3, "pipelined", "allreduce_pipelined", (), (), GpuThreshold("reference", ratio, zero))
 
 
 def _timeline(result, n):
     return schedule([op.as_dict() for op in result.device.timeline], result.launches, gpu("H100"),
                     scale=(64 << 20) / (4 * n))
+
+
+def test_stage_3_is_timed_where_the_links_bound_so_one_piece_per_chunk_is_slower_not_faster(solution, monkeypatch):
+    """(audit) As on 64 MiB, one Python thread issuing every copy and add (about 10 us each) is the
+    bound: one piece per chunk, half the operations, modelled faster than the reference's two, the
+    lesson backwards. As on 1 GiB the links are the bound: one piece per chunk leaves each link idle
+    while its chunk is added, and it earns partial credit under course.toml's threshold; four
+    pieces, a faithful variant, earn it all."""
+    from grader.judge.collective import PIPELINE_BUFFER_BYTES
+
+    made = {}
+    for slices in (1, 2, 4):
+        monkeypatch.setattr(solution, "SLICES", slices)
+        made[slices], _ = _recorded(solution.allreduce_pipelined, 4, 40009)
+    small = {k: timeline_of(r, "H100", 4 * 40009) for k, r in made.items()}
+    large = {k: timeline_of(r, "H100", 4 * 40009, PIPELINE_BUFFER_BYTES) for k, r in made.items()}
+    assert small[2].host_bound and small[1].makespan_s < small[2].makespan_s
+    assert not large[2].host_bound and large[2].makespan_s < large[1].makespan_s
+    stage = _stage(1.05, 1.3)
+    assert expect_pipelined(stage, large[4], large[2])["credit"] == 1.0
+    with pytest.raises(PartialCredit, match=r"modelled on H100s with a 1 GiB buffer, .*one piece per chunk\) leaves "
+                                            r"the link idle") as found:
+        expect_pipelined(stage, large[1], large[2])
+    assert 0.6 < found.value.credit < 0.9
+
+
+def test_host_bound_looks_at_the_last_kernel_or_peer_copy_issued_not_the_outputs_copied_back():
+    """The device process's log ends with the outputs' copies to the host, after a wait for all the
+    work: the host's clock then is the work's end, whatever bounded it."""
+    g = gpu("H100")
+    ops = [{"index": 0, "kind": "kernel", "device": 0, "stream": 1, "tick": 1, "after": [], "launch": None},
+           {"index": 1, "kind": "copy", "device": 0, "stream": 2, "tick": 1, "after": [[1, 1]], "nbytes": 1 << 30,
+            "src": 0, "dst": 1},
+           {"index": 2, "kind": "sync", "device": -1, "stream": 0, "tick": 0, "after": [[2, 1]]},
+           {"index": 3, "kind": "copy", "device": 1, "stream": 3, "tick": 1, "after": [], "nbytes": 4, "src": 1,
+            "dst": -1}]
+    timeline = schedule(ops, [], g)
+    assert timeline.issued_s == pytest.approx(2 * g.host_issue_us * 1e-6)
+    assert not timeline.host_bound
 
 
 def test_the_pipelined_ring_overlaps_copies_and_adds_and_beats_the_synchronous_ring(solution):

@@ -12,7 +12,7 @@ link and per rank, which links carry anything, and the message structure.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,7 +23,11 @@ from .perf import PartialCredit, PerformanceShortfall, keep_timing
 
 HOST = -1
 WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low byte (N <= 8)
-MODEL_BUFFER_BYTES = 64 << 20  # the timeline is modelled as on a buffer this large (nccl-tests sizes)
+MODEL_BUFFER_BYTES = 64 << 20  # busbw against NCCL is modelled (and measured) on a buffer this large (nccl-tests)
+# stage 3's timeline against the reference's is modelled as on a buffer this large: where the links
+# are the bound, so pipelining pays. On 64 MiB one Python thread issuing every copy and add is the
+# bound (about 10 us each, 72 at N = 4), and fewer, larger pieces win (docs/ALLREDUCE.md, "Sizes")
+PIPELINE_BUFFER_BYTES = 1 << 30
 MAX_SPANS = 2000  # operations kept for the timeline picture
 FORGED_RATIO = 1.5  # a measured busbw this far above NCCL's on the same GPUs is not the student's
 # a measured busbw is believed up to this many times what the model allows relative to the
@@ -327,12 +331,14 @@ def _device_report(proof, what: str) -> None:
 
 
 # -- the modelled timeline ------------------------------------------------------------------------
-def timeline_of(result, gpu_key: str, buffer_bytes: int) -> Timeline:
-    """The call's modelled timeline on `gpu_key`, as on a buffer of MODEL_BUFFER_BYTES."""
+def timeline_of(result, gpu_key: str, buffer_bytes: int, model_bytes: int = MODEL_BUFFER_BYTES) -> Timeline:
+    """The call's modelled timeline on `gpu_key`, as on a buffer of `model_bytes` (the call ran
+    on `buffer_bytes`)."""
     proof = result.proof if getattr(result, "proof", None) is not None else result
     _device_report(proof, "the timeline of a call is recorded")
     ops = [op.as_dict() for op in proof.device.timeline]
-    return schedule(ops, proof.launches, perf_model.gpu(gpu_key), scale=MODEL_BUFFER_BYTES / max(buffer_bytes, 1))
+    timeline = schedule(ops, proof.launches, perf_model.gpu(gpu_key), scale=model_bytes / max(buffer_bytes, 1))
+    return replace(timeline, buffer_bytes=model_bytes)
 
 
 def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int = 1) -> dict:
@@ -342,15 +348,15 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     start = min((s.start_s for s in mine.spans), default=0.0)
     ranks = len({s.device for s in mine.spans if s.kind == "kernel" or s.peer}) or 1
     g = perf_model.gpu(stage.gpu.model_gpu)
-    # nccl-tests' definitions: algbw = S / t, busbw = algbw x 2 (N - 1) / N (the links' own rate)
-    busbw = MODEL_BUFFER_BYTES / mine.makespan_s * 2 * (ranks - 1) / ranks if mine.makespan_s > 0 else 0.0
+    size = mine.buffer_bytes or MODEL_BUFFER_BYTES
+    busbw = modelled_busbw(mine, ranks)
     summary = {"source": "modelled", "gpu": stage.gpu.model_gpu, "seconds": mine.makespan_s,
                "bound": "copies" if mine.busy_s("copy") >= mine.busy_s("kernel") else "adds",
-               "global_bytes": MODEL_BUFFER_BYTES * 2 * (ranks - 1) / ranks, "busbw_gbs": round(busbw / 1e9, 2),
+               "global_bytes": size * 2 * (ranks - 1) / ranks, "busbw_gbs": round(busbw / 1e9, 2),
                "bandwidth_fraction": round(busbw / (g.peer_bandwidth_gbs * 1e9), 4),
                "reference_seconds": reference.makespan_s, "overlap_seconds": mine.overlap_s(),
                "reference_overlap_seconds": reference.overlap_s(), "host_waits": mine.waits_between_copies,
-               "buffer_bytes": MODEL_BUFFER_BYTES,
+               "buffer_bytes": size,
                # the feedback's picture: kernels and GPU-to-GPU copies per stream, in microseconds
                "spans": [[s.kind, s.device, s.stream, round((s.start_s - start) * 1e6, 2),
                           round((s.end_s - start) * 1e6, 2)] for s in mine.spans
@@ -372,7 +378,7 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     if credit < 1:
         raise PartialCredit(
             f"slower than the reference: modelled on {stage.gpu.model_gpu}s with a "
-            f"{MODEL_BUFFER_BYTES >> 20} MiB buffer, {mine.makespan_s * 1e6:.0f} us against the reference's "
+            f"{_size_text(size)} buffer, {mine.makespan_s * 1e6:.0f} us against the reference's "
             f"{reference.makespan_s * 1e6:.0f} us ({ratio:.2f}x; full credit up to {stage.gpu.max_time_ratio:g}x); "
             f"{_what_bounds(mine, reference, g)}; {credit:.0%} of the points", credit)
     return summary
@@ -386,16 +392,27 @@ def _what_bounds(mine: Timeline, reference: Timeline, g) -> str:
         return (f"host-bound: the host issues {ops} copies and kernels one after another, about "
                 f"{g.host_issue_us:g} us each from Python, and the GPUs wait for it (the reference issues {theirs}): "
                 f"fewer, larger pieces keep the links busier than more, smaller ones")
-    return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference: "
+    if mine.overlap_s() < reference.overlap_s():
+        return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
+                f"{reference.overlap_s() * 1e6:.0f} us): while slice k is added, slice k + 1 should already be on "
+                f"the wire; a copy that waits for the add before it (one scratch buffer per rank, or one piece "
+                f"per chunk) leaves the link idle")
+    return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
             f"{reference.overlap_s() * 1e6:.0f} us)")
 
 
 # -- against NCCL ------------------------------------------------------------------------------------
 def modelled_busbw(timeline: Timeline, ranks: int) -> float:
-    """nccl-tests' bus bandwidth (bytes/s) of a modelled timeline, as on a MODEL_BUFFER_BYTES buffer."""
+    """nccl-tests' bus bandwidth (bytes/s) of a modelled timeline, as on the buffer it is modelled
+    on: algbw = S / t, busbw = algbw x 2 (N - 1) / N (the links' own rate)."""
     if timeline.makespan_s <= 0:
         return 0.0
-    return MODEL_BUFFER_BYTES / timeline.makespan_s * 2 * (ranks - 1) / ranks
+    return (timeline.buffer_bytes or MODEL_BUFFER_BYTES) / timeline.makespan_s * 2 * (ranks - 1) / ranks
+
+
+def _size_text(nbytes: int) -> str:
+    """64 MiB, 1 GiB."""
+    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 and nbytes % (1 << 30) == 0 else f"{nbytes >> 20} MiB"
 
 
 def modelled_nccl_busbw(gpu_key: str) -> float:
@@ -474,6 +491,6 @@ def believed_busbw(model: dict, reference_measured: float) -> float:
     return reference_measured * model["busbw_gbs"] / model["reference_busbw_gbs"] * MODEL_SLACK
 
 
-__all__ = ["MODEL_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
+__all__ = ["MODEL_BUFFER_BYTES", "PIPELINE_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
            "believed_busbw", "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "model_beside_allreduce", "rank_inputs", "ring_bound",
            "timeline_of"]

@@ -45,12 +45,14 @@ class Timeline:
     spans: list[Span]
     host_waits: int
     waits_between_copies: int  # times the host stopped after the first GPU-to-GPU copy and before the last
-    issued_s: float = 0.0      # when the host had issued its last operation (`host_issue_us` each)
+    issued_s: float = 0.0      # when the host had issued its last kernel or GPU-to-GPU copy (`host_issue_us` each)
+    buffer_bytes: int = 0      # the buffer it is modelled as on (grader/judge/collective.timeline_of); 0: as run
 
     @property
     def host_bound(self) -> bool:
-        """The GPUs mostly wait for the host: its last operation was issued within the last tenth
-        of the device work (one Python thread issues every rank's copies and kernels)."""
+        """The GPUs mostly wait for the host: its last kernel or GPU-to-GPU copy was issued within
+        the last tenth of the device work (one Python thread issues every rank's copies and
+        kernels; the host's own copies of the outputs come after the work, whatever bounds it)."""
         spans = self._device_spans()
         if not spans:
             return False
@@ -98,6 +100,7 @@ class Scheduler:
         # the event clock reads only the host's clock and the end times
         self.g, self.scale, self.keep_timeline = g, scale, keep_timeline
         self.host = 0.0  # the host's clock: issue costs, and the waits that move it on
+        self.device_issued = 0.0  # the host's clock when it issued its last kernel or GPU-to-GPU copy
         self.spans: list[Span] = []
         self.waits = 0
         self._ends: dict[tuple[int, int], float] = {}  # (stream, tick) -> end
@@ -138,8 +141,11 @@ class Scheduler:
             nbytes = int(op.get("nbytes", 0))
             duration = copy_seconds(int(nbytes * self.scale) if HOST not in (src, dst) else nbytes, src, dst, g)
             resource = ("link", src, dst)
+        peer = kind != "kernel" and HOST not in (src, dst) and src != dst
+        if kind == "kernel" or peer:
+            self.device_issued = self.host
         if self.keep_timeline:
-            self._events.append("peer" if kind != "kernel" and HOST not in (src, dst) and src != dst else "work")
+            self._events.append("peer" if peer else "work")
         start = max(self.host, ready, self._free.get(resource, 0.0))
         end = start + duration
         self._free[resource] = end
@@ -166,7 +172,7 @@ class Scheduler:
         peers = [i for i, what in enumerate(self._events) if what == "peer"]
         between = sum(1 for i, what in enumerate(self._events)
                       if what == "sync" and self._events[i - 1] != "sync" and peers and peers[0] < i < peers[-1])
-        return Timeline(list(self.spans), self.waits, between, self.host)
+        return Timeline(list(self.spans), self.waits, between, self.device_issued)
 
 
 def schedule(ops: Iterable[dict], launches: list[dict], g: Gpu, scale: float = 1.0) -> Timeline:

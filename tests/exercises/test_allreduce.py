@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grader.judge import require_kernel_launch
-from grader.judge.collective import (MODEL_BUFFER_BYTES, Traffic, believed_busbw, expect_allreduced,
+from grader.judge.collective import (MODEL_BUFFER_BYTES, PIPELINE_BUFFER_BYTES, Traffic, believed_busbw, expect_allreduced,
                                      expect_busbw, expect_no_host_traffic, expect_pipelined, expect_ring_traffic,
                                      expect_total_traffic, model_beside_allreduce, modelled_busbw,
                                      modelled_nccl_busbw, rank_inputs, timeline_of)
@@ -144,13 +144,13 @@ def test_pipelined_traffic(student, reference, stage_spec, backend, rng, ranks):
 @pytest.mark.perf
 def test_pipelined_overlaps_copies_and_adds(student, reference, stage_spec, backend, rng):
     """On the modelled timeline (the stream order of the simulated GPUs, scheduled by the
-    performance model as on a 64 MiB buffer): no host wait inside the loop, copies and adds
-    overlapping, and no slower than the reference."""
+    performance model as on a 1 GiB buffer, where the links are the bound): no host wait inside the
+    loop, copies and adds overlapping, and no slower than the reference."""
     ranks, n = TIMELINE
     result, inputs = _run(student, backend, rng, "allreduce_pipelined", ranks, n)
-    mine = timeline_of(result, stage_spec.gpu.model_gpu, inputs[0].nbytes)
+    mine = timeline_of(result, stage_spec.gpu.model_gpu, inputs[0].nbytes, PIPELINE_BUFFER_BYTES)
     theirs = timeline_of(reference.call_ranks("allreduce_pipelined", inputs), stage_spec.gpu.model_gpu,
-                         inputs[0].nbytes)
+                         inputs[0].nbytes, PIPELINE_BUFFER_BYTES)
     expect_pipelined(stage_spec, mine, theirs)
 
 
