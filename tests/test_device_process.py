@@ -364,6 +364,26 @@ def test_a_device_process_that_dies_is_told_as_the_devices_failure(device_studen
     _add_call(s)
 
 
+def test_a_device_process_that_ends_while_the_module_imports_is_told_with_why(device_student):
+    """(audit) Top-level code using the GPU while the device process ended (the judge stops it at a
+    limit) read "EOFError: the other side closed the channel": the runner sees only a closed socket.
+    The import's failure now says the simulated GPU stopped, and the judge, which can see why the
+    process ended, says why."""
+    s = device_student("""
+        d_x = cuda.to_device(np.ones(4, dtype=np.float32))  # at import
+
+        def vector_add(a, b):
+            return a + b
+    """)
+    s.connection.request({"op": "ping"})  # both processes up, the module not imported yet
+    s.connection._device.kill()
+    with pytest.raises(StudentCodeError) as failed:
+        s.call("vector_add", *_inputs())
+    said = str(failed.value)
+    assert "could not import the submission" in said and "EOFError" not in said, said
+    assert "DeviceError: the simulated GPU stopped: " in said and "killed" in said, said
+
+
 def test_a_kernel_that_raises_says_where_as_host_code_does(device_student):
     """The stub's `raise NotImplementedError()` left in a kernel, the host function written: the
     device process, which runs the kernel, names the kernel's line as the runner names host

@@ -63,6 +63,7 @@ class Channel:
         self._sock = socket.socket(fileno=fd)
         self._lock = threading.Lock()
         self._freed: list[int] = []
+        self._lost = ""  # why the device process is gone, once it is: every later request says so
 
     def request(self, message: dict) -> dict:
         site = launch_site()  # where the student's code asked, for the messages of findings only
@@ -71,7 +72,16 @@ class Channel:
             if self._freed:
                 message = dict(message, free=self._freed)
                 self._freed = []
-            reply = shared.exchange(self._sock, message, BOUNDS)  # arrays through sealed shared memory
+            if self._lost:
+                raise DeviceError(self._lost)
+            try:
+                reply = shared.exchange(self._sock, message, BOUNDS)  # arrays through sealed shared memory
+            except (EOFError, ConnectionError) as exc:
+                # the device process ended: the judge kills it at a limit (a kernel that never ends,
+                # memory filled), or it crashed; the judge says which when the call ends
+                self._lost = (f"{wire.DEVICE_STOPPED}: its process ended during this request ({exc}); "
+                              f"it is stopped when a kernel runs past the time limit or fills the memory")
+                raise DeviceError(self._lost) from None
         if not isinstance(reply, dict) or not reply.get("ok"):
             _raise((reply or {}).get("error") or {} if isinstance(reply, dict) else {})
         return reply

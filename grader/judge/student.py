@@ -34,6 +34,7 @@ DEFAULT_RETURN_BYTES = 64 << 20
 SMALL_REPLY = wire.Bounds(json_bytes=1 << 20, frame_bytes=0)  # import, configure, ping: no arrays
 REPORT_BOUNDS = wire.Bounds(json_bytes=32 << 20, frame_bytes=16 << 20)  # a device report: records, heads
 DEVICE_TIMEOUT_S = 60.0  # the device's own answers (its work was done within the runner's call)
+PING_TIMEOUT_S = 10.0  # whether the device process still answers, when the runner saw it gone
 REPLAY_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # a replay's downloads (the device is ours)
 
 
@@ -294,6 +295,18 @@ class RunnerConnection:
             self.close()
             raise
 
+    def device_end_reason(self) -> str:
+        """Why the device process ended ("killed: out of memory (limit 4096 MiB)"); "" while it
+        answers, or without one."""
+        if self._device is None:
+            return ""
+        try:
+            self._device.request({"op": "ping"}, timeout=PING_TIMEOUT_S, bounds=SMALL_REPLY)
+            return ""
+        except (ProtocolError, RunnerError) as exc:
+            self.close()
+            return _its(exc).splitlines()[0]
+
     def _tell_device(self, device: Runner, message: dict, bounds: wire.Bounds, parse):
         """The device's reply to the judge's `message`; a failure of the device itself is no doing of
         the student's, and is told of the device."""
@@ -494,7 +507,15 @@ class Student:
             error = reply.error
             if error.kind == "context_lost":  # every later CUDA call of that process would fail too
                 self.connection.close()       # the next call starts a fresh runner
-            raise StudentCodeError(error.kind, error.type, error.message, error.where, error.traceback, error.finding)
+            message = error.message
+            if error.type == "DeviceError" and message.startswith(wire.DEVICE_STOPPED):
+                # the runner saw only a closed channel; why the device process ended is the judge's to say
+                # (a call's end asks the device and says it; an import's does not)
+                reason = self.connection.device_end_reason()
+                if reason:
+                    message = f"{wire.DEVICE_STOPPED}: {reason}" + (
+                        _OUT_OF_MEMORY if "killed: out of memory" in reason else "")
+            raise StudentCodeError(error.kind, error.type, message, error.where, error.traceback, error.finding)
 
     def call(self, function: str, *args: Any, timeout: float | None = None, returns: Returns | None = None,
              flush: bool = False) -> CallResult:

@@ -26,6 +26,9 @@ MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
 PRINTED_LINES = 20       # of what a call's kernels printed (grader.device.kernel_output)
 PRINTED_LINE = 210       # characters of one of those lines, the device's own cut included
+# how the runner's side words a request the device process ended under (grader.device.client); the
+# judge, which can see why that process ended, adds the reason (grader.judge.student)
+DEVICE_STOPPED = "the simulated GPU stopped"
 # "unavailable": the machine cannot do what was asked (no CuPy or NCCL, fewer GPUs than ranks, a
 # backend that times nothing): not the student's failure, nor the runner's
 ERROR_KINDS = frozenset({"import", "not_implemented", "simulator", "exception", "missing", "protocol",
