@@ -57,16 +57,48 @@ def _dims(dims: tuple) -> str:
 MOST_ROWS = 60  # a longer table keeps its first and last rows: a loop of launches is read in a few
 
 
+_SHAPE = ("kernel", "grid", "block", "executor", "fallback", "bound")  # what one row's launches share
+_RANGED = ("sectors_per_request", "wavefronts_per_shared_request", "atomics", "seconds")  # (lowest, highest)
+
+
 def grouped(rows: list[dict]) -> list[tuple[dict, int]]:
-    """Consecutive launches whose rows read the same (a kernel launched in a loop) as one row and
-    how many they were."""
+    """Consecutive launches of one kernel in one configuration (a kernel launched in a loop, on one
+    GPU or on each in turn, on pieces that differ by an element) as one row and how many they
+    were: the row holds their `devices` and each figure's (lowest, highest)."""
     out: list[tuple[dict, int]] = []
     for row in rows:
-        if out and out[-1][0] == row:
-            out[-1] = (row, out[-1][1] + 1)
+        if out and all(out[-1][0][k] == row[k] for k in _SHAPE):
+            kept, count = out[-1]
+            out[-1] = ({**kept, "devices": kept["devices"] | {row["device"]},
+                        **{k: _widened(kept[k], row[k]) for k in _RANGED}}, count + 1)
         else:
-            out.append((row, 1))
+            out.append(({**row, "devices": {row["device"]}, **{k: (row[k], row[k]) for k in _RANGED}}, 1))
     return out
+
+
+def _widened(span: tuple, value):
+    lo, hi = span
+    if value is None:
+        return span
+    return (value if lo is None else min(lo, value), value if hi is None else max(hi, value))
+
+
+def _span(span: tuple, unit: str = "", blank_zero: bool = False) -> str:
+    """(4.0, 4.67) as 4-4.67; (None, None) blank."""
+    lo, hi = span
+    if lo is None or (blank_zero and not hi):
+        return ""
+    text = lambda v: f"{v:.3g}"  # noqa: E731
+    return (text(lo) if text(lo) == text(hi) else f"{text(lo)}-{text(hi)}") + unit
+
+
+def _gpus(devices: set[int]) -> str:
+    ordered = sorted(devices)
+    if len(ordered) == 1:
+        return f"GPU {ordered[0]}"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"GPUs {ordered[0]}-{ordered[-1]}"
+    return "GPUs " + ", ".join(map(str, ordered))
 
 
 def _table(rows: list[dict], gpu_key: str) -> str:
@@ -74,11 +106,11 @@ def _table(rows: list[dict], gpu_key: str) -> str:
     from rich.table import Table
 
     table = Table(title=f"kernel launches (modelled on {gpu_key}, as launched: this size, launch overhead included; "
-                        f"x N: N launches in a row alike, each taking the time shown)")
+                        f"x N: N launches in a row of one kernel and configuration, each taking the time shown, "
+                        f"lowest-highest where they differ)")
     for name in ("kernel", "blocks / threads", "executor", "sectors / request", "shared passes / request",
                  "atomics", "modelled time", "bound by"):
         table.add_column(name, overflow="fold", no_wrap=name == "kernel")
-    fmt = lambda v: "" if v is None else f"{v:.3g}"  # noqa: E731
     several = any(r["device"] for r in rows)
     groups = grouped(rows)
     if len(groups) > MOST_ROWS:
@@ -89,11 +121,11 @@ def _table(rows: list[dict], gpu_key: str) -> str:
             table.add_row(f"... {count} more rows", *[""] * 7)
             continue
         executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
-        table.add_row(r["kernel"] + (f" (GPU {r['device']})" if several else "") + (f" x {count}" if count > 1 else ""),
-                      f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, fmt(r["sectors_per_request"]),
-                      fmt(r["wavefronts_per_shared_request"]), str(r["atomics"] or ""),
-                      f"{r['seconds'] * 1e6:.3g} us", r["bound"])
-    console = Console(file=sys.stdout, width=max(100, Console().width))
+        table.add_row(r["kernel"] + (f" ({_gpus(r['devices'])})" if several else "") + (f" x {count}" if count > 1 else ""),
+                      f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, _span(r["sectors_per_request"]),
+                      _span(r["wavefronts_per_shared_request"]), _span(r["atomics"], blank_zero=True),
+                      _span(tuple(v * 1e6 for v in r["seconds"]), " us"), r["bound"])
+    console = Console(file=sys.stdout, width=max(120, Console().width))
     with console.capture() as out:
         console.print(table)
     return out.get()
@@ -121,11 +153,16 @@ def time_line(ops: list[dict], truncated: bool, rows: list[dict], gpu_key: str) 
         return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"
 
     kernels = sum(r["seconds"] for r in rows)
-    copies = "; ".join(f"{what} {s * 1e6:.3g} us ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
+    copies = "; ".join(f"{what} {_duration(s)} ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
                        for what, (n, b, s) in groups.items())
     cut = f" (of the first {len(ops):,} operations)" if truncated else ""
-    return (f"time on the GPU, modelled on {gpu_key}{cut}: kernels {kernels * 1e6:.3g} us ({len(rows)} "
+    return (f"time on the GPU, modelled on {gpu_key}{cut}: kernels {_duration(kernels)} ({len(rows)} "
             f"launch{'' if len(rows) == 1 else 'es'}); {copies}\n")
+
+
+def _duration(seconds: float) -> str:
+    """2250 us as 2.25 ms: no exponent in a line a student reads."""
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
 
 
 _HOST_CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time"}

@@ -2,6 +2,7 @@
 would run it, findings stopping it with the source around them, then a table of its launches."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,7 +137,7 @@ print("sums", sums)
     done = subprocess.run([sys.executable, "-m", "grader", "run", "--devices", "2", str(script)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "sums [100.0, 200.0]" in done.stdout and "fill (GPU 1)" in done.stdout
+    assert "sums [100.0, 200.0]" in done.stdout and "fill (GPUs 0-1) x 2" in done.stdout
 
 
 def test_a_script_timing_kernels_with_the_hosts_clock_is_told_to_use_events(tmp_path):
@@ -212,9 +213,26 @@ print("sums", sorted({float(v) for b in bufs for v in b.copy_to_host()}))
     done = subprocess.run([sys.executable, "-m", "grader", "run", "--devices", "4", str(script)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "sums [10.0]" in done.stdout and "add_kernel (GPU 3)" in done.stdout
+    assert "sums [10.0]" in done.stdout and re.search(r"add_kernel \(GPUs 0-3\) x \d+", done.stdout), done.stdout
     # the ring's 2 (N - 1) steps of N copies between GPUs
     assert "GPU -> GPU " in done.stdout and "(24 copies, " in done.stdout
+
+
+def test_launches_on_each_gpu_in_turn_on_pieces_that_differ_are_one_row_with_ranges():
+    """(audit) An all-reduce adds on GPU 0, 1, 2, 3, 0, ... on pieces an element apart: every launch
+    read as a row of its own, and a ring of 8 ranks filled the table past its cut."""
+    from grader.run_script import _table, grouped
+
+    def row(device, sectors, seconds):
+        return {"kernel": "add_kernel", "device": device, "grid": (1, 1, 1), "block": (256, 1, 1), "executor": "simt",
+                "fallback": None, "sectors_per_request": sectors, "wavefronts_per_shared_request": None,
+                "atomics": 0, "seconds": seconds, "bound": "launch"}
+
+    rows = [row(i % 4, 4.0 + (i % 3) / 3, 2e-6 + (i % 2) * 1e-7) for i in range(24)]
+    [(merged, count)] = grouped(rows)
+    assert count == 24 and merged["devices"] == {0, 1, 2, 3}
+    table = _table(rows, "H100")
+    assert "add_kernel (GPUs 0-3) x 24" in table and "4-4.67" in table and "2-2.1" in table, table
 
 
 def test_launches_in_a_loop_are_one_row_and_a_long_table_keeps_its_ends():
@@ -229,7 +247,7 @@ def test_launches_in_a_loop_are_one_row_and_a_long_table_keeps_its_ends():
     assert [(r["kernel"], n) for r, n in grouped(rows)] == [("a", 300), ("b", 1), ("a", 1)]
     table = _table(rows, "H100")
     assert "│ a x 300 " in table and "│ b " in table
-    alternating = [row("k", seconds=(i + 1) * 1e-6) for i in range(2 * MOST_ROWS)]  # no two alike
-    table = _table(alternating, "H100")
+    alternating = [{**row("k", seconds=(i + 1) * 1e-6), "grid": (i + 1, 1, 1)} for i in range(2 * MOST_ROWS)]
+    table = _table(alternating, "H100")  # (no two alike)
     assert f"... {MOST_ROWS} more rows" in table
     assert "1 us" in table and f"{2 * MOST_ROWS} us" in table  # the first rows and the last
