@@ -17,9 +17,9 @@ leaves either the whole row or nothing. On sqlite the journal is WAL with `synch
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import subprocess
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from importlib import metadata
@@ -326,31 +326,29 @@ def _row(r) -> Row:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def grader_version() -> str:
-    """The installed gpugrade version; run from a git checkout, plus its short commit and "+dirty"
-    when grader/ has changes (committed or not, a changed grader may grade differently)."""
+    """The installed gpugrade version plus a digest of what is under grader/ (every file but
+    compiled bytecode: sorted paths and their bytes; 12 hex digits of a sha256): a changed grader
+    may grade differently, and only a change there is one. Read once a process, as the code it
+    runs was (a commit of the course repository that leaves grader/ alone, a hint's typo, is no
+    new grader: keyed on the checkout's HEAD, every commit regraded a whole class)."""
     try:
         version = metadata.version("gpugrade")
     except metadata.PackageNotFoundError:
         from .. import __version__ as version
-    package = Path(__file__).resolve().parents[1]
+    return f"{version}+{tree_digest(Path(__file__).resolve().parents[1])}"
 
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
 
-    top = git("rev-parse", "--show-toplevel")
-    # an installed copy inside some other repository (a venv in a project) is not a checkout of ours
-    if not top or Path(top).resolve() / "grader" != package:
-        return version
-    commit = git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return version
-    dirty = git("status", "--porcelain", "--", str(package))
-    return f"{version}+{commit}" + ("+dirty" if dirty else "")
+def tree_digest(folder: Path) -> str:
+    """12 hex digits of a sha256 of every file under `folder` but compiled bytecode: sorted
+    relative paths and their bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.suffix not in (".pyc", ".pyo")):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:12]
 
 
 def course_version(course_root: str | Path, exercises: list[str] | None = None) -> str:
