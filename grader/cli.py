@@ -335,8 +335,10 @@ def _export(args) -> int:
         export.write_csv(rows, Path(args.csv), exercises, policy)
         print(f"wrote {args.csv} ({len(rows)} students)")
     if args.gradescope:
-        export.write_gradescope(rows, Path(args.gradescope), policy)
-        print(f"wrote {args.gradescope}/<student>/results.json ({len(rows)} students)")
+        _, removed = export.write_gradescope(rows, Path(args.gradescope), policy)
+        print(f"wrote {args.gradescope}/<student>/results.json ({len(rows)} students)"
+              + (f"; removed the results of an earlier export for {len(removed)} student(s) no longer in it: "
+                 f"{', '.join(removed[:10])}{' ...' if len(removed) > 10 else ''}" if removed else ""))
     if args.nbgrader:
         name = args.nbgrader_assignment or assignment
         export.write_nbgrader(rows, args.nbgrader, name, policy)

@@ -377,11 +377,20 @@ def test_csv_is_replaced_atomically(store, tmp_path):
     write_csv(rows, out, ["vector_add"])
     assert len(out.read_text().splitlines()) == 4
     assert not list(tmp_path.glob("*.tmp"))  # no temp file left behind
+    # (audit) as open() makes a file, not mkstemp's 0600: a TA group reads the grades it is pointed to
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_gradescope_files_follow_the_schema_and_carry_the_final_score(store, tmp_path):
     policy = LatePolicy(DEADLINE, per_day=0.1)
-    assert write_gradescope(rows_of(store), tmp_path / "gs", policy) == 3
+    (tmp_path / "gs" / "ken").mkdir(parents=True)  # (audit) off the roster since an earlier export
+    (tmp_path / "gs" / "ken" / "results.json").write_text('{"score": 25}')
+    (tmp_path / "gs" / "notes").mkdir()  # not only an export's: left alone
+    (tmp_path / "gs" / "notes" / "todo.txt").write_text("x")
+    assert write_gradescope(rows_of(store), tmp_path / "gs", policy) == (3, ["ken"])
+    assert not (tmp_path / "gs" / "ken").exists() and (tmp_path / "gs" / "notes" / "todo.txt").exists()
     docs = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "gs").glob("*/results.json")}
     assert sorted(docs) == ["alice", "bob", "carol"]
     for doc in docs.values():

@@ -79,6 +79,7 @@ def _atomic(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it (mkstemp's 0600: a TA group could not read it)
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             yield f
             f.flush()
@@ -87,6 +88,18 @@ def _atomic(path: Path):
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it: other threads create files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def first_failure(row: Row) -> str:
@@ -149,14 +162,24 @@ def gradescope_doc(row: Row, policy: LatePolicy = ON_TIME) -> dict:
     return doc
 
 
-def write_gradescope(rows: Iterable[Row], folder: str | Path, policy: LatePolicy = ON_TIME) -> int:
-    """`<folder>/<student_id>/results.json` per row; returns how many were written."""
-    count = 0
+def write_gradescope(rows: Iterable[Row], folder: str | Path, policy: LatePolicy = ON_TIME) -> tuple[int, list[str]]:
+    """`<folder>/<student_id>/results.json` per row; (how many were written, the students whose
+    folder from an earlier export was removed: one holding nothing but its results.json, of a
+    student no longer in the rows, would go on to Gradescope with an old grade)."""
+    folder = Path(folder)
+    written: set[str] = set()
     for row in rows:
-        with _atomic(Path(folder) / _folder_name(row.key.student_id) / "results.json") as f:
+        name = _folder_name(row.key.student_id)
+        with _atomic(folder / name / "results.json") as f:
             json.dump(gradescope_doc(row, policy), f, indent=1)
-        count += 1
-    return count
+        written.add(name)
+    removed = []
+    for stale in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in written):
+        if [p.name for p in stale.iterdir()] == ["results.json"]:  # ours alone: anything else is left
+            (stale / "results.json").unlink()
+            stale.rmdir()
+            removed.append(stale.name)
+    return len(written), removed
 
 
 @contextmanager
