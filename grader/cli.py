@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from . import __version__
@@ -319,12 +320,20 @@ def _export(args) -> int:
                   f"out: {', '.join(gone[:20])}{' ...' if len(gone) > 20 else ''}", file=sys.stderr)
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
+        recorded, extensions = store.deadline(assignment), store.extensions(assignment)
     deadline = _deadline(args.deadline)
     if deadline is None and (args.late_per_day or args.late_cap != 1.0):
         # without a deadline nobody is late: the penalty would silently be nothing
         raise UsageError("--late-per-day and --late-cap need --deadline (the time from which a day late counts)")
+    if deadline is not None and isinstance(recorded, datetime) and recorded != deadline:
+        print(f"gpugrade: --deadline {deadline.isoformat()} is not the deadline {folder} chose commits by "
+              f"({recorded.isoformat()}): days late count from --deadline", file=sys.stderr)
+    extended = sorted(s for s in extensions if s in {r.key.student_id for r in rows})
+    if deadline is not None and extended:
+        print(f"gpugrade: {len(extended)} student(s) have their own deadline in the roster, days late count from "
+              f"it: {', '.join(extended[:20])}{' ...' if len(extended) > 20 else ''}", file=sys.stderr)
     try:
-        policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap)
+        policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap, extensions)
     except ValueError as exc:
         raise UsageError(f"late penalty: {exc}") from None
     if not (args.csv or args.gradescope or args.nbgrader):

@@ -531,3 +531,16 @@ def test_a_folder_keeps_its_deadline_and_names_its_assignment(course, tmp_path):
     extended.write_text(f"student_id,repo,deadline\nalice,{tmp_path / 'repos' / 'alice.git'},2091-06-01T00:00:00Z\n")
     assert _batch(course, extended, tmp_path / "grades" / "hw1x", "--deadline", "2090-01-01T00:00:00Z").returncode == 0
     assert _grades(tmp_path / "grades" / "hw1x")["alice"]["commit"] == late
+    # (audit) ... and the exports count her days late from it: committed 2091-01-01, before her 2091-06-01
+    charged = tmp_path / "charged.csv"
+    done = subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path / "grades" / "hw1x"), "--csv",
+                           str(charged), "--deadline", "2090-01-01T00:00:00Z", "--late-per-day", "0.1"], cwd=course,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "1 student(s) have their own deadline in the roster" in done.stderr, done.stderr
+    with charged.open(newline="") as f:
+        [row] = list(csv.DictReader(f))
+    assert (row["late_days"], row["penalty"]) == ("0", "0"), row
+    # an export's --deadline other than the one the folder chose commits by is said
+    done = subprocess.run([*export, "--deadline", "2089-01-01T00:00:00Z"], cwd=course, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "is not the deadline" in done.stderr, done.stderr

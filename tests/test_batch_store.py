@@ -353,6 +353,27 @@ def test_csv_has_a_line_per_student_with_exercises_and_the_penalty(store, tmp_pa
             carol["first_failure"]) == ("error", "repository not found", "0", "7", "0", "0", "")
 
 
+def test_a_students_own_deadline_in_the_roster_counts_their_days_late(store, tmp_path):
+    """(audit) An extension chose the student's commit in the batch, but every export charged the
+    days from the class's deadline: grace, 2 days late for the class and on time for herself, lost 20%."""
+    from datetime import timedelta
+
+    store.record_extensions("hw1", {"bob": DEADLINE + timedelta(days=3), "alice": None})
+    assert store.extensions("hw1") == {"bob": DEADLINE + timedelta(days=3)}
+    policy = LatePolicy(DEADLINE, per_day=0.1, extensions=store.extensions("hw1"))
+    out = tmp_path / "grades.csv"
+    write_csv(rows_of(store), out, ["vector_add", "matmul"], policy)
+    with out.open(newline="") as f:
+        bob = next(line for line in csv.DictReader(f) if line["student_id"] == "bob")
+    assert (bob["late_days"], bob["penalty"], bob["final"]) == ("0", "0", "5")
+    [doc] = [gradescope_doc(r, policy) for r in rows_of(store) if r.key.student_id == "bob"]
+    assert doc["score"] == 5 and "late" not in doc["output"]
+    # without a class deadline nobody is late, extension or not
+    assert LatePolicy(extensions={"bob": DEADLINE}).of("bob").deadline is None
+    store.record_extensions("hw1", {"bob": None})  # the next roster gives none: the class's again
+    assert store.extensions("hw1") == {}
+
+
 def test_the_summary_names_the_students_under_each_failure(store):
     from grader.batch.summary import summary_page
 

@@ -12,10 +12,10 @@ import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..errors import UsageError
 from ..report.gradescope import gradescope
@@ -32,12 +32,20 @@ class LatePolicy:
     deadline: datetime | None = None
     per_day: float = 0.0
     cap: float = 1.0
+    # a student's own deadline (an extension: the roster's deadline column, Store.extensions), by id;
+    # applied where there is a class deadline to be late for at all
+    extensions: Mapping[str, datetime] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.deadline is not None and self.deadline.utcoffset() is None:
             raise ValueError("the deadline needs a time zone")
         if not (self.per_day >= 0 and 0 <= self.cap <= 1):
             raise ValueError(f"per_day must be >= 0 and cap in [0, 1], not {self.per_day} and {self.cap}")
+
+    def of(self, student_id: str) -> "LatePolicy":
+        """The policy for one student: their own deadline where they have one."""
+        own = self.extensions.get(student_id)
+        return self if own is None or self.deadline is None else replace(self, deadline=own, extensions={})
 
     def days_late(self, committed_at: datetime | None) -> int:
         if self.deadline is None or committed_at is None:
@@ -127,14 +135,15 @@ def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], polic
         for row in rows:
             score = _score(row)
             graded = row.status == "graded"
+            late = policy.of(row.key.student_id)
             out.writerow([
                 row.key.student_id, _number(score), _number(row.max_score if graded else maximum),
                 *(_number(row.exercises[e][0] if graded else 0) if e in row.exercises or not graded else ""
                   for e in exercises),
                 row.status, reason(row), first_failure(row), row.key.commit,
                 row.committed_at.isoformat() if row.committed_at else "",
-                policy.days_late(row.committed_at), _number(policy.penalty(row.committed_at)),
-                _number(policy.final(score, row.committed_at)),
+                late.days_late(row.committed_at), _number(late.penalty(row.committed_at)),
+                _number(late.final(score, row.committed_at)),
             ])
 
 
@@ -154,6 +163,7 @@ def gradescope_doc(row: Row, policy: LatePolicy = ON_TIME) -> dict:
     if row.status != "graded":
         doc["output"] += f"\nNot graded: {row.reason}"
     score = _score(row)
+    policy = policy.of(row.key.student_id)
     days, penalty = policy.days_late(row.committed_at), policy.penalty(row.committed_at)
     doc["score"] = policy.final(score, row.committed_at)
     if penalty:
@@ -232,12 +242,17 @@ def write_nbgrader(rows: Iterable[Row], db_url: str, assignment: str, policy: La
         for row in rows:
             student = row.key.student_id
             gb.update_or_create_student(student)
-            submission = gb.update_or_create_submission(assignment, student, timestamp=row.committed_at)
+            late = policy.of(student)
+            # an extension, as nbgrader keeps one: the time past the assignment's due date
+            extension = (late.deadline - policy.deadline if late.deadline and policy.deadline
+                         and late.deadline > policy.deadline else None)
+            submission = gb.update_or_create_submission(assignment, student, timestamp=row.committed_at,
+                                                        extension=extension)
             # the penalty in points, rounded as the CSV's final score is; all of it on the first
             # notebook: nbgrader sums the notebooks' penalties, and a sum of per-notebook shares
             # carries float noise (22.200000000000003)
             total = _score(row)
-            penalty = round(total - policy.final(total, row.committed_at), 6)
+            penalty = round(total - late.final(total, row.committed_at), 6)
             for index, (exercise, cell) in enumerate(cells.items()):
                 score = row.exercises.get(exercise, (0.0, 0.0))[0] if row.status == "graded" else 0.0
                 try:

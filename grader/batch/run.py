@@ -306,6 +306,8 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         raise
     if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
         batch.store.record_roster(batch.assignment, everyone)
+    # each student's own deadline as this roster says it, for the exports' late penalty
+    batch.store.record_extensions(batch.assignment, {e.student_id: e.deadline for e in entries})
     if on_notice is not None:
         gone = batch.store.on_roster(batch.assignment)[1]
         if gone:

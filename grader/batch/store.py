@@ -96,6 +96,14 @@ rosters = Table(
     Column("students", JSON, nullable=False),                    # [student_id, ...]
     Column("recorded_at", String(40), nullable=False),
 )
+# a student's own deadline (an extension: the roster's deadline column) as the latest batch or
+# regrade of them read it, for the exports' late penalty; a student without a row has the class's
+extensions = Table(
+    "extensions", _meta,
+    Column("assignment", String(ASSIGNMENT_LENGTH), primary_key=True),
+    Column("student_id", String(128), primary_key=True),
+    Column("deadline", String(40), nullable=False),               # UTC ISO 8601, as committed_at
+)
 
 
 @dataclass(frozen=True)
@@ -292,6 +300,25 @@ class Store:
         with self.engine.begin() as conn:
             if not conn.execute(update(rosters).where(rosters.c.assignment == assignment).values(**values)).rowcount:
                 conn.execute(insert(rosters).values(assignment=assignment, **values))
+
+    def extensions(self, assignment: str) -> dict[str, datetime]:
+        """Each student's own deadline for `assignment` (the roster's deadline column), by id."""
+        with self.engine.connect() as conn:
+            found = conn.execute(select(extensions.c.student_id, extensions.c.deadline)
+                                 .where(extensions.c.assignment == assignment)).all()
+        return {student: datetime.fromisoformat(deadline) for student, deadline in found}
+
+    def record_extensions(self, assignment: str, deadlines: dict[str, datetime | None]) -> None:
+        """Record (replace) the own deadline of each of these students; None: they have none."""
+        if not deadlines:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(delete(extensions).where(extensions.c.assignment == assignment,
+                                                  extensions.c.student_id.in_(list(deadlines))))
+            given = [{"assignment": assignment, "student_id": s, "deadline": _utc_text(d)}
+                     for s, d in deadlines.items() if d is not None]
+            if given:
+                conn.execute(insert(extensions), given)
 
     def on_roster(self, assignment: str) -> tuple[list[Row], list[str]]:
         """`latest(assignment)` of the students on its recorded roster (all, where none is
