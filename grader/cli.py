@@ -243,6 +243,18 @@ def _batch_options(args, course: Course, backend: Kind):
                    deadline=_deadline(args.deadline), seed=args.seed)
 
 
+def _warn_without_compile_check() -> None:
+    """A class's grades stored without the compile check lack what it finds: said before they are made."""
+    from .sim.compile_check import toolchain_status
+
+    status = toolchain_status()
+    if not status.available:
+        print(f"gpugrade: warning: the compile check is unavailable on this machine ({status.reason[:300]}): the "
+              f"grades made here leave out what it finds (kernels numba cannot compile for a GPU, registers and "
+              f"occupancy, the instructions of a kernel's loops) and may differ from a machine with it; `gpugrade "
+              f"doctor` says more", file=sys.stderr)
+
+
 def _batch(args, course: Course, backend: Kind) -> int:
     _need_batch_extra()
     from .batch.run import run_batch
@@ -250,6 +262,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
     options = _batch_options(args, course, backend)
     # what every submission's grade() would refuse (--gpus without docker, ...), refused once, up front
     options.sandbox_spec().check(options.backend, options.simulator)
+    _warn_without_compile_check()
     regrading = args.command == "regrade" or args.force
     recorded = 0  # submissions this run stored (graded or not): what an interrupt keeps
     try:

@@ -602,6 +602,20 @@ def test_no_compiler_is_unavailable_not_failed(monkeypatch):
         r.occupancy(256)
 
 
+def test_a_library_the_toolchain_cannot_find_is_unavailable_never_the_kernels_failure():
+    """(audit) A machine whose numba found no libnvrtc: every kernel, the reference's too, read
+    "would not compile for a GPU (DynamicLibNotFoundError ...)", and a batch stored the zeros."""
+    from grader.sim.compile_check.explain import classify
+
+    class DynamicLibNotFoundError(RuntimeError):  # (cuda.pathfinder's: named, as numba-cuda raises it)
+        pass
+
+    for error in (DynamicLibNotFoundError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12"'),
+                  RuntimeError('NVRTC: DynamicLibNotFoundError: Failure finding "libnvrtc.so.13"')):
+        report = classify(error, vector_add.py_func, set())
+        assert not report.available and not report.failed, report
+
+
 def test_no_ptxas_still_reports_typing_failures(monkeypatch, toolchain):
     monkeypatch.setattr(toolchain_mod, "status_for_check",
                         lambda refresh=False: _status(ptxas=False, ptxas_path=None,

@@ -73,8 +73,11 @@ def classify(e: BaseException, py, files: set[str]) -> CompileReport:
     failure at its stage, or "unavailable" for a toolchain problem."""
     text = str(e)
     # Toolchain problems are "unavailable", never the kernel's fault.
+    # (DynamicLibNotFoundError: cuda-pathfinder found no libnvrtc or libnvvm, a machine's setup: every
+    # kernel, the reference's too, read "would not compile for a GPU", and a class was stored with zeros)
     if (_isinstance_named(e, "NvvmSupportError") or _isinstance_named(e, "CudaSupportError")
-            or _isinstance_named(e, "NvrtcSupportError") or isinstance(e, (ImportError, OSError))):
+            or _isinstance_named(e, "NvrtcSupportError") or _isinstance_named(e, "DynamicLibNotFoundError")
+            or "DynamicLibNotFoundError" in text or isinstance(e, (ImportError, OSError))):
         return CompileReport(ok=False, available=False,
                              message=f"{type(e).__name__}: {first_line(e)}", detail=_trim(text))
     frames = _tb_frames(e)
