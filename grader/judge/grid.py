@@ -7,18 +7,19 @@ from .correctness import WrongAnswer
 
 
 def expect_one_grid(launches_by_size: dict[int, list[dict]]) -> None:
-    """WrongAnswer unless every launch of the calls (n -> the call's launch records) used the same
-    grid and block, naming what each size launched and what to launch instead."""
-    shapes = {(tuple(r["grid"]), tuple(r["block"])) for runs in launches_by_size.values() for r in runs}
+    """WrongAnswer unless every call (n -> the call's launch records) launched the same grids and
+    blocks, naming what each size launched and what to launch instead. A call may launch several
+    (a grid-stride pass, then one block to add the blocks' sums up): the same ones for every n."""
+    shapes = {frozenset((tuple(r["grid"]), tuple(r["block"])) for r in runs) for runs in launches_by_size.values()}
     if len(shapes) <= 1:
         return
-    told = "; ".join(f"n={n:,} launched " + ", ".join(dict.fromkeys(_in_words(r) for r in runs))
+    told = "; ".join(f"n={n:,} launched " + ", ".join(dict.fromkeys(in_words(r) for r in runs))
                      for n, runs in launches_by_size.items())
     raise WrongAnswer("the grid must be the same for every n: launch grid_blocks() blocks of THREADS_PER_BLOCK threads "
                       f"whatever n is, and let each thread's loop cover the rest ({told})")
 
 
-def _in_words(launch: dict) -> str:
+def in_words(launch: dict) -> str:
     """(161, 1, 1) blocks of (256, 1, 1) as "161 blocks of 256 threads"; 2-D as "4x2 blocks"."""
     def dims(shape) -> tuple[str, int]:
         kept = list(shape)
@@ -31,3 +32,50 @@ def _in_words(launch: dict) -> str:
 
     (grid, blocks), (block, threads) = dims(launch["grid"]), dims(launch["block"])
     return f"{grid} block{'s' * (blocks != 1)} of {block} thread{'s' * (threads != 1)}"
+
+
+# a kernel whose grid did not grow while its input grew this many times, on fewer threads than one
+# per SPARSE float32 elements of input, loops over the data on a grid that stays as launched
+GROWTH = 16
+SPARSE = 16
+
+
+class GridGrowth:
+    """Whether each kernel's grid grows with the input, from the calls the judge saw (kernel ->
+    {the call's input bytes: (the most blocks, the most threads of one of its launches)}). The
+    performance model takes a grid as launched where the kernel reads its grid's size, and as
+    filling the GPU at full load where it does not (grader/perf_model); a kernel that loops over
+    the data on one block reads no grid size, and was modelled as filling the GPU (a reduction on
+    one block of 256 threads: 0.25x the reference's time, where a GPU runs it about 100x slower)."""
+
+    def __init__(self):
+        self._seen: dict[str, dict[int, tuple[int, int]]] = {}
+
+    def saw(self, launches: list[dict], nbytes: int) -> None:
+        for launch in launches:
+            blocks, threads = _count(launch.get("grid")), _count(launch.get("block"))
+            sizes = self._seen.setdefault(str(launch.get("kernel", "")), {})
+            most = sizes.get(nbytes, (0, 0))
+            sizes[nbytes] = (max(most[0], blocks), max(most[1], blocks * threads))
+
+    def fixed(self, kernel: str) -> bool:
+        """The kernel's grid stayed as it was while its input grew GROWTH times, and at the largest
+        input it ran fewer threads than one per SPARSE float32 elements."""
+        sizes = self._seen.get(kernel, {})
+        if len(sizes) < 2:
+            return False
+        small, large = min(sizes), max(sizes)
+        (small_blocks, _), (large_blocks, large_threads) = sizes[small], sizes[large]
+        return large >= GROWTH * max(small, 1) and large_blocks <= small_blocks and large_threads * SPARSE * 4 < large
+
+    def marked(self, launches: list[dict]) -> list[dict]:
+        """The launches, each of a kernel whose grid is fixed marked so (`grid_fixed`: grader/judge/perf)."""
+        return [{**launch, "grid_fixed": True} if self.fixed(str(launch.get("kernel", ""))) else launch
+                for launch in launches]
+
+
+def _count(shape) -> int:
+    count = 1
+    for d in shape or (1,):
+        count *= int(d)
+    return count

@@ -91,10 +91,11 @@ def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]
 
 def _count(value: float) -> str:
     """A counter as a student reads it: a whole count in digits with thousands separators
-    (1,179,648, not 1.17965e+06), a ratio to 6 significant digits."""
+    (1,179,648, not 1.17965e+06), a ratio to 3 significant digits (4, not 3.99996: sectors per
+    request of a call's launches added up)."""
     if float(value).is_integer():
         return f"{int(value):,}"
-    return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return f"{value:,.3g}" if abs(value) < 1e3 else f"{value:,.0f}"
 
 
 def shortfall(criterion: Criterion, student: float, reference: float) -> str | None:
@@ -150,6 +151,10 @@ def _comparable(student_launches: list[dict], reference_launches: list[dict]) ->
                             for launch in student_launches]
     else:
         student_launches = [_sized_to_the_data(launch, reference_launches) for launch in student_launches]
+        # a grid that did not grow with the input, on far fewer threads than elements (the calls the
+        # judge saw: grader/judge/grid.GridGrowth): its threads loop over the data on a grid that stays
+        student_launches = [{**launch, "counters": {**(launch.get("counters") or {}), "reads_grid_size": 1}}
+                            if launch.get("grid_fixed") else launch for launch in student_launches]
     both = [*student_launches, *reference_launches]
     if not all(perf_model.registers(launch) for launch in both):
         student_launches, reference_launches = _without_registers(student_launches), _without_registers(reference_launches)
@@ -182,6 +187,27 @@ _FROM_THE_COMPILED_CODE = ("loop_warp_instructions", "loop_fp64_instructions", "
                            "load_round_trips")
 
 
+def _percent(x: float) -> str:
+    """5%; 0.16% as 0.2%, not 0%."""
+    return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.1%}"
+
+
+def _blocks(launch: dict) -> int:
+    return math.prod(int(d) for d in launch.get("grid") or (1,))
+
+
+def _grid_threads(launches: list[dict]) -> int:
+    """The threads of the call's largest launch."""
+    return max((_blocks(launch) * math.prod(int(d) for d in launch.get("block") or (1,)) for launch in launches),
+               default=0)
+
+
+def in_words_of(launches: list[dict]) -> str:
+    from .grid import in_words
+
+    return in_words(max(launches, key=_blocks)) if launches else ""
+
+
 def _without_compiled(launches: list[dict]) -> list[dict]:
     return [{**launch, "counters": {k: v for k, v in (launch.get("counters") or {}).items()
                                     if k not in _FROM_THE_COMPILED_CODE}} for launch in launches]
@@ -209,7 +235,16 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
         _last_timing.update(occupancy_limit=mine.occupancy_limit, threads_per_block=mine.threads_per_block,
                             max_blocks_per_sm=gpu.max_blocks_per_sm)
     if mine.bound == "memory" and mine.in_flight < STARVED and mine.in_flight < ref.in_flight:  # too few warps
-        _last_timing.update(in_flight=round(mine.in_flight, 3), reference_in_flight=round(ref.in_flight, 3))
+        _last_timing.update(in_flight=round(mine.in_flight, 4), reference_in_flight=round(ref.in_flight, 3))
+    fixed = [launch for launch in student_launches if launch.get("grid_fixed")]
+    data_sized = not any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches)
+    if not data_sized and ratio > 1:  # both grids fixed (a grid-stride stage): a smaller one walks more a thread
+        mine_threads, their_threads = _grid_threads(student_launches), _grid_threads(reference_launches)
+        if mine_threads < 0.9 * their_threads:
+            _last_timing.update(grid_threads=mine_threads, reference_grid_threads=their_threads,
+                                grid=in_words_of(student_launches), sm_threads=gpu.max_warps_per_sm * 32)
+    if fixed and data_sized and ratio > 1:  # (the grid the judge saw stay as it was while the input grew)
+        _last_timing["fixed_grid"] = in_words_of(fixed)
     if mine.bound == "issue":  # what the student cannot see: the compiler's instructions
         theirs = _loop_instructions(reference_launches)
         if theirs:
@@ -292,10 +327,21 @@ def _why_bound(t: dict) -> str:
     if ratio:
         return (f" (its loops issue {ratio:.1f}x the reference's instructions: the index arithmetic of a loop "
                 f"the compiler did not unroll, or more work a step)")
+    if t.get("fixed_grid"):
+        return (f" (its grid stays {t['fixed_grid']} whatever the input's size (so it did across this exercise's "
+                f"calls, while the input grew), and its threads loop over the data: on a GPU-sized problem "
+                f"that grid is all the GPU runs (the reference's grid grows with the data and fills it). Size the "
+                f"grid to the data: blocks enough for a thread an element of the output)")
     if t.get("in_flight") is not None:
-        return (f" (too few warps in flight: its launch keeps {t['in_flight']:.0%} of the warps that saturate "
+        return (f" (too few warps in flight: its launch keeps {_percent(t['in_flight'])} of the warps that saturate "
                 f"this GPU's memory busy (the reference's: {min(t['reference_in_flight'], 1.0):.0%}), too few loads on "
                 f"their way at once: blocks enough to fill every SM, at a good occupancy, stream faster)")
+    if t.get("grid_threads"):
+        return (f" (its grid, {t['grid']}, runs {t['grid_threads']:,} threads where the reference's runs "
+                f"{t['reference_grid_threads']:,}: each thread walks "
+                f"{t['reference_grid_threads'] / t['grid_threads']:.1f}x as many elements, one memory round trip "
+                f"after another. A grid-stride grid should fill every SM: blocks an SM x threads a block = the "
+                f"threads an SM holds ({t['sm_threads']:,} on this GPU), so fewer threads a block needs more blocks an SM)")
     ratio = t.get("round_trips_ratio")
     if not ratio:
         return ""

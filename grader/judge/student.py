@@ -23,6 +23,7 @@ from ..wire import dtypes
 from ..wire.digests import text_digest
 from ..wire.messages import MAX_ANSWER_SHAPES, MAX_RANK_DEVICES
 from . import gpu_lock, printed
+from .grid import GridGrowth
 from .policy import DEFAULT_ALLOWED_IMPORTS, check_file
 from .signatures import declared_parameters
 from .stuck import import_timeout_message, kernel_at, split_dump, timeout_message, watch_after
@@ -395,6 +396,7 @@ class Student:
         self.import_notes: list[str] = []  # what a notebook's guarded top-level code raised (feedback)
         # function -> (input bytes of the smallest call of it that timed out, that timeout's message)
         self._timed_out: dict[str, tuple[int, str]] = {}
+        self.grids = GridGrowth()  # whether each kernel's grid grows with the input, from the calls seen
         self.connection = connection or RunnerConnection(workspace, backend, sandbox, devices)
 
     def _check_policy(self) -> None:
@@ -535,6 +537,8 @@ class Student:
         self._raise_for_findings(device)
         self._raise_for(reply)
         launches = [launch.as_dict() for launch in (device.launches if device is not None else reply.launches)]
+        self.grids.saw(launches, arg_bytes)
+        launches = self.grids.marked(launches)
         if returns is not None:
             _check_returned(function, reply.returned, returns)
         return CallResult(reply.returned, reply.args, launches, device, sent, replay=replay, function=function,
