@@ -22,6 +22,22 @@ from .sandbox import SandboxSpec
 
 # Wall-clock limit of a whole submission: the tests done by then keep their points.
 DEFAULT_SUBMISSION_TIMEOUT_S = 1800.0
+# the judges grading now, in this process's threads (a batch's pool): `stop_judges` stops them
+_judges: set[subprocess.Popen] = set()
+_judges_lock = threading.Lock()
+
+
+def stop_judges() -> None:
+    """Ctrl-C for every judge grading now: each stops, closes its runners and writes what it has,
+    and its grade() returns at once. A batch told to stop (Ctrl-C, SIGTERM at a Slurm job's
+    walltime) waited out each in-flight submission's grading first, then dropped it."""
+    with _judges_lock:
+        running = list(_judges)
+    for judge in running:
+        try:
+            judge.send_signal(signal.SIGINT)
+        except (ProcessLookupError, OSError):
+            pass
 
 
 def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, backend: str = "sim",
@@ -73,6 +89,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
         judge = subprocess.Popen(argv, cwd=course.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)
+        with _judges_lock:
+            _judges.add(judge)
         timed_out = False
         watch = _watch_progress(results_path, judge, on_test) if on_test else None
         try:
@@ -87,6 +105,8 @@ def grade(submission: str | os.PathLike, exercises: list[str] | None = None, *, 
                 judge.kill()
                 output, _ = judge.communicate()
         finally:
+            with _judges_lock:
+                _judges.discard(judge)
             if watch is not None:
                 watch.join()
         if results_path.is_file():

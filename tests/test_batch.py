@@ -353,6 +353,53 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
     assert float(grades["c0"]["score"]) == 0 and grades["c1"]["score"] == grades["c2"]["score"] == grades["c2"]["max"]
 
 
+def _processes_naming(text: str) -> list[int]:
+    """The pids of this machine's processes whose command line holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_a_stopped_batch_stops_its_gradings_now_and_leaves_no_judge_behind(course, tmp_path, stop):
+    """(audit) SIGTERM waited out the in-flight submission's call limit before the batch ended, then
+    dropped it; after SIGKILL its judge went on grading for nobody. A never-ending kernel under a
+    600 s call limit: the batch and its judge end within a minute either way."""
+    student = f"spin{os.getpid()}x{stop}"
+    judge = f"--gpugrade-submission {student} "  # (its judge's command line)
+    looping = SOLUTION.replace("    d_a = cuda.to_device(a)\n", "    while True:\n        pass\n", 1)
+    roster = _roster(tmp_path, [(student, str(_repo(tmp_path, student, {"vector_add.py": looping})))])
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(roster), "--out", str(tmp_path / "out"),
+                              "--backend", "sim", "--timeout", "600", "--jobs", "1", "vector_add"], cwd=course,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # until its judge runs (a loaded machine starts it slowly)
+        while not _processes_naming(judge) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _processes_naming(judge), "the judge did not start"
+        time.sleep(3)
+        stopped = time.monotonic()
+        os.kill(batch.pid, signal.SIGTERM if stop == "sigterm" else signal.SIGKILL)
+        _, err = batch.communicate(timeout=120)
+        if stop == "sigterm":
+            assert batch.returncode == 130 and "interrupted: " in err, err
+        while _processes_naming(judge) and time.monotonic() < stopped + 90:
+            time.sleep(1)
+        assert not _processes_naming(judge), "a judge outlived its batch"
+        assert time.monotonic() - stopped < 90
+    finally:
+        if batch.poll() is None:
+            os.killpg(batch.pid, signal.SIGKILL)
+        for pid in _processes_naming(judge):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_sandbox_options_reach_every_grading_and_bad_ones_are_refused_up_front(course, tmp_path):
     roster = _roster(tmp_path, [("alice", str(_repo(tmp_path, "alice", {"vector_add.py": SOLUTION})))])
     out = tmp_path / "out"

@@ -384,8 +384,12 @@ def _on_pool(entries, options, graded, finished, jobs: int) -> None:
                 for future in done:
                     finished(future.result())
         except BaseException:
-            # Ctrl-C: start no queued submission (leaving the pool would wait for all of them)
+            # Ctrl-C: start no queued submission (leaving the pool would wait for all of them), and
+            # stop those grading now (leaving the pool waits for them: each would run to its end)
+            from ..grading import stop_judges
+
             pool.shutdown(wait=False, cancel_futures=True)
+            stop_judges()
             raise
 
 

@@ -53,6 +53,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(GradingSession(config), "gpugrade-session")
 
 
+ORPHAN_POLL_S = 2.0
+ORPHAN_GRACE_S = 30.0
+
+
+def _stop_when_told_or_orphaned() -> None:
+    """This process is the judge gpugrade started (grader.grading): Ctrl-C stops it, and so does
+    the end of what started it (a batch killed with SIGKILL: the runners closed, what was graded
+    written; an exit if that takes longer than ORPHAN_GRACE_S). A judge left running went on
+    grading for nobody, with its runners and their memory."""
+    import signal
+    import threading
+
+    # Ctrl-C is how gpugrade stops its judge (a submission's time limit, a stopped batch): a batch
+    # started in the background by a script (`gpugrade batch ... &`) runs with SIGINT ignored,
+    # which its judges inherited, and each then ran on to its end
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="gpugrade-orphan-watch", daemon=True).start()
+
+
 def exercise_of(item: pytest.Item) -> str:
     module = getattr(item, "module", None)
     name = getattr(module, "EXERCISE", None)
@@ -143,6 +171,7 @@ class GradingSession:
                                backend_note=STOCK_SIMULATOR_NOTE if settings.stock_simulator else "")
         self.students: dict[str, Student] = {}
         self.references: dict[str, Student] = {}
+        _stop_when_told_or_orphaned()
         # One runner for the submission and one for the reference solutions, whatever the number
         # of exercises: each runner start costs an interpreter and numba's imports.
         self.device_process = settings.simulator == "device"
