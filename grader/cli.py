@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("--gradescope", metavar="ZIP",
                      help="also write Gradescope's autograder zip here (setup.sh, run_autograder, this grader, "
                           "the course without solutions/)")
+    rel.add_argument("--gradescope-exercises", nargs="+", metavar="EXERCISE", default=None,
+                     help="the zip grades only these exercises (a Gradescope assignment of one homework: its "
+                          "maximum is theirs); default: all of the course's")
 
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
@@ -415,13 +418,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _gradescope_zip(course: Course, target: str | None) -> int:
+def _gradescope_zip(course: Course, target: str | None, exercises: list[str] | None = None) -> int:
     """`release --gradescope ZIP`: once the stubs and counters are written."""
     if target:
         from .course.gradescope import write_zip
 
-        names = write_zip(course, Path(target))
-        print(f"wrote {target} ({len(names)} files: upload it as the assignment's autograder; README: Gradescope)")
+        names = write_zip(course, Path(target), exercises)
+        which = f", grading {', '.join(exercises)} only" if exercises else ""
+        print(f"wrote {target} ({len(names)} files{which}: upload it as the assignment's autograder; README: "
+              f"Gradescope)")
     return 0
 
 
@@ -443,6 +448,14 @@ def run(argv: list[str] | None = None) -> int:
     course = _course(args)
     if args.command == "release":
         from .course.choice import write_record
+
+        if args.gradescope_exercises:  # refused before anything is written
+            if not args.gradescope:
+                raise UsageError("--gradescope-exercises chooses what the Gradescope zip grades: give --gradescope ZIP")
+            unknown = sorted(set(args.gradescope_exercises) - set(course.exercises()))
+            if unknown:
+                raise UsageError(f"--gradescope-exercises: no exercise {', '.join(unknown)} in the course (it has: "
+                                 f"{', '.join(course.exercises())})")
         from .course.release import refuse_to_overwrite_work, release, released_notebooks
 
         if not args.force:
@@ -460,7 +473,7 @@ def run(argv: list[str] | None = None) -> int:
         for path in [*stubs, *notebooks, record]:
             print(f"wrote {path.relative_to(course.root)}")
         if args.no_counters:
-            return _gradescope_zip(course, args.gradescope)
+            return _gradescope_zip(course, args.gradescope, args.gradescope_exercises)
         from .judge.recorded_reference import RECORD
 
         # students' copies have no solutions/: their performance tests compare with these counters,
@@ -473,7 +486,7 @@ def run(argv: list[str] | None = None) -> int:
             if results.exit_code == 0 and fresh.is_file():
                 os.replace(fresh, target)
                 print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
-                return _gradescope_zip(course, args.gradescope)
+                return _gradescope_zip(course, args.gradescope, args.gradescope_exercises)
         finally:
             fresh.unlink(missing_ok=True)
         lost = next((t for t in results.tests if t.score < t.max_score), None)

@@ -73,11 +73,25 @@ def autograder_zip(course) -> Path:
     if not (CACHE / "wheels").is_dir():
         unavailable(f"no wheel cache at {CACHE / 'wheels'} (docker/build-images.sh fills it) to build the zip offline")
     target = course / "autograder.zip"
-    done = subprocess.run([sys.executable, "-m", "grader", "release", "--no-counters", "--gradescope", str(target)],
+    # (a Gradescope assignment of one homework: the zip grades its exercise only, run_autograder reads which)
+    done = subprocess.run([sys.executable, "-m", "grader", "release", "--no-counters", "--gradescope", str(target),
+                           "--gradescope-exercises", "vector_add"],
                           cwd=course, capture_output=True, text=True,
                           env=os.environ | {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(CACHE / "wheels")})
     assert done.returncode == 0, done.stderr
     return target
+
+
+def test_a_zip_of_exercises_the_course_lacks_is_refused_before_anything_is_written(course, tmp_path):
+    """(audit) the zip graded every exercise of the course: a one-exercise homework scored 25/111."""
+    done = subprocess.run([sys.executable, "-m", "grader", "release", "--no-counters", "--gradescope",
+                           str(tmp_path / "a.zip"), "--gradescope-exercises", "matmull"], cwd=course,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "no exercise matmull in the course (it has: vector_add)" in done.stderr, done.stderr
+    assert not (tmp_path / "a.zip").exists()
+    done = subprocess.run([sys.executable, "-m", "grader", "release", "--no-counters", "--gradescope-exercises",
+                           "vector_add"], cwd=course, capture_output=True, text=True)
+    assert done.returncode == 2 and "give --gradescope ZIP" in done.stderr, done.stderr
 
 
 def test_the_zip_holds_the_judge_and_never_the_solutions(autograder_zip):
@@ -88,6 +102,8 @@ def test_the_zip_holds_the_judge_and_never_the_solutions(autograder_zip):
             "course/tests/exercises/reference_counters.json", "course/tests/exercises/released_files.json",
             "course/exercises/vector_add.py"} <= set(entries)
     assert [n.split("-")[0] for n in entries if n.startswith("dist/")] == ["dist/gpugrade"]  # one wheel
+    with zipfile.ZipFile(autograder_zip) as zf:
+        assert zf.read("exercises.txt").decode() == "vector_add\n"
     assert not [n for n in entries if "solutions" in n or "submissions" in n], sorted(entries)
 
 

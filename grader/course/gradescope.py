@@ -27,6 +27,7 @@ from .tree import GRADING_TESTS, Course
 
 SCRIPTS = ("setup.sh", "run_autograder")
 COURSE = "course"  # the course's folder inside the zip (/autograder/source/course)
+EXERCISES = "exercises.txt"  # the exercises the zip grades, one a line (absent: all of the course's)
 
 
 def course_files(course: Course) -> list[Path]:
@@ -65,14 +66,19 @@ def build_wheel(into: Path) -> Path:
     return wheel
 
 
-def write_zip(course: Course, target: Path) -> list[str]:
-    """Write Gradescope's autograder zip of `course` at `target`; returns the names it holds."""
+def write_zip(course: Course, target: Path, exercises: list[str] | None = None) -> list[str]:
+    """Write Gradescope's autograder zip of `course` at `target`; returns the names it holds.
+    `exercises`: the only ones it grades (EXERCISES, which run_autograder reads; None: all)."""
     scripts = resources.files(__package__) / "gradescope_scripts"
     with tempfile.TemporaryDirectory(prefix="gpugrade-zip-") as tmp:
         wheel = build_wheel(Path(tmp))
         entries = [(f"dist/{wheel.name}", wheel, 0o644)]
         entries += [(name, scripts / name, 0o755) for name in SCRIPTS]
         entries += [(f"{COURSE}/{path.as_posix()}", course.root / path, 0o644) for path in course_files(course)]
+        if exercises:
+            chosen = Path(tmp) / EXERCISES
+            chosen.write_text("".join(f"{name}\n" for name in exercises))
+            entries.append((EXERCISES, chosen, 0o644))
         partial = target.with_name(target.name + ".partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
             for name, source, mode in entries:
