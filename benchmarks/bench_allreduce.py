@@ -185,10 +185,10 @@ def section(rows: list[dict], variants: list[dict]) -> str:
         "",
         table(rows),
         "",
-        f"Stage 3's variants, modelled on the course's model GPU as on 64 MiB and on 1 GiB (stage 3's timeline "
-        f"is graded at 1 GiB, where the links are the bound; on 64 MiB one Python thread issuing every copy and "
-        f"add, `host_issue_us` each, is the bound and fewer pieces win); credit: course.toml's stage-3 threshold "
-        f"on the 1 GiB ratio:",
+        "Stage 3's variants, modelled on the course's model GPU as on 64 MiB and on 1 GiB (stage 3's timeline "
+        "is graded at 1 GiB, where the links are the bound; on 64 MiB one Python thread issuing every copy and "
+        "add, `host_issue_us` each, is the bound and fewer pieces win); credit: course.toml's stage-3 threshold "
+        "on the 1 GiB ratio:",
         "",
         variants_table(variants),
         END,
