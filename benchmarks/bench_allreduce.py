@@ -91,7 +91,8 @@ def measure_variants(scratch: Path) -> list[dict]:
 
     course = Course(ROOT)
     one = next(k for k in load_known_wrong(course) if k.name == "allreduce_pipelined_one_scratch_buffer")
-    spec = importlib.util.spec_from_file_location("allreduce_one_scratch", one.materialize(course, scratch) / "allreduce.py")
+    module = one.materialize(course, scratch) / "allreduce.py"
+    spec = importlib.util.spec_from_file_location("allreduce_one_scratch", module)
     one_scratch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(one_scratch)
     rng = np.random.default_rng(2026)
@@ -100,8 +101,8 @@ def measure_variants(scratch: Path) -> list[dict]:
     with sim.installed(devices=8) as simulator:
         for slices in (1, 2, 4, 8):
             allreduce.SLICES = slices
-            rows.append({"variant": f"{slices} slice{'s' if slices > 1 else ''}" + (" (the reference)" if slices == 2 else ""),
-                         **_record(simulator, allreduce.allreduce_pipelined, inputs)})
+            name = f"{slices} slice{'s' if slices > 1 else ''}" + (" (the reference)" if slices == 2 else "")
+            rows.append({"variant": name, **_record(simulator, allreduce.allreduce_pipelined, inputs)})
         allreduce.SLICES = 2
         rows.append({"variant": "2 slices, one scratch buffer per rank (known-wrong)",
                      **_record(simulator, one_scratch.allreduce_pipelined, inputs)})

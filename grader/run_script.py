@@ -121,7 +121,8 @@ def _table(rows: list[dict], gpu_key: str) -> str:
             table.add_row(f"... {count} more rows", *[""] * 7)
             continue
         executor = r["executor"] + (f" ({r['fallback']})" if r["fallback"] else "")
-        table.add_row(r["kernel"] + (f" ({_gpus(r['devices'])})" if several else "") + (f" x {count}" if count > 1 else ""),
+        name = r["kernel"] + (f" ({_gpus(r['devices'])})" if several else "") + (f" x {count}" if count > 1 else "")
+        table.add_row(name,
                       f"{_dims(r['grid'])} / {_dims(r['block'])}", executor, _span(r["sectors_per_request"]),
                       _span(r["wavefronts_per_shared_request"]), _span(r["atomics"], blank_zero=True),
                       _span(tuple(v * 1e6 for v in r["seconds"]), " us"), r["bound"])

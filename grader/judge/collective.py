@@ -491,6 +491,7 @@ def believed_busbw(model: dict, reference_measured: float) -> float:
     return reference_measured * model["busbw_gbs"] / model["reference_busbw_gbs"] * MODEL_SLACK
 
 
-__all__ = ["MODEL_BUFFER_BYTES", "PIPELINE_BUFFER_BYTES", "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
+__all__ = ["MODEL_BUFFER_BYTES", "PIPELINE_BUFFER_BYTES",
+           "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
            "believed_busbw", "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "model_beside_allreduce", "rank_inputs", "ring_bound",
            "timeline_of"]

@@ -341,7 +341,8 @@ def _why_bound(t: dict) -> str:
                 f"{t['reference_grid_threads']:,}: each thread walks "
                 f"{t['reference_grid_threads'] / t['grid_threads']:.1f}x as many elements, one memory round trip "
                 f"after another. A grid-stride grid should fill every SM: blocks an SM x threads a block = the "
-                f"threads an SM holds ({t['sm_threads']:,} on this GPU), so fewer threads a block needs more blocks an SM)")
+                f"threads an SM holds ({t['sm_threads']:,} on this GPU), so fewer threads a block needs more "
+                f"blocks an SM)")
     ratio = t.get("round_trips_ratio")
     if not ratio:
         return ""

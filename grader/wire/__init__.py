@@ -5,8 +5,9 @@ and the judge (trusted) each import this, and only this, of each other's world.
 """
 
 from .frames import Bounds, ProtocolError, exchange, receive, send
-from .messages import (DEVICE_STOPPED, CallReply, DeviceReport, ErrorInfo, Finding, LaunchSummary, RanksTimingReply, Reply, StreamOp,
-                       TimingReply, Transfer)
+from .messages import (DEVICE_STOPPED, CallReply, DeviceReport, ErrorInfo, Finding, LaunchSummary, RanksTimingReply,
+                       Reply, StreamOp, TimingReply, Transfer)
 
-__all__ = ["DEVICE_STOPPED", "Bounds", "ProtocolError", "exchange", "receive", "send", "CallReply", "DeviceReport", "ErrorInfo",
+__all__ = ["DEVICE_STOPPED",
+           "Bounds", "ProtocolError", "exchange", "receive", "send", "CallReply", "DeviceReport", "ErrorInfo",
            "Finding", "LaunchSummary", "RanksTimingReply", "Reply", "StreamOp", "TimingReply", "Transfer"]

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from grader.judge import require_kernel_launch
-from grader.judge.collective import (MODEL_BUFFER_BYTES, PIPELINE_BUFFER_BYTES, Traffic, believed_busbw, expect_allreduced,
+from grader.judge.collective import (MODEL_BUFFER_BYTES, PIPELINE_BUFFER_BYTES, Traffic, believed_busbw,
+                                     expect_allreduced,
                                      expect_busbw, expect_no_host_traffic, expect_pipelined, expect_ring_traffic,
                                      expect_total_traffic, model_beside_allreduce, modelled_busbw,
                                      modelled_nccl_busbw, rank_inputs, timeline_of)
