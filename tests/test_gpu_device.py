@@ -310,3 +310,17 @@ def test_a_kernels_fault_surfacing_at_the_calls_end_is_a_finding_of_that_call(tm
     first, second = json.loads(done.stdout.strip().splitlines()[-1])
     assert [f["kind"] for f in first] == ["context_lost"] and second == []
     assert first[0]["message"].startswith("illegal memory access: your kernel read or wrote outside an allocation")
+
+
+def test_an_index_numbas_stock_simulator_refused_is_told_as_out_of_bounds_not_as_a_raise():
+    """(audit) On the gpu path over numba's stock simulator, an out-of-bounds write read "raised at
+    ...: numba ignores a kernel's raise unless debug=True": the student wrote no raise."""
+    from grader.device.client import _raise
+
+    with pytest.raises(IndexError) as found:
+        _raise({"type": "IndexError", "where": "vector_add.py:75 in add_kernel",
+                "message": "tid=[59, 0, 0] ctaid=[0, 0, 0]: index 100000059 is out of bounds for axis 0 with size 1"})
+    said = str(found.value)
+    assert "an index outside the array" in said and "raise" not in said, said
+    with pytest.raises(ValueError, match="numba ignores a kernel's raise"):  # the kernel's own raise
+        _raise({"type": "ValueError", "where": "k.py:3 in k", "message": "bad"})

@@ -43,7 +43,11 @@ _BUILTIN_ERRORS = {cls.__name__: cls for cls in (TypeError, ValueError, IndexErr
 def _raise(error: dict) -> None:
     """The device's error, as the exception the student's code would see from a local simulator."""
     name, message = str(error.get("type", "")), str(error.get("message", ""))
-    if error.get("where"):  # raised by a kernel's own code, which ran in the device process
+    if error.get("where") and name == "IndexError" and message.startswith("tid="):
+        # numba's stock simulator (standing in for a GPU) checks every index itself: no raise of the kernel's
+        message = (f"{message} (at {error['where']}: an index outside the array; on a GPU the access reads or "
+                   f"writes whatever memory is there, or stops the kernel with an illegal address)")
+    elif error.get("where"):  # raised by a kernel's own code, which ran in the device process
         message = (f"{message} (raised at {error['where']}; on a GPU numba ignores a kernel's raise unless it is "
                    f"@cuda.jit(debug=True): the thread just ends, and nothing says so; end a thread with return)")
     cls = getattr(sim_errors, name, None) or _BUILTIN_ERRORS.get(name)

@@ -849,9 +849,12 @@ class BesideTheSimulator:
             on_sim()
             import pytest
 
+            # (the simulator's run beside it found no race or out-of-bounds access; its answer is checked
+            # by the sim backend's grade, not here: this test's verdict needs the GPU's)
             pytest.skip(f"numba's stock simulator, standing in for the GPU here, has no cuda.{missing[1]}: the gpu "
-                        f"backend's code path cannot run this call on it (the simulator found nothing wrong with "
-                        f"it; on a GPU it runs)")
+                        f"backend's code path cannot run this call on it, so this test is not graded here (the "
+                        f"simulator beside it found no race or out-of-bounds access; `--backend sim` checks the "
+                        f"answer too)")
 
     def time(self, function: str, input_sets: list, check=None, returns: "Returns | None" = None,
              **options: Any) -> "TimedResult":
