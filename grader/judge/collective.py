@@ -348,7 +348,7 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     start = min((s.start_s for s in mine.spans), default=0.0)
     ranks = len({s.device for s in mine.spans if s.kind == "kernel" or s.peer}) or 1
     g = perf_model.gpu(stage.gpu.model_gpu)
-    size = mine.buffer_bytes or MODEL_BUFFER_BYTES
+    size = _modelled_bytes(mine)
     busbw = modelled_busbw(mine, ranks)
     summary = {"source": "modelled", "gpu": stage.gpu.model_gpu, "seconds": mine.makespan_s,
                "bound": "copies" if mine.busy_s("copy") >= mine.busy_s("kernel") else "adds",
@@ -407,7 +407,12 @@ def modelled_busbw(timeline: Timeline, ranks: int) -> float:
     on: algbw = S / t, busbw = algbw x 2 (N - 1) / N (the links' own rate)."""
     if timeline.makespan_s <= 0:
         return 0.0
-    return (timeline.buffer_bytes or MODEL_BUFFER_BYTES) / timeline.makespan_s * 2 * (ranks - 1) / ranks
+    return _modelled_bytes(timeline) / timeline.makespan_s * 2 * (ranks - 1) / ranks
+
+
+def _modelled_bytes(timeline: Timeline) -> int:
+    """The buffer a timeline is modelled as on (`timeline_of` says; MODEL_BUFFER_BYTES where none did)."""
+    return timeline.buffer_bytes or MODEL_BUFFER_BYTES
 
 
 def _size_text(nbytes: int) -> str:

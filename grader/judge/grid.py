@@ -3,6 +3,8 @@ on a grid sized for the machine, not the data): the check of it, told in blocks 
 
 from __future__ import annotations
 
+import math
+
 from .correctness import WrongAnswer
 
 
@@ -53,10 +55,9 @@ class GridGrowth:
 
     def saw(self, launches: list[dict], nbytes: int) -> None:
         for launch in launches:
-            blocks, threads = _count(launch.get("grid")), _count(launch.get("block"))
             sizes = self._seen.setdefault(str(launch.get("kernel", "")), {})
             most = sizes.get(nbytes, (0, 0))
-            sizes[nbytes] = (max(most[0], blocks), max(most[1], blocks * threads))
+            sizes[nbytes] = (max(most[0], blocks(launch)), max(most[1], threads(launch)))
 
     def fixed(self, kernel: str) -> bool:
         """The kernel's grid stayed as it was while its input grew GROWTH times, and at the largest
@@ -74,8 +75,16 @@ class GridGrowth:
                 for launch in launches]
 
 
-def _count(shape) -> int:
-    count = 1
-    for d in shape or (1,):
-        count *= int(d)
-    return count
+def blocks(launch: dict) -> int:
+    """The blocks a launch record's grid holds."""
+    return math.prod(int(d) for d in launch.get("grid") or (1,))
+
+
+def threads(launch: dict) -> int:
+    """The threads a launch record launched: its blocks times the threads of one."""
+    return blocks(launch) * math.prod(int(d) for d in launch.get("block") or (1,))
+
+
+def largest_in_words(launches: list[dict]) -> str:
+    """The largest grid of a call's launches, as `in_words` says it ("" without any)."""
+    return in_words(max(launches, key=blocks)) if launches else ""

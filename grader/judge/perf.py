@@ -16,6 +16,7 @@ from typing import Iterable
 from .. import perf_model
 from ..course.manifest import Criterion, Stage
 from .correctness import WrongAnswer
+from .grid import largest_in_words, threads
 from .hotspots import EXPLAINED_BY, busiest_lines, hotspots
 
 # Counters that are ratios: recomputed from the sums of their parts over all launches.
@@ -73,10 +74,10 @@ def _launched(launch: dict) -> tuple[int, int]:
     """(blocks, warps) a launch ran: its blocks, times the warps of a block (a partial warp is one)."""
     try:
         blocks = math.prod(int(d) for d in launch["grid"])
-        threads = math.prod(int(d) for d in launch["block"])
+        per_block = math.prod(int(d) for d in launch["block"])
     except (KeyError, TypeError, ValueError):
         return 0, 0
-    return blocks, blocks * -(-threads // 32)
+    return blocks, blocks * -(-per_block // 32)
 
 
 def _compared(criterion: Criterion, got: dict[str, float], ref: dict[str, float]) -> tuple[float, float]:
@@ -192,22 +193,6 @@ def _percent(x: float) -> str:
     return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.1%}"
 
 
-def _blocks(launch: dict) -> int:
-    return math.prod(int(d) for d in launch.get("grid") or (1,))
-
-
-def _grid_threads(launches: list[dict]) -> int:
-    """The threads of the call's largest launch."""
-    return max((_blocks(launch) * math.prod(int(d) for d in launch.get("block") or (1,)) for launch in launches),
-               default=0)
-
-
-def in_words_of(launches: list[dict]) -> str:
-    from .grid import in_words
-
-    return in_words(max(launches, key=_blocks)) if launches else ""
-
-
 def _without_compiled(launches: list[dict]) -> list[dict]:
     return [{**launch, "counters": {k: v for k, v in (launch.get("counters") or {}).items()
                                     if k not in _FROM_THE_COMPILED_CODE}} for launch in launches]
@@ -239,12 +224,14 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
     fixed = [launch for launch in student_launches if launch.get("grid_fixed")]
     data_sized = not any((launch.get("counters") or {}).get("reads_grid_size") for launch in reference_launches)
     if not data_sized and ratio > 1:  # both grids fixed (a grid-stride stage): a smaller one walks more a thread
-        mine_threads, their_threads = _grid_threads(student_launches), _grid_threads(reference_launches)
+        # (the threads of each call's largest launch)
+        mine_threads = max(map(threads, student_launches), default=0)
+        their_threads = max(map(threads, reference_launches), default=0)
         if mine_threads < 0.9 * their_threads:
             _last_timing.update(grid_threads=mine_threads, reference_grid_threads=their_threads,
-                                grid=in_words_of(student_launches), sm_threads=gpu.max_warps_per_sm * 32)
+                                grid=largest_in_words(student_launches), sm_threads=gpu.max_warps_per_sm * 32)
     if fixed and data_sized and ratio > 1:  # (the grid the judge saw stay as it was while the input grew)
-        _last_timing["fixed_grid"] = in_words_of(fixed)
+        _last_timing["fixed_grid"] = largest_in_words(fixed)
     if mine.bound == "issue":  # what the student cannot see: the compiler's instructions
         theirs = _loop_instructions(reference_launches)
         if theirs:
