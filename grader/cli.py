@@ -17,7 +17,7 @@ from .grading import DEFAULT_SUBMISSION_TIMEOUT_S, grade
 from .judge.settings import JudgeSettings
 from .report import FORMATS, render
 from .report.results import ExitCode, Results
-from .report.text import first_line
+from .report.text import first_line, listed
 from .sandbox import SANDBOXES, SandboxSpec
 
 
@@ -333,7 +333,7 @@ def _export(args) -> int:
         rows, gone = store.on_roster(assignment)
         if gone:
             print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and are left "
-                  f"out: {', '.join(gone[:20])}{' ...' if len(gone) > 20 else ''}", file=sys.stderr)
+                  f"out: {listed(gone)}", file=sys.stderr)
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
         recorded, extensions = store.deadline(assignment), store.extensions(assignment)
@@ -344,10 +344,10 @@ def _export(args) -> int:
     if deadline is not None and isinstance(recorded, datetime) and recorded != deadline:
         print(f"gpugrade: --deadline {deadline.isoformat()} is not the deadline {folder} chose commits by "
               f"({recorded.isoformat()}): days late count from --deadline", file=sys.stderr)
-    extended = sorted(s for s in extensions if s in {r.key.student_id for r in rows})
+    extended = sorted(set(extensions) & {r.key.student_id for r in rows})
     if deadline is not None and extended:
         print(f"gpugrade: {len(extended)} student(s) have their own deadline in the roster, days late count from "
-              f"it: {', '.join(extended[:20])}{' ...' if len(extended) > 20 else ''}", file=sys.stderr)
+              f"it: {listed(extended)}", file=sys.stderr)
     try:
         policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap, extensions)
     except ValueError as exc:
@@ -363,7 +363,7 @@ def _export(args) -> int:
         _, removed = export.write_gradescope(rows, Path(args.gradescope), policy)
         print(f"wrote {args.gradescope}/<student>/results.json ({len(rows)} students)"
               + (f"; removed the results of an earlier export for {len(removed)} student(s) no longer in it: "
-                 f"{', '.join(removed[:10])}{' ...' if len(removed) > 10 else ''}" if removed else ""))
+                 f"{listed(removed, 10)}" if removed else ""))
     if args.nbgrader:
         name = args.nbgrader_assignment or assignment
         export.write_nbgrader(rows, args.nbgrader, name, policy)

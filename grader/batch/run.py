@@ -31,7 +31,7 @@ from typing import Callable
 from ..course import Course
 from ..errors import UsageError
 from ..report.results import Results
-from ..report.text import first_line
+from ..report.text import first_line, listed
 from .roster import Entry, read_roster
 
 GRADES_CSV = "grades.csv"
@@ -313,7 +313,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         if gone:
             on_notice(f"{len(gone)} student(s) with stored grades are not on the roster {roster}, and are left out of "
                       f"grades.csv, the summary and exports (their rows stay in the store): "
-                      f"{', '.join(gone[:20])}{' ...' if len(gone) > 20 else ''}")
+                      f"{listed(gone)}")
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
     graded = frozenset() if force else batch.graded(entries)

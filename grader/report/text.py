@@ -18,6 +18,11 @@ def num(x: float) -> str:
 _NUMBERS = re.compile(r"(?<![:\w])(?<!cell )(?<!line )[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
+def listed(items: list[str], most: int = 20) -> str:
+    """The first `most` of `items`, comma separated, and " ..." when there are more."""
+    return ", ".join(items[:most]) + (" ..." if len(items) > most else "")
+
+
 def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
