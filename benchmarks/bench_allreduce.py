@@ -112,6 +112,7 @@ def measure_variants(scratch: Path) -> list[dict]:
 def variants_table(rows: list[dict]) -> str:
     from grader import perf_model
     from grader.course import manifest
+    from grader.judge.collective import size_text
     from grader.perf_model.timeline import schedule
 
     stage = manifest.find(ROOT).stage("allreduce", 3)
@@ -119,8 +120,8 @@ def variants_table(rows: list[dict]) -> str:
     times = [[schedule(r["ops"], r["launches"], g, scale=size / (SIZE * 4)) for size in VARIANT_SIZES] for r in rows]
     reference = times[[r["variant"] for r in rows].index("2 slices (the reference)")]
     head = (f"| stage 3, N = {VARIANT_RANKS}, {g.key} | right | operations issued | "
-            + " | ".join(f"{_size(size)}: us, x the reference, host-bound" for size in VARIANT_SIZES)
-            + f" | credit at {_size(VARIANT_SIZES[-1])} |")
+            + " | ".join(f"{size_text(size)}: us, x the reference, host-bound" for size in VARIANT_SIZES)
+            + f" | credit at {size_text(VARIANT_SIZES[-1])} |")
     out = [head, "|" + "---|" * (4 + len(VARIANT_SIZES))]
     for row, timelines in zip(rows, times):
         cells = [f"{t.makespan_s * 1e6:.0f}, {t.makespan_s / ref.makespan_s:.3f}, {'yes' if t.host_bound else 'no'}"
@@ -131,8 +132,6 @@ def variants_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MiB"
 
 
 def summarise(row: dict) -> dict:

@@ -378,7 +378,7 @@ def expect_pipelined(stage, mine: Timeline, reference: Timeline, max_waits: int 
     if credit < 1:
         raise PartialCredit(
             f"slower than the reference: modelled on {stage.gpu.model_gpu}s with a "
-            f"{_size_text(size)} buffer, {mine.makespan_s * 1e6:.0f} us against the reference's "
+            f"{size_text(size)} buffer, {mine.makespan_s * 1e6:.0f} us against the reference's "
             f"{reference.makespan_s * 1e6:.0f} us ({ratio:.2f}x; full credit up to {stage.gpu.max_time_ratio:g}x); "
             f"{_what_bounds(mine, reference, g)}; {credit:.0%} of the points", credit)
     return summary
@@ -415,7 +415,7 @@ def _modelled_bytes(timeline: Timeline) -> int:
     return timeline.buffer_bytes or MODEL_BUFFER_BYTES
 
 
-def _size_text(nbytes: int) -> str:
+def size_text(nbytes: int) -> str:
     """64 MiB, 1 GiB."""
     return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 and nbytes % (1 << 30) == 0 else f"{nbytes >> 20} MiB"
 
@@ -496,7 +496,7 @@ def believed_busbw(model: dict, reference_measured: float) -> float:
     return reference_measured * model["busbw_gbs"] / model["reference_busbw_gbs"] * MODEL_SLACK
 
 
-__all__ = ["MODEL_BUFFER_BYTES", "PIPELINE_BUFFER_BYTES",
+__all__ = ["MODEL_BUFFER_BYTES", "PIPELINE_BUFFER_BYTES", "size_text",
            "Link", "Traffic", "take_traffic", "expect_allreduced", "expect_no_host_traffic",
            "believed_busbw", "expect_busbw", "expect_pipelined", "expect_ring_traffic", "modelled_busbw", "modelled_nccl_busbw", "expect_total_traffic", "model_beside_allreduce", "rank_inputs", "ring_bound",
            "timeline_of"]
