@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from . import perf_model
+from .report.text import duration
 
 def launch_rows(launches: list[dict], gpu_key: str) -> list[dict]:
     """One row per launch: what the table prints. The ratios are grading's own (perf.totals); a
@@ -154,16 +155,11 @@ def time_line(ops: list[dict], truncated: bool, rows: list[dict], gpu_key: str) 
         return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n / 1024:.3g} KiB" if n >= 1024 else f"{n} bytes"
 
     kernels = sum(r["seconds"] for r in rows)
-    copies = "; ".join(f"{what} {_duration(s)} ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
+    copies = "; ".join(f"{what} {duration(s)} ({n} cop{'y' if n == 1 else 'ies'}, {size(b)})"
                        for what, (n, b, s) in groups.items())
     cut = f" (of the first {len(ops):,} operations)" if truncated else ""
-    return (f"time on the GPU, modelled on {gpu_key}{cut}: kernels {_duration(kernels)} ({len(rows)} "
+    return (f"time on the GPU, modelled on {gpu_key}{cut}: kernels {duration(kernels)} ({len(rows)} "
             f"launch{'' if len(rows) == 1 else 'es'}); {copies}\n")
-
-
-def _duration(seconds: float) -> str:
-    """2250 us as 2.25 ms: no exponent in a line a student reads."""
-    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
 
 
 _HOST_CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time"}

@@ -14,6 +14,7 @@ import math
 from typing import Iterable
 
 from .. import perf_model
+from ..report.text import duration
 from ..course.manifest import Criterion, Stage
 from .correctness import WrongAnswer
 from .grid import largest_in_words, threads
@@ -292,9 +293,9 @@ def gflops(t: dict) -> float:
 
 def timing_sentence(t: dict) -> str:
     rate = f"{gflops(t):,.0f} GFLOP/s, " if t.get("flops") else ""
-    return (f"{t['source']} on {t['gpu']} at full load: {t['seconds'] * 1e6:.3g} us per call, {rate}"
+    return (f"{t['source']} on {t['gpu']} at full load: {duration(t['seconds'])} per call, {rate}"
             f"{t['bound']}-bound{_why_bound(t)}, {t['bandwidth_fraction']:.0%} of its memory bandwidth{_occupancy(t)}; the reference: "
-            f"{t['reference_seconds'] * 1e6:.3g} us ({t['ratio']:.2f}x its time; full credit up to "
+            f"{duration(t['reference_seconds'])} ({t['ratio']:.2f}x its time; full credit up to "
             f"{t['max_time_ratio']:g}x)")
 
 
@@ -461,7 +462,7 @@ def _plausible(mine, seconds: float, bytes_moved: float, ceiling: float, stock: 
     if mine.launches_per_call < 1:
         raise WrongAnswer("the timed calls launched no kernel: the result must be computed on the GPU every call")
     if not stock and ceiling and bytes_moved and seconds * ceiling * PLAUSIBLE_OVER_COPY < bytes_moved:
-        raise RunnerError(f"the runner's kernel time ({seconds * 1e6:.3g} us for {bytes_moved / 1e6:.3g} MB) is "
+        raise RunnerError(f"the runner's kernel time ({duration(seconds)} for {bytes_moved / 1e6:.3g} MB) is "
                           f"faster than this GPU's copy bandwidth ({ceiling / 1e9:.0f} GB/s) allows: a forged "
                           f"timing, or work skipped in the timed calls")
 
@@ -541,13 +542,13 @@ def expect_gpu_speed(student, reference, stage: Stage, function: str, input_sets
     model = model_beside(stage, mine.device)
     if model:
         _last_timing["model"] = model
-    sentence = (f"measured on {mine.device}: {seconds * 1e6:.3g} us per call (median of {len(mine.times_ms)}, "
+    sentence = (f"measured on {mine.device}: {duration(seconds)} per call (median of {len(mine.times_ms)}, "
                 f"spread {mine.spread:.1%}), {achieved / 1e9:.0f} GB/s"
                 + (f", {gflops(_last_timing):,.0f} GFLOP/s" if flops else "")
                 + (f", {achieved / ceiling:.0%} of the copy bandwidth" if ceiling else "")
-                + f"; the reference: {ref_seconds * 1e6:.3g} us ({ratio:.2f}x its time; full credit up to "
+                + f"; the reference: {duration(ref_seconds)} ({ratio:.2f}x its time; full credit up to "
                 f"{stage.gpu.max_time_ratio:g}x)"
-                + (f"; {lib['name']}: {lib['seconds'] * 1e6:.3g} us ({lib['ratio']:.2f}x its time)"
+                + (f"; {lib['name']}: {duration(lib['seconds'])} ({lib['ratio']:.2f}x its time)"
                    if lib and "seconds" in lib else "")
                 + (f"; the performance model predicted {model['ratio']:.2f}x on {model['gpu']}" if model else ""))
     if student.stock_simulator:

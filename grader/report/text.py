@@ -18,6 +18,13 @@ def num(x: float) -> str:
 _NUMBERS = re.compile(r"(?<![:\w])(?<!cell )(?<!line )[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
+def duration(seconds: float) -> str:
+    """2250 us as 2.25 ms, 755,000 us as 755 ms: no exponent in a line a student reads."""
+    if seconds >= 1.0:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} us"
+
+
 def listed(items: list[str], most: int = 20) -> str:
     """The first `most` of `items`, comma separated, and " ..." when there are more."""
     return ", ".join(items[:most]) + (" ..." if len(items) > most else "")
@@ -55,7 +62,7 @@ def outcome(t) -> str:
         timing = getattr(t, "timing", None)
         if timing:
             baseline = f"{timing['baseline']}'s" if timing.get("baseline") else "the reference's"
-            return (f"ok: {timing['source']} {timing['seconds'] * 1e6:.3g} us on {timing['gpu']}, "
+            return (f"ok: {timing['source']} {duration(timing['seconds'])} on {timing['gpu']}, "
                     f"{timing['ratio']:.2f}x {baseline} time")
         return "ok"
     return first_line(t.output) or "failed"
