@@ -483,7 +483,7 @@ def run(argv: list[str] | None = None) -> int:
         try:
             results = grade(course.root / "solutions", backend=Kind.SIM, course=course, name="reference solutions",
                             record_reference=fresh)
-            if results.exit_code == 0 and fresh.is_file():
+            if not results.errors and results.score >= results.max_score and fresh.is_file():
                 os.replace(fresh, target)
                 print(f"wrote {RECORD} (reference solutions: {results.score:g}/{results.max_score:g} on the simulator)")
                 return _gradescope_zip(course, args.gradescope, args.gradescope_exercises)

@@ -254,3 +254,17 @@ def test_a_students_message_with_any_characters_renders_in_every_format(tmp_path
     md = markdown(loaded)
     assert "<img" not in md and "&lt;img" in md
     assert "\n````\n```\n# Forged heading\n```\n````\n" in md, "a fence the message's own cannot close"
+
+
+def test_the_exit_code_counts_what_was_lost_not_what_could_not_run_here():
+    """0 full marks of every test that could run on this machine; a not-gradable test keeps its
+    points in the maximum (the score is not full) but is no loss of the submission's."""
+    from grader.report.results import ExitCode
+
+    passed = TestResult("ex::a", "ex", 1, 2, 2, Status.PASSED)
+    timed = TestResult("ex::timed", "ex", 2, 2, 0, Status.NOT_GRADABLE, "not gradable on this machine: needs 4 GPUs")
+    partial = TestResult("ex::fast", "ex", 2, 2, 1.5, Status.FAILED, "slower than the reference")
+    assert Results("s", "gpu", tests=[passed, timed]).exit_code == ExitCode.FULL_MARKS
+    assert Results("s", "gpu", tests=[passed, timed]).score < Results("s", "gpu", tests=[passed, timed]).max_score
+    assert Results("s", "gpu", tests=[passed, timed, partial]).exit_code == ExitCode.POINTS_LOST
+    assert Results("s", "gpu", tests=[passed], errors=["the judge crashed"]).exit_code == ExitCode.INTERNAL

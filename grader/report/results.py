@@ -1,8 +1,8 @@
 """The results model: what a grade is, independent of how it is shown.
 
-`Results` owns the exit code (0 full marks, 1 points lost, 2 usage error, 3 internal error) and
-round-trips through JSON, which is how the pytest judge hands results to the CLI: the grade comes
-from test outcomes and points, never from parsing printed text.
+`Results` owns the exit code (0 full marks of the tests that could run here, 1 points lost, 2 usage
+error, 3 internal error) and round-trips through JSON, which is how the pytest judge hands results
+to the CLI: the grade comes from test outcomes and points, never from parsing printed text.
 """
 
 from __future__ import annotations
@@ -106,9 +106,14 @@ class Results:
 
     @property
     def exit_code(self) -> ExitCode:
+        """FULL_MARKS when every test that could run here earned its points: a test not gradable on
+        this machine (multi-GPU timing on one GPU) keeps its points in the maximum, unearned, but
+        is not the submission's loss (the reference solutions exit 0 on any machine)."""
         if self.errors:
             return ExitCode.INTERNAL
-        return ExitCode.FULL_MARKS if self.score >= self.max_score else ExitCode.POINTS_LOST
+        graded = [t for t in self.tests if t.status != Status.NOT_GRADABLE]
+        lost = sum(t.max_score - t.score for t in graded)
+        return ExitCode.FULL_MARKS if lost <= 1e-9 else ExitCode.POINTS_LOST
 
     def exercises(self) -> list[str]:
         return list(dict.fromkeys(t.exercise for t in self.tests))
