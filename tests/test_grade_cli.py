@@ -669,6 +669,7 @@ def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkey
     assert "measured on numba's stock simulator" in not_gradable[0].output
     assert "median of" in not_gradable[0].output and "the reference:" in not_gradable[0].output
     assert on_gpu.score == 11 - not_gradable[0].max_score, [(t.name, t.output[:80]) for t in on_gpu.tests]
+    assert on_gpu.exit_code == 0  # nothing lost: what could not run here is no loss of the submission's
 
     # a kernel launched, but the answer computed on the host and copied through it: the GPU's own
     # launch records would pass it; the simulator beside the GPU (the proof) does not
@@ -677,6 +678,45 @@ def test_the_gpu_backends_code_path_over_numbas_stock_simulator(tmp_path, monkey
     cheat = grade(host.materialize(course, tmp_path / "host"), ["vector_add"], backend="gpu", course=course,
                   stages=[1])
     assert cheat.score == 0 and cheat.max_score == 11, [(t.name, t.output[:100]) for t in cheat.tests]
+
+
+def test_the_stock_simulator_path_grades_shuffles_on_the_simulator_beside_it_and_grid_strides_on_a_small_grid(
+        tmp_path, monkeypatch):
+    """numba's stock simulator has no shuffles: a reduction's answers there are the simulator's
+    beside it, so a wrong one fails as on `--backend sim` and per-thread atomics fail the counter
+    criteria (both were "not gradable", which lost nothing); only the time is not graded. It
+    stands in for a GPU of 2 SMs: the grid-stride stage's reference took over 11 minutes on 1,056
+    blocks of Python threads; its fixed grid is checked there too."""
+    from grader.course import Course
+    from grader.course.validate import load_known_wrong
+    from grader.grading import grade
+
+    course = Course(ROOT)
+    wrong = {k.name: k for k in load_known_wrong(course)}
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    reference = grade(ROOT / "solutions", ["reduction", "vector_add"], backend="gpu", course=course, stages=[2])
+    timed = [t for t in reference.tests if t.status == "not_gradable"]
+    assert [t.name for t in timed] == ["reduction::shuffle_one_atomic_per_warp",
+                                       "vector_add::grid_stride_is_coalesced"], \
+        [(t.name, t.status, t.output[:200]) for t in reference.tests if t.status != "passed"] + reference.errors
+    assert "has no cuda.shfl_down_sync" in timed[0].output and "times prove nothing" in timed[1].output
+    assert reference.exit_code == 0 and any("answered by gpugrade's simulator" in n for n in reference.notes)
+    assert "vector_add::grid_stride_uses_a_fixed_grid" in {t.name for t in reference.tests if t.status == "passed"}
+    assert "e+" not in timed[1].output, timed[1].output  # "755 ms per call", not "7.55e+05 us"
+
+    atomics = grade(wrong["reduction_per_thread_atomics"].materialize(course, tmp_path / "a"), ["reduction"],
+                    backend="gpu", course=course, stages=[2])
+    perf = next(t for t in atomics.tests if t.name == "reduction::shuffle_one_atomic_per_warp")
+    assert perf.status == "failed" and "atomic operations per warp: 32" in perf.output, (perf.status, perf.output)
+    maximum = grade(wrong["reduction_shuffle_atomic_max"].materialize(course, tmp_path / "m"), ["reduction"],
+                    backend="gpu", course=course, stages=[2])
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM")
+    on_sim = grade(wrong["reduction_shuffle_atomic_max"].materialize(course, tmp_path / "s"), ["reduction"],
+                   backend="sim", course=course, stages=[2])
+    assert maximum.score == on_sim.score < on_sim.max_score == maximum.max_score, \
+        [(t.name, t.status, t.output[:100]) for t in maximum.tests]
+    failed = [{t.name for t in r.tests if t.status == "failed"} for r in (maximum, on_sim)]
+    assert failed[0] == failed[1], failed
 
 
 def test_a_block_of_256_threads_with_barriers_runs_on_numbas_stock_simulator(tmp_path):
@@ -697,10 +737,12 @@ def test_a_block_of_256_threads_with_barriers_runs_on_numbas_stock_simulator(tmp
         student.close()
 
 
-def test_what_numbas_stock_simulator_lacks_is_not_gradable_there_unless_the_simulator_finds_a_bug(tmp_path):
+def test_what_numbas_stock_simulator_lacks_is_answered_by_the_simulator_beside_it(tmp_path):
     """A warp shuffle on the gpu backend's path over numba's stock simulator (which has none):
-    not gradable here (it failed the reference solutions as the student's AttributeError); the
-    same code with a bug the simulator beside it finds still fails."""
+    the answer checked is gpugrade's simulator's, from the same call beside it, and the results
+    say so (it failed the reference solutions as the student's AttributeError, then was not
+    gradable, so a wrong answer lost nothing there); the same code with a bug the simulator
+    finds still fails."""
     import textwrap
 
     import numpy as np
@@ -748,8 +790,12 @@ def test_what_numbas_stock_simulator_lacks_is_not_gradable_there_unless_the_simu
     pair = BesideTheSimulator(student(Kind.GPU, Limits.on_stock_simulator()), student(Kind.SIM, Limits()))
     x = np.ones(32, np.float32)
     try:
-        with pytest.raises(pytest.skip.Exception, match="has no cuda.shfl_down_sync"):
-            pair.call("total", x, 0)
+        result = pair.call("total", x, 0)
+        assert result.value == 32.0 and result.proof.launches, result
+        x[5] = 3.0
+        assert pair.call("total", x, 0).value == 34.0  # the answer follows the inputs: not a recorded one
+        assert len(pair.notes) == 1 and "has no cuda.shfl_down_sync" in pair.notes[0], pair.notes
+        assert pair.import_notes == pair.notes  # what the results' notes are read from
         with pytest.raises(StudentCodeError, match="out-of-bounds access"):
             pair.call("total", x, 1)  # out[1] of one element: the simulator's finding, not a skip
     finally:

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.gpu import _dim3, _event_ms, gpu_count, gpu_name, hold_gpu, l2_flush_bytes, sticky_cuda_error
+from ..backends.gpu import (STOCK_SIMULATOR_SMS, _dim3, _event_ms, gpu_count, gpu_name, hold_gpu, l2_flush_bytes,
+                            sticky_cuda_error)
 from ..sim.devices import REPORTED_ATTRIBUTES
 from ..wire import dtypes
 from ..wire.messages import error_reply
@@ -82,9 +83,9 @@ class GpuDevice(Device):
 
     def _attributes(self) -> dict:
         """What host code reads of `cuda.get_current_device()`, this GPU's (for the runner's client;
-        the stock simulator's: none, the client's virtual device stands)."""
+        on the stock simulator, a small GPU's SM count, the client's virtual device's other attributes)."""
         if self.stock:
-            return {}
+            return {"MULTIPROCESSOR_COUNT": STOCK_SIMULATOR_SMS}
         try:
             device = self.cuda.get_current_device()
             found = {name: int(getattr(device, name)) for name in REPORTED_ATTRIBUTES}

@@ -21,6 +21,19 @@ def expect_one_grid(launches_by_size: dict[int, list[dict]]) -> None:
                       f"whatever n is, and let each thread's loop cover the rest ({told})")
 
 
+def on_the_stock_grid(n: int, grid_threads: int) -> int:
+    """`n` for numba's stock simulator standing in for a GPU (STOCK_SIMULATOR_SMS SMs there): as
+    many times past its grid, plus the same remainder, as `n` is past `grid_threads`, a grid-stride
+    stage's grid on the simulator's 132 SMs. Smaller sizes stay as they are."""
+    from ..backends.gpu import STOCK_SIMULATOR_SMS
+    from ..sim.devices import Limits
+
+    if n < grid_threads:
+        return n
+    stock = grid_threads // Limits.multiprocessor_count * STOCK_SIMULATOR_SMS
+    return n // grid_threads * stock + n % grid_threads % stock
+
+
 def in_words(launch: dict) -> str:
     """(161, 1, 1) blocks of (256, 1, 1) as "161 blocks of 256 threads"; 2-D as "4x2 blocks"."""
     def dims(shape) -> tuple[str, int]:
