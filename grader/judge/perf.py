@@ -252,6 +252,11 @@ def modelled_speed(stage: Stage, student_launches: list[dict], reference_launche
                                   for launches in (student_launches, reference_launches))
             if loads and their_loads:  # the waits split into more loads, and more waits a load
                 _last_timing["load_requests_ratio"] = round(loads / their_loads, 2)
+                if loads > 1.05 * their_loads:  # which lines load, beside how many lines the reference loads at
+                    _last_timing["load_lines"] = [[line, kernel, round(share, 3)] for line, kernel, share
+                                                  in busiest_lines(student_launches, "global", "load")]
+                    _last_timing["reference_load_lines"] = len(busiest_lines(reference_launches, "global", "load",
+                                                                             top=99))
     if flops:
         _last_timing["flops"] = float(flops)
     return ratio, timing_sentence(_last_timing)
@@ -341,11 +346,24 @@ def _why_bound(t: dict) -> str:
                "values are used")
     if loads <= 1.05:
         return f" (its warps wait on memory {ratio:.1f}x as often as the reference's for the same loads: {in_turn})"
+    more_loads += _load_lines(t)
     if ratio / loads <= 1.05:
         return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's because they load "
                 f"{loads:.1f}x as much: {more_loads})")
     return (f" (its warps wait on memory {ratio:.1f}x as often as the reference's: they load {loads:.1f}x as much "
             f"({more_loads}), and wait {ratio / loads:.1f}x as often a load ({in_turn}))")
+
+
+def _load_lines(t: dict) -> str:
+    """"; its global loads by line: line 152 of kernel 'k' (80%), line 148 of kernel 'k' (20%), the
+    reference's at 1 line": a load the reference does not make shows as a line of its own."""
+    lines = t.get("load_lines")
+    if not lines:
+        return ""
+    listed = ", ".join(f"line {line} of kernel {kernel!r} ({share:.0%})" for line, kernel, share in lines)
+    theirs = t.get("reference_load_lines")
+    return (f"; its global loads by line (share of warp requests): {listed}"
+            + (f", the reference's at {theirs} line{'s' * (theirs != 1)}" if theirs else ""))
 
 
 def _occupancy(t: dict) -> str:
