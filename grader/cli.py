@@ -98,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--deadline", default=None,
                          help="grade the last commit at or before this time (ISO 8601 with its time zone: "
                               "2026-12-01T23:59:00+01:00; committer dates: see docs/BATCH.md)")
+        cmd.add_argument("--max-repo-mib", type=_positive, default=200.0, metavar="MIB",
+                         help="a repository larger than this on disk is not graded (its row says so; default 200)")
+        cmd.add_argument("--fetch-timeout", type=_positive, default=120.0, metavar="S",
+                         help="seconds each repository's fetch may take (default 120)")
         common(cmd)
 
     batch_exit = ("exit status: 0 every submission graded, 1 some could not be graded (grades.csv says why), "
@@ -147,6 +151,14 @@ def _parser() -> argparse.ArgumentParser:
     JudgeSettings.add_cli_option(run, "model_gpu", "--gpu-model")
     run.add_argument("--no-summary", action="store_true", help="no table of launches at the end")
     return p
+
+
+def _positive(text: str) -> float:
+    """A positive number of MiB or seconds (argparse's type: its error names the option)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def _deadline(text: str | None):
@@ -243,7 +255,8 @@ def _batch_options(args, course: Course, backend: Kind):
     return Options(str(course.root), tuple(getattr(args, "exercises", ())), backend=str(backend), sandbox=args.sandbox,
                    docker_image=args.docker_image or "", gpus=args.gpus or "", simulator=args.simulator,
                    timeout=args.timeout, submission_timeout=args.submission_timeout,
-                   deadline=_deadline(args.deadline), seed=args.seed)
+                   deadline=_deadline(args.deadline), seed=args.seed, fetch_timeout_s=args.fetch_timeout,
+                   max_repo_mib=args.max_repo_mib)
 
 
 def _warn_without_compile_check() -> None:

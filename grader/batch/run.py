@@ -58,6 +58,15 @@ class Options:
     # a folder of this machine the batch's gradings share the reference's counters in
     # (grading.grade's shared_reference; run_batch makes it for a run on this machine)
     shared_reference: str = ""
+    # each fetch's bounds (--fetch-timeout, --max-repo-mib: a course whose repositories carry
+    # datasets or build outputs needs more than the defaults)
+    fetch_timeout_s: float = 120.0
+    max_repo_mib: float = 200.0
+
+    def fetch_limits(self):
+        from .submissions import MiB, FetchLimits
+
+        return FetchLimits(timeout_s=self.fetch_timeout_s, max_repo_bytes=int(self.max_repo_mib * MiB))
 
     def sandbox_spec(self):
         """The sandbox every submission is graded in (a SandboxSpec)."""
@@ -91,7 +100,7 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"gpugrade-batch-{entry.student_id}-"))
     try:
-        fetched = fetch(entry, list(options.exercises), work / "submission",
+        fetched = fetch(entry, list(options.exercises), work / "submission", limits=options.fetch_limits(),
                         deadline=entry.deadline or options.deadline)  # an extension in the roster, or the folder's
         outcome = Outcome(entry.student_id, fetched.commit, fetched.committed_at)
         if fetched.problem:

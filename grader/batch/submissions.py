@@ -29,7 +29,7 @@ Bounds: the fetch is shallow (`--depth 1` for a branch, a tag or HEAD; `--depth 
 directly where the server allows it, else from the branches' last `history_depth` commits);
 all git commands of one fetch together get `timeout_s` (120 s), after which the whole process
 group (git, ssh) is killed; the repository on disk is measured while it downloads and the fetch
-killed beyond `max_repo_bytes` (200 MiB). `--filter=blob:limit=` is not used: a local
+killed beyond `max_repo_bytes` (200 MiB; `batch --max-repo-mib` and `--fetch-timeout` set both). `--filter=blob:limit=` is not used: a local
 repository's upload-pack ignores it unless the student's own config allows filters. Each
 exercise file must be a regular file (a symlink, mode 120000, or a submodule, 160000, is refused:
 it could point outside the repository) of at most `max_file_bytes` (1 MiB; a notebook, outputs
@@ -364,7 +364,8 @@ class _Git:
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= self.ends:
                     self._kill(proc)
-                    raise _Problem(f"fetching {self.shown} took longer than {self.limits.timeout_s:g} s") from None
+                    raise _Problem(f"fetching {self.shown} took longer than {self.limits.timeout_s:g} s (the batch's "
+                                   f"--fetch-timeout raises the limit)") from None
                 if watch and _disk_size(self.repo) > self.limits.max_repo_bytes:
                     self._kill(proc)
                     raise self._too_large() from None
@@ -373,7 +374,8 @@ class _Git:
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     def _too_large(self) -> _Problem:
-        return _Problem(f"{self.shown} is larger than the {_size(self.limits.max_repo_bytes)} limit for a repository")
+        return _Problem(f"{self.shown} is larger than the {_size(self.limits.max_repo_bytes)} limit for a repository "
+                        f"(the batch's --max-repo-mib raises it)")
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
