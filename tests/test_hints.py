@@ -103,7 +103,8 @@ def test_extra_coalesced_accesses_get_the_register_accumulator_hint_not_the_unco
     judge's message, judge.hotspots) is kind extra_accesses, and its hint comes first."""
     kind, text = _course_hint(tmp_path, "matmul", 1, "matmul::naive_is_coalesced", (
         "global memory sectors per warp request (coalescing): 3.00312 against the reference's 2.01242 "
-        "(at most 2.51553 allowed), from extra global memory accesses at line 79 (load, store)"))
+        "(at most 2.51553 allowed), not from uncoalesced access but from extra global memory accesses, each coalesced, "
+        "at line 79 (load, store)"))
     assert kind == "extra_accesses" and "in a local variable (a register)" in text, (kind, text)
 
 

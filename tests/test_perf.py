@@ -105,8 +105,8 @@ def test_coalesced_extra_accesses_are_not_called_uncoalesced():
     assert "uncoalesced access" not in note and "store up to 65 elements each (the reference's 1)" in note
     criterion = Criterion(counter="sectors_per_request", max_ratio=1.25, label="coalescing")
     stage = Stage("ex", 1, "t", "f", ("a", "b", "c"), (criterion,), gpu=GpuThreshold("reference", 1.2))
-    with pytest.raises(PerformanceShortfall, match=r"^coalescing: [^\n]*, from extra global memory accesses at "
-                       r"line 79 \(load, store\)\n"):
+    with pytest.raises(PerformanceShortfall, match=r"^coalescing: [^\n]*, not from uncoalesced access but from extra "
+                       r"global memory accesses, each coalesced, at line 79 \(load, store\)\n"):
         expect_performance(stage, [mine], [ref], modelled=False)
 
 

@@ -412,7 +412,8 @@ def expect_performance(stage: Stage, student_launches: list[dict], reference_lau
         worst = next(((space, line, kind) for space, line, kind, _ in spots if space in (lead, f"{lead} extra")),
                      None)
         if worst:  # the line the first criterion is missed at, in the first line
-            head += (f", from extra global memory accesses at line {worst[1]} ({worst[2]})"
+            head += (f", not from uncoalesced access but from extra global memory accesses, each coalesced, at line "
+                     f"{worst[1]} ({worst[2]})"
                      if worst[0].endswith(" extra") else f", worst at line {worst[1]} ({worst[2]})")
         rest = "\n".join(f"  - {p}" for p in problems)
         where = "\n".join(f"  - {note}" for *_, note in spots)
