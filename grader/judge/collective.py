@@ -23,10 +23,11 @@ from .perf import PartialCredit, PerformanceShortfall, keep_timing
 
 HOST = -1
 WITNESS_BITS = 8  # int32 witness inputs: rank r contributes bit r of the low byte (N <= 8)
-MODEL_BUFFER_BYTES = 64 << 20  # busbw against NCCL is modelled (and measured) on a buffer this large (nccl-tests)
-# stage 3's timeline against the reference's is modelled as on a buffer this large: where the links
-# are the bound, so pipelining pays. On 64 MiB one Python thread issuing every copy and add is the
-# bound (about 10 us each, 72 at N = 4), and fewer, larger pieces win (docs/ALLREDUCE.md, "Sizes")
+MODEL_BUFFER_BYTES = 64 << 20  # a timeline's default size (nccl-tests' middle sizes; bench_allreduce's column)
+# stage 3's timeline against the reference's, and its busbw against NCCL's, are modelled (and
+# measured) as on a buffer this large: where the links are the bound, so pipelining pays. On 64 MiB
+# one Python thread issuing every copy and add is the bound (about 10 us each, 72 at N = 4), and
+# fewer, larger pieces win (docs/ALLREDUCE.md, "Sizes")
 PIPELINE_BUFFER_BYTES = 1 << 30
 MAX_SPANS = 2000  # operations kept for the timeline picture
 FORGED_RATIO = 1.5  # a measured busbw this far above NCCL's on the same GPUs is not the student's
@@ -472,14 +473,16 @@ def expect_busbw(mine: float, nccl: float, full_ratio: float, how: str, gpu: str
     return summary
 
 
-def model_beside_allreduce(mine, reference, buffer_bytes: int, ranks: int, device_name: str, model_gpu: str) -> dict:
-    """The model's prediction for an all-reduce measured on GPUs named `device_name`, from the
-    simulator's record of the same call (`mine`, a call's result) and of the reference's on the
-    same inputs, scheduled on the preset of those GPUs (`model_gpu` where none matches): busbw of
-    each and the student's against modelled NCCL, to set beside the measurement."""
+def model_beside_allreduce(mine, reference, buffer_bytes: int, ranks: int, device_name: str, model_gpu: str,
+                           measured_bytes: int = MODEL_BUFFER_BYTES) -> dict:
+    """The model's prediction for an all-reduce measured on GPUs named `device_name` on buffers of
+    `measured_bytes`, from the simulator's record of the same call (`mine`, a call's result, on
+    buffers of `buffer_bytes`) and of the reference's on the same inputs, scheduled on the preset
+    of those GPUs (`model_gpu` where none matches): busbw of each and the student's against
+    modelled NCCL, to set beside the measurement."""
     gpu_key = (perf_model.preset_for(device_name) or perf_model.gpu(model_gpu)).key
-    mine_bw = modelled_busbw(timeline_of(mine, gpu_key, buffer_bytes), ranks)
-    reference_bw = modelled_busbw(timeline_of(reference, gpu_key, buffer_bytes), ranks)
+    mine_bw = modelled_busbw(timeline_of(mine, gpu_key, buffer_bytes, measured_bytes), ranks)
+    reference_bw = modelled_busbw(timeline_of(reference, gpu_key, buffer_bytes, measured_bytes), ranks)
     nccl = modelled_nccl_busbw(gpu_key)
     return {"gpu": gpu_key, "busbw_gbs": round(mine_bw / 1e9, 2), "reference_busbw_gbs": round(reference_bw / 1e9, 2),
             "ratio": round(nccl / mine_bw, 4) if mine_bw > 0 else float("inf"),

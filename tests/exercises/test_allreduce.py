@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 from grader.judge import require_kernel_launch
-from grader.judge.collective import (MODEL_BUFFER_BYTES, PIPELINE_BUFFER_BYTES, Traffic, believed_busbw,
-                                     expect_allreduced,
+from grader.judge.collective import (PIPELINE_BUFFER_BYTES, Traffic, believed_busbw, expect_allreduced,
                                      expect_busbw, expect_no_host_traffic, expect_pipelined, expect_ring_traffic,
                                      expect_total_traffic, model_beside_allreduce, modelled_busbw,
-                                     modelled_nccl_busbw, rank_inputs, timeline_of)
+                                     modelled_nccl_busbw, rank_inputs, size_text, timeline_of)
 from grader.judge.perf import expect_performance
 
 CASES = [(2, 1), (3, 2), (4, 1003), (8, 40009)]   # n = 1, n = N - 1 < N, n not divisible by N
@@ -159,16 +158,19 @@ def test_pipelined_overlaps_copies_and_adds(student, reference, stage_spec, back
 @pytest.mark.points(2)
 @pytest.mark.perf
 def test_pipelined_against_nccl(student, reference, stage_spec, backend, rng):
-    """busbw (nccl-tests' definition) against NCCL's all-reduce: on the simulator both modelled (the
-    student's timeline as on 64 MiB; NCCL as a fraction of the preset's link); on N GPUs both
-    measured in the same run, NCCL in the trusted reference runner; on fewer GPUs than ranks not
-    gradable (NCCL cannot put several ranks on one GPU)."""
+    """busbw (nccl-tests' definition) against NCCL's all-reduce, on a 1 GiB buffer as the timeline
+    test (on 64 MiB one Python thread issuing every copy and add is the bound, and an honest 8
+    slices scored 0): on the simulator both modelled (NCCL as a fraction of the preset's link); on
+    N GPUs both measured in the same run, NCCL in the trusted reference runner; on fewer GPUs than
+    ranks not gradable (NCCL cannot put several ranks on one GPU)."""
     ranks, n = TIMELINE
     if backend == "sim":
         result, inputs = _run(student, backend, rng, "allreduce_pipelined", ranks, n)
-        mine = modelled_busbw(timeline_of(result, stage_spec.gpu.model_gpu, inputs[0].nbytes), ranks)
+        mine = modelled_busbw(timeline_of(result, stage_spec.gpu.model_gpu, inputs[0].nbytes, PIPELINE_BUFFER_BYTES),
+                              ranks)
         expect_busbw(mine, modelled_nccl_busbw(stage_spec.gpu.model_gpu), NCCL_FULL_RATIO,
-                     f"modelled on {stage_spec.gpu.model_gpu}s, 64 MiB", stage_spec.gpu.model_gpu, ranks)
+                     f"modelled on {stage_spec.gpu.model_gpu}s, {size_text(PIPELINE_BUFFER_BYTES)}",
+                     stage_spec.gpu.model_gpu, ranks, PIPELINE_BUFFER_BYTES)
         return
     if student.stock_simulator:
         pytest.skip("numba's stock simulator stands in for the GPU here: nothing to time")
@@ -179,7 +181,7 @@ def test_pipelined_against_nccl(student, reference, stage_spec, backend, rng):
     if not hasattr(reference, "nccl_allreduce"):
         pytest.skip("NCCL is timed in the reference solutions' runner, and this course copy has none")
     result, inputs = _run(student, backend, rng, "allreduce_pipelined", ranks, n)  # right, on GPUs and simulator
-    count = MODEL_BUFFER_BYTES // 4
+    count = PIPELINE_BUFFER_BYTES // 4
     from grader.judge.student import Unavailable
 
     try:
@@ -190,7 +192,7 @@ def test_pipelined_against_nccl(student, reference, stage_spec, backend, rng):
     mine = student.time_ranks("allreduce_pipelined", ranks, count)
     # the model beside the measurement, from the simulator's record of the same call (and the bound on it)
     model = model_beside_allreduce(result, reference.call_ranks("allreduce_pipelined", inputs), inputs[0].nbytes,
-                                   ranks, nccl.device, stage_spec.gpu.model_gpu)
+                                   ranks, nccl.device, stage_spec.gpu.model_gpu, measured_bytes=count * 4)
     expect_busbw(mine.busbw_gbs() * 1e9, nccl.busbw_gbs() * 1e9, NCCL_FULL_RATIO, f"measured on {ranks} GPUs",
                  f"{gpus} x {nccl.device or 'GPU'}", ranks, count * 4, model=model,
                  believed_up_to=believed_busbw(model, theirs.busbw_gbs() * 1e9))
