@@ -84,6 +84,22 @@ def test_a_try_of_the_notebooks_own_functions_is_not_run_nor_what_uses_its_resul
                      "test); they call add_kernel, vector_add and they use out, which a line left out would have set"]
 
 
+def test_a_constant_a_def_reads_runs_though_a_function_of_the_notebooks_makes_it():
+    """`THREADS_PER_BLOCK = round_to_warp(250)` or `GRID = grid_blocks()` binds what the graded
+    functions read: left out, a correct notebook scored 0/25 (NameError in every test), where the
+    same code as a .py scored 25/25. It runs, guarded; a try whose result no def reads does not."""
+    helpers = ("def round_to_warp(n):\n    return (n + 31) // 32 * 32\n\ndef grid_blocks():\n    return 8\n\n"
+               "def vector_add(a, b):\n    return add_kernel[GRID, THREADS_PER_BLOCK](a, b)\n")
+    top_level = "THREADS_PER_BLOCK = round_to_warp(250)\nGRID = grid_blocks()\nout = vector_add(1, 2)\n"
+    text, notes = scratch(helpers, top_level).cell(top_level, 2)
+    assert "    THREADS_PER_BLOCK = round_to_warp(250)" in text and "    GRID = grid_blocks()" in text, text
+    assert [line for line in text.splitlines() if "(not run)" in line] == ["pass  # (not run)"]
+    assert len(notes) == 1 and "line 3: not run" in notes[0] and "they call vector_add" in notes[0], notes
+    namespace = {}
+    exec(compile(PROLOGUE + "\n" + helpers + "\n" + text, "nb", "exec"), namespace)
+    assert namespace["THREADS_PER_BLOCK"] == 256 and namespace["GRID"] == 8
+
+
 def test_a_refused_import_a_function_uses_is_kept_for_the_policy_to_name():
     source = "import time\n"
     user = "def host():\n    return time.time()\n"
@@ -156,3 +172,25 @@ def test_the_judge_hears_what_a_notebooks_scratch_raised_and_nothing_from_a_py(t
                             f"nb.py:15 (in <lambda>, nb.py:11): NameError: name 'undefined_name' is not defined "
                             f"{told}"],
                      "forged": []}
+
+
+def test_a_name_error_of_a_name_a_left_out_statement_sets_says_where():
+    """`import os` left out (the policy), `TPB = int(os.environ[...])` not run: every test failed
+    with a bare NameError of TPB, the cause two notes above it. The module names where each name
+    left unset is set, and the runner's NameError says it."""
+    from grader.runner.serve import _left_out_line
+
+    cells = ["import os\nTPB = int(os.environ.get('TPB', 256))\n", "def blocks(n):\n    return n // TPB\n"]
+    top = scratch(*cells)
+    texts = [top.cell(source, number)[0] for number, source in enumerate(cells, start=1)]
+    namespace = {}
+    exec(compile(top.head() + "\n".join(texts), "nb", "exec"), namespace)
+    assert namespace["_gpugrade_unset"] == {"TPB": "cell 1: `TPB = int(os.environ.get('TPB', 256))`",
+                                            "os": "cell 1: `import os`"}
+    try:
+        namespace["blocks"](1024)
+    except NameError as exc:
+        said = _left_out_line(exc)
+    assert said.startswith(" (the notebook sets it at cell 1: `TPB = int(os.environ.get('TPB', 256))`, a top-level "
+                           "statement left out or not run"), said
+    assert "line" not in said.split("`")[0]  # (no `line N` for the report to read as one of the module's)

@@ -10,7 +10,9 @@ simulator), a try of a stage whose loop never ends. A `.py` guards such code wit
 in a notebook's module (never a `.py`'s), outside every def and class (`Scratch.cell`):
 - a statement that calls the notebook's own functions or kernels (or uses what such a statement
   would have set) is not run: the tests call those functions themselves, each within its own
-  time limit, and a try at import would spend the exercise's time, or hang, before any test;
+  time limit, and a try at import would spend the exercise's time, or hang, before any test. One
+  that binds a name a def or class reads (`THREADS_PER_BLOCK = round_to_warp(250)`, `GRID =
+  grid_blocks()`) runs, guarded, as it would in a `.py`: the graded functions need it;
 - a statement the static policy refuses (`import matplotlib.pyplot as plt`, `open(...)`) is left
   out, unless a def or class uses what it binds (`import time` for a host function that times
   itself): then the policy refuses the module, naming it, as it would a `.py`;
@@ -34,6 +36,9 @@ from dataclasses import dataclass, field
 from ..judge.policy import check_node
 
 FAILED = "_gpugrade_failed"  # the module's list of what its guarded statements raised at import
+# the module's {name: "cell N: `code`"} of the names only a line left out or not run would have set,
+# so that a NameError of one says why (grader.runner.serve)
+UNSET = "_gpugrade_unset"
 INSERTED = "# (gpugrade)"  # ends every line the grader adds to a notebook's module
 PROLOGUE = f"{FAILED} = []  {INSERTED}"
 _OPEN = f"try:  {INSERTED}"
@@ -58,6 +63,7 @@ class Scratch:
     futures: list[str] = field(default_factory=list)  # the `from __future__` imports, moved to the top
     guarded: bool = False  # whether any statement runs guarded (the module then needs `PROLOGUE`)
     _unset: set[str] = field(default_factory=set)  # names only a statement not run would have set
+    _where: dict[str, str] = field(default_factory=dict)  # each of those names: the cell and line that sets it
 
     @classmethod
     def of(cls, name: str, cells: list[tuple[int, str]], allowed_imports: frozenset[str]) -> "Scratch":
@@ -81,6 +87,9 @@ class Scratch:
     def head(self) -> str:
         """The lines the module starts with: the moved `from __future__` imports, then `PROLOGUE`."""
         lines = [f"{line}  {INSERTED}" for line in dict.fromkeys(self.futures)] + ([PROLOGUE] if self.guarded else [])
+        unset = {name: self._where[name] for name in sorted(self._unset) if name in self._where}
+        if unset:
+            lines.append(f"{UNSET} = {unset!r}  {INSERTED}")
         return "".join(line + "\n" for line in lines)
 
     def cell(self, source: str, number: int) -> tuple[str, list[str]]:
@@ -91,11 +100,12 @@ class Scratch:
         except SyntaxError:  # (indenting a corner of the cell's text broke it: run it as it is, unguarded)
             text, notes, guarded, unset, futures = self._cell(source, number, indent=False)
         self.guarded = self.guarded or guarded
-        self._unset = unset
+        self._where.update(unset)
+        self._unset = set(unset)
         self.futures += futures
         return text, notes
 
-    def _cell(self, source: str, number: int, indent: bool) -> tuple[str, list[str], bool, set[str], list[str]]:
+    def _cell(self, source: str, number: int, indent: bool) -> tuple[str, list[str], bool, dict[str, str], list[str]]:
         """(the cell's text, its notes, whether any of it runs guarded, the names left unset after
         it, its `from __future__` imports): what `cell` keeps, computed without keeping it."""
         lines = source.splitlines()
@@ -104,7 +114,8 @@ class Scratch:
         out: list[str] = []
         notes: list[str] = []
         not_run: list[tuple[int, set[str], set[str]]] = []  # (line, the notebook's functions called, names unset)
-        unset, guarded, row = set(self._unset), False, 1
+        # the names left unset so far, each with the cell and line that would have set it
+        unset, guarded, row = {name: self._where.get(name, "") for name in self._unset}, False, 1
         for first, last, statements in _units(ast.parse(source).body):
             out += lines[row - 1:first - 1]  # comments and blank lines
             unit = lines[first - 1:last]
@@ -112,7 +123,7 @@ class Scratch:
             bound = {n for s in statements for n in _bound(s)}
             if any(isinstance(s, _DEFINITIONS) for s in statements):
                 out += unit
-                unset -= bound
+                _forget(unset, bound)
                 continue
             if all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements):
                 futures += [ast.unparse(s) for s in statements]
@@ -124,17 +135,21 @@ class Scratch:
                 why = "; ".join(dict.fromkeys(v.what.split(": ")[0] for v in refused))
                 notes.append(f"{self.name}, cell {number}, line {first}: `{unit[0].strip()[:60]}` is {LEFT_OUT}: {why}")
                 out += _left_out(unit, "(left out)")
-                unset |= bound
+                unset.update({name: unset.get(name) or _where(number, unit) for name in bound})
                 continue
             calls = {n for s in statements for n in _called(s)} & self.defined.keys()
             reads = {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name)
-                     and isinstance(n.ctx, ast.Load)} & unset
+                     and isinstance(n.ctx, ast.Load)} & set(unset)
+            # (a constant a def reads, made by a function of the notebook's: `TPB = round_to_warp(250)`,
+            # `GRID = grid_blocks()`, runs, guarded, as in a .py: left out, every test failed on its name)
+            if calls and not reads and bound & self.used_in_defs:
+                calls = set()
             if calls or reads:
                 not_run.append((first, calls, reads))
                 out += _left_out(unit, "(not run)")
-                unset |= bound
+                unset.update({name: unset.get(name) or _where(number, unit) for name in bound})
                 continue
-            unset -= bound
+            _forget(unset, bound)
             if refused or all(map(_cannot_fail, statements)) or not indent:
                 out += unit
                 continue
@@ -151,6 +166,18 @@ class Scratch:
             notes.append(f"{self.name}, cell {number}, line{'s' if len(not_run) > 1 else ''} {lines_said}: "
                          f"{NOT_RUN}; {' and '.join(what)}")
         return "\n".join(out), notes, guarded, unset, futures
+
+
+def _where(number: int, unit: list[str]) -> str:
+    """A statement's cell and code, for a message: "cell 2: `TPB = int(os.environ['TPB'])`" (its line
+    number not as `line N`, which the report would read as one of the module's)."""
+    return f"cell {number}: `{unit[0].strip()[:60]}`"
+
+
+def _forget(unset: dict[str, str], bound: set[str]) -> None:
+    """Names a statement that runs binds: set after all."""
+    for name in bound:
+        unset.pop(name, None)
 
 
 def _units(body: list[ast.stmt]) -> list[tuple[int, int, list[ast.stmt]]]:

@@ -83,6 +83,8 @@ class Runner:
         text = self._relative(str(exc).strip())
         if kind == "context_lost":  # the student's words first, CUDA's after
             text = f"{sticky_cuda_error(exc)} ({text})"
+        if isinstance(exc, NameError):
+            text += _left_out_line(exc)
         error = {
             "kind": kind,
             "type": type(exc).__name__,
@@ -378,6 +380,24 @@ class Runner:
             sys.stdout.flush()
             sys.stderr.flush()
             wire.send(out, reply)
+
+
+def _left_out_line(exc: NameError) -> str:
+    """Where a notebook's top-level line that would have set the missing name was left out or not
+    run (its module's `_gpugrade_unset`: grader.course.scratch), said with the NameError: the
+    notes say it too, but the failure is what a student reads first."""
+    tb, where = exc.__traceback__, None
+    while tb is not None:
+        unset = tb.tb_frame.f_globals.get("_gpugrade_unset")
+        if isinstance(unset, dict):
+            where = unset
+        tb = tb.tb_next
+    name = getattr(exc, "name", None)
+    if not where or not isinstance(name, str) or not isinstance(where.get(name), str):
+        return ""
+    return (f" (the notebook sets it at {where[name]}, a top-level statement left out or not run as the notebook "
+            f"is graded: see the notes; set a constant the functions use without an import the grader refuses or "
+            f"a name such a statement sets)")
 
 
 def _first_sentence(text: str) -> str:
