@@ -52,6 +52,7 @@ class Op:
     dst: int | None = None     # copies: the destination device
     launch: int | None = None  # kernels: the launch's number in this log
     site: str = ""             # where the student's code issued it ("at f.py:94 in add_on, called at ..."): messages
+    default: bool = False      # on its device's legacy default stream (the timeline's feedback names it)
 
     def summary(self) -> dict:
         doc = {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
@@ -61,6 +62,8 @@ class Op:
             doc.update(src=self.src, dst=self.dst)
         if self.launch is not None:
             doc["launch"] = self.launch
+        if self.default:
+            doc["default"] = True
         return doc
 
 
@@ -73,6 +76,8 @@ class _Stream:
     clock: dict[int, int] = field(default_factory=dict)  # what its next operation is ordered after
     waited: list[int] = field(default_factory=list)  # the streams of the events it waited for (the last few)
     recorded: tuple[int, str] | None = None  # the last event recorded on it: (its tick then, where)
+    # its last waits: (the event, how many times it had been recorded then, where the wait was issued)
+    waits: list[tuple[object, int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -164,7 +169,7 @@ class StreamOrder:
         clock = self._ordered_after(s)
         # where, with the callers (an add launched in a helper is told with the student's call of it)
         op = Op(len(self.log), kind, s.device, stream, s.tick + 1, dict(clock), name, **fields,
-                site=called_at(launch_stack()))
+                site=called_at(launch_stack()), default=s.default)
         s.tick += 1
         s.clock = _join(clock, {stream: s.tick})
         self._keep(op, model)
@@ -223,16 +228,19 @@ class StreamOrder:
             s = self._streams[ident]
             made_on = getattr(event, "made_on", None)
             if made_on is not None and made_on != s.device:
+                site = called_at(launch_stack())
                 raise WrongDeviceError(
-                    f"event.record(stream): the event was created on device {made_on} and the stream is "
-                    f"device {s.device}'s; CUDA refuses that (invalid handle): create the event with "
-                    f"device {s.device} current (`with cuda.gpus[{s.device}]:` or `with rank:`)")
+                    f"event.record(stream){f' ({site})' if site else ''}: the event was created on device {made_on} "
+                    f"and the stream is device {s.device}'s; CUDA refuses that (invalid handle): create the event with "
+                    f"device {s.device} current (`with cuda.gpus[{s.device}]:` or `with rank:`; a rank's "
+                    f"rank.event() is its device's)")
             # recording is work on the stream, ordered as any: on a blocking stream, after the kernels
             # the legacy default stream was given before it (the audit: adds on the default stream,
             # then `done.record(q.stream)`, were reported racing the next copy)
             s.clock = self._ordered_after(s)
             event.order_clock = dict(s.clock)
             event.recorded_on = ident
+            event.records = getattr(event, "records", 0) + 1
             s.recorded = (s.tick, called_at(launch_stack()))
 
     def wait(self, event, stream, current: int) -> None:
@@ -244,6 +252,7 @@ class StreamOrder:
                 s.clock = _join(s.clock, clock)
             if getattr(event, "recorded_on", None) is not None:
                 s.waited = [*s.waited[-(WAITS_KEPT - 1):], event.recorded_on]
+            s.waits = [*s.waits[-(WAITS_KEPT - 1):], (event, getattr(event, "records", 0), called_at(launch_stack()))]
 
     def sync_event(self, event) -> None:
         with self._lock:
@@ -315,6 +324,15 @@ class StreamOrder:
         if other is not None and other.recorded is not None and other.recorded[0] >= prior.tick \
                 and (not waited or prior.stream in waited):
             site = f" ({other.recorded[1]})" if other.recorded[1] else ""
+            early = next((where for event, records, where in reversed(s.waits if s else [])
+                          if getattr(event, "recorded_on", None) == prior.stream
+                          and getattr(event, "records", 0) > records), None)
+            if early is not None:  # the wait came first: it waited for the record before (or none)
+                waiter = self.stream_label(op.stream)
+                return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({early}) before the event was recorded "
+                        f"on {self.stream_label(prior.stream)} after the "
+                        f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}: a wait orders after the record "
+                        f"already issued (an earlier one, or none), so record the event first, then wait for it")
             return (f". An event was recorded on {self.stream_label(prior.stream)} after the "
                     f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}, but {self.stream_label(op.stream)} "
                     f"had not waited for it when this was issued: a wait orders only the work issued after it, so "

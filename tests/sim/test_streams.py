@@ -104,6 +104,36 @@ def test_a_wait_issued_after_the_launch_it_was_to_order_is_named(gpus):
         "a wait orders only the work issued after it" in str(found.value), str(found.value)
 
 
+def test_a_wait_issued_before_the_record_it_was_to_wait_for_is_named(gpus):
+    """(audit) `arrived.wait(adds)` above the copy and `arrived.record(copies)`: in CUDA that wait
+    waits for nothing (or the record before). The race said "call e.wait(stream) before the
+    launch", which the student had done; it now names the wait and the record, in that order."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        arrived = cuda.event()
+        waited_at = sys._getframe().f_lineno + 1
+        arrived.wait(adds)
+        scratch.copy_to_device(a, stream=copies)
+        arrived.record(copies)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    message = str(found.value)
+    assert f"waited for an event (at {__file__}:{waited_at} in " in message, message
+    assert "before the event was recorded on stream" in message and "record the event first, then wait for it" in \
+        message and "call e.wait(stream) before the launch" not in message, message
+
+
+def test_an_event_recorded_on_another_devices_stream_is_refused_where_it_was_recorded(gpus):
+    with cuda.gpus[1]:
+        made_on_1 = cuda.event()
+    stream_0 = cuda.stream()
+    recorded_at = sys._getframe().f_lineno + 2
+    with pytest.raises(sim.WrongDeviceError) as found:
+        made_on_1.record(stream_0)
+    assert f"event.record(stream) (at {__file__}:{recorded_at} in " in str(found.value), str(found.value)
+    assert "the event was created on device 1 and the stream is device 0's" in str(found.value)
+
+
 def test_disjoint_slices_on_two_streams_do_not_race(gpus):
     a, b, scratch, copies, adds = _arrays()
     with cuda.gpus[1]:
