@@ -170,8 +170,8 @@ def test_stage_3_is_timed_where_the_links_bound_so_one_piece_per_chunk_is_slower
     assert not large[2].host_bound and large[2].makespan_s < large[1].makespan_s
     stage = _stage(1.05, 1.3)
     assert expect_pipelined(stage, large[4], large[2])["credit"] == 1.0
-    with pytest.raises(PartialCredit, match=r"modelled on H100s with a 1 GiB buffer, .*one piece per chunk\) leaves "
-                                            r"the link idle") as found:
+    with pytest.raises(PartialCredit, match=r"modelled on H100s with a 1 GiB buffer, .*it sends 24 pieces where the "
+                                            r"reference sends 48: .*cut each chunk into SLICES pieces") as found:
         expect_pipelined(stage, large[1], large[2])
     assert 0.6 < found.value.credit < 0.9
 
@@ -365,3 +365,23 @@ def test_a_ring_that_runs_the_other_way_is_told_so(solution):
     expect_allreduced(result.value, inputs, "ring")
     with pytest.raises(PerformanceShortfall, match=r"1 -> 0, 2 -> 1, 3 -> 2: the ring runs the other way"):
         expect_ring_traffic(Traffic.of(result, 4), 1003, 4, messages_per_link=6)
+
+
+def test_less_overlap_than_the_references_names_the_cause_the_timeline_shows():
+    """(audit) copies on the adds' stream, or adds on the legacy default stream, were told "one
+    scratch buffer per rank, or one piece per chunk", code the student had right."""
+    from grader.judge.collective import _why_less_overlap
+    from grader.perf_model.timeline import Span, Timeline
+
+    def ring(copy_stream, add_stream, default=False, pieces=4, copy_device=0):
+        spans = [Span(i, "copy", copy_device, copy_stream, i, i + 1, "copy", src=0, dst=1) for i in range(pieces)]
+        spans += [Span(10 + i, "kernel", 1, add_stream, i + 1, i + 2, "add_kernel", default=default)
+                  for i in range(pieces)]
+        return Timeline(spans, 0, 0)
+
+    reference = ring(5, 6)
+    assert "its copies and adds are issued on one stream (stream 6 of device 1)" in \
+        _why_less_overlap(ring(6, 6, copy_device=1), reference)
+    assert "its adds run on a GPU's legacy default stream" in _why_less_overlap(ring(5, 0, default=True), reference)
+    assert "it sends 2 pieces where the reference sends 4" in _why_less_overlap(ring(5, 6, pieces=2), reference)
+    assert "one scratch buffer per rank" in _why_less_overlap(ring(5, 6), reference)

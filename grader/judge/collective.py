@@ -396,10 +396,35 @@ def _what_bounds(mine: Timeline, reference: Timeline, g) -> str:
     if mine.overlap_s() < reference.overlap_s():
         return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
                 f"{reference.overlap_s() * 1e6:.0f} us): while slice k is added, slice k + 1 should already be on "
-                f"the wire; a copy that waits for the add before it (one scratch buffer per rank, or one piece "
-                f"per chunk) leaves the link idle")
+                f"the wire; {_why_less_overlap(mine, reference)}")
     return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
             f"{reference.overlap_s() * 1e6:.0f} us)")
+
+
+def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
+    """What keeps a pipelined ring's copies from running beside its adds, from its timeline: adds
+    or copies on the legacy default stream, copies and adds on one stream, fewer pieces than the
+    reference's; else the usual causes the timeline cannot tell apart."""
+    for kind, what, fix in (("kernel", "adds", "launch them on r.stream"),
+                            ("copy", "copies", "issue them on a stream of their own (r.new_stream())")):
+        if any(s.default and (s.kind == "kernel" if kind == "kernel" else s.peer) for s in mine.spans):
+            return (f"its {what} run on a GPU's legacy default stream (issued with no stream), which waits for every "
+                    f"other stream of its GPU, and they for it, so nothing runs beside them: {fix}")
+    kernels = {(s.device, s.stream) for s in mine.spans if s.kind == "kernel"}
+    shared = sorted({(s.device, s.stream) for s in mine.spans if s.peer} & kernels)
+    if shared:
+        device, stream = shared[0]
+        return (f"its copies and adds are issued on one stream (stream {stream} of device {device}"
+                f"{f' and {len(shared) - 1} more' if len(shared) > 1 else ''}), which runs them one after another: copy "
+                f"on a stream of its own (r.new_stream()) and add on r.stream, ordered by events")
+    pieces, theirs = (sum(1 for s in t.spans if s.peer) for t in (mine, reference))
+    if pieces < theirs:
+        return (f"it sends {pieces} pieces where the reference sends {theirs}: with fewer, a copy waits for the add "
+                f"of the piece before it, and the link idles (cut each chunk into SLICES pieces)")
+    return ("a copy that waits for the add before it leaves the link idle: one scratch buffer per rank (a piece "
+            "cannot land until the add has read the one before), or copies issued in an order that queues one "
+            "behind a copy still waiting for its add (a stream runs its work in issue order: issue each step's "
+            "pieces in turn)")
 
 
 # -- against NCCL ------------------------------------------------------------------------------------

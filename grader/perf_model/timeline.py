@@ -34,6 +34,7 @@ class Span:
     name: str
     src: int | None = None
     dst: int | None = None
+    default: bool = False  # on its device's legacy default stream
 
     @property
     def peer(self) -> bool:
@@ -151,7 +152,8 @@ class Scheduler:
         self._free[resource] = end
         self._ends[(int(op.get("stream", 0)), int(op.get("tick", 0)))] = end
         span = Span(int(op.get("index", len(self.spans))), str(kind), int(op.get("device", 0)),
-                    int(op.get("stream", 0)), start, end, str(op.get("name", "")), op.get("src"), op.get("dst"))
+                    int(op.get("stream", 0)), start, end, str(op.get("name", "")), op.get("src"), op.get("dst"),
+                    bool(op.get("default")))
         if self.keep_timeline:
             self.spans.append(span)
         return span

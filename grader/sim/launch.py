@@ -22,7 +22,7 @@ from .kernel_graph import foreign_functions
 from .kernel_source import KernelSource
 from .memory import Instrument, LaunchConfig
 from .read_only import read_only_buffers
-from .sites import launch_site, launch_stack, launched
+from .sites import called_at, launch_site, launch_stack, launched
 
 __all__ = ["LaunchConfig", "LaunchRecord", "Launch", "SimLaunchConfiguration", "trace",
            "normalise_config"]
@@ -108,8 +108,12 @@ def _dim3(value, what: str, kernel: str) -> tuple[int, int, int]:
         raise LaunchConfigError(f"kernel {kernel!r}: {what} must be an int or a tuple of 1 to 3 "
                                 f"ints, got {value!r}{hint}", kernel=kernel)
     if any(d < 1 for d in dims):
-        raise LaunchConfigError(f"kernel {kernel!r}: every {what} dimension must be >= 1, got "
-                                f"{dims}", kernel=kernel)
+        stack = launch_stack()  # a launch in a helper of the stub's: the student's call of it too
+        callers = f" (called {called_at(stack[1:])})" if len(stack) > 1 else ""
+        empty = (": no blocks where there is nothing to compute (n smaller than the blocks or ranks, a chunk of 0 "
+                 "elements?): skip the launch when its range is empty") if what == "grid" and 0 in dims else ""
+        raise LaunchConfigError(f"kernel {kernel!r}{callers}: every {what} dimension must be >= 1, got "
+                                f"{dims}{empty}", kernel=kernel)
     return dims + (1,) * (3 - len(dims))
 
 

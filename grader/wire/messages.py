@@ -521,6 +521,7 @@ class StreamOp:
     src: int | None = None
     dst: int | None = None
     launch: int | None = None
+    default: bool = False  # on its device's legacy default stream
 
     @classmethod
     def parse(cls, doc: Any, where: str) -> "StreamOp":
@@ -540,12 +541,12 @@ class StreamOp:
                    _int(doc.get("stream", 0), f"{where}.stream"), _int(doc.get("tick", 0), f"{where}.tick"),
                    tuple(after), _text(doc.get("name", ""), f"{where}.name", MAX_NAME),
                    _int(doc.get("nbytes", 0), f"{where}.nbytes"), ends.get("src"), ends.get("dst"),
-                   None if launch is None else _int(launch, f"{where}.launch"))
+                   None if launch is None else _int(launch, f"{where}.launch"), doc.get("default") is True)
 
     def as_dict(self) -> dict:
         return {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
                 "tick": self.tick, "after": [list(p) for p in self.after], "name": self.name, "nbytes": self.nbytes,
-                "src": self.src, "dst": self.dst, "launch": self.launch}
+                "src": self.src, "dst": self.dst, "launch": self.launch, "default": self.default}
 
 
 @dataclass(frozen=True)
