@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import ast
 import linecache
+import os
 import runpy
+import shutil
 import sys
+import tempfile
 import traceback
+import warnings
 from pathlib import Path
 
 from . import perf_model
@@ -200,34 +204,91 @@ def _host_clock_note(script: Path) -> str:
             f"on a GPU the GPU.\n")
 
 
-def _around(filename: str | None, line: int | None, context: int = 2) -> str:
-    """The source lines around a finding, the line itself marked."""
+def _around(filename: str | None, line: int | None, context: int = 2, cells=None) -> str:
+    """The source lines around a finding, the line itself marked (a notebook's: numbered in their
+    cell, `cells` its CellLines)."""
     if not filename or not line:
         return ""
     lines = []
     for n in range(max(1, line - context), line + context + 1):
         text = linecache.getline(filename, n)
+        where = cells.where(n) if cells is not None else None
+        if cells is not None and (where is None or where[0] != (cells.where(line) or (None,))[0]):
+            continue  # (the grader's marker lines, another cell's)
         if text:
-            lines.append(f"{'>' if n == line else ' '} {n:4} | {text.rstrip()}")
+            number = f"cell {where[0]}, {where[1]:3}" if where else f"{n:4}"
+            lines.append(f"{'>' if n == line else ' '} {number} | {text.rstrip()}")
     return "\n".join(lines)
+
+
+class _Notebook:
+    """A notebook run as a script: the module of its code cells (IPython's lines left out, as
+    grading reads it: grader.course.notebooks) in a folder of its own, and what the run prints
+    told in the notebook's cells and lines."""
+
+    def __init__(self, path: Path):
+        from .course.cell_lines import CellLines
+        from .course.notebooks import read
+
+        source, self.notes = read(path)
+        self.folder = Path(tempfile.mkdtemp(prefix="gpugrade-run-"))
+        self.module = self.folder / f"{path.stem}.py"
+        self.module.write_text(source)
+        self.cells = CellLines.of(self.module.name, path.name, source)
+
+    def tell(self, text: str) -> str:
+        from .course.cell_lines import retell_text
+
+        return retell_text(text.replace(str(self.folder) + os.sep, ""), {self.module.name: self.cells}, self.cells)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def run(script: str, args: list[str], devices: int = 1, seed: int | None = None, gpu_key: str = "",
         summary: bool = True) -> int:
     """Run `script` with `args` as `python script args` would, on the simulator; 0, the script's
-    own exit status, or 1 on a finding or an uncaught exception."""
-    from . import sim
-    from .sim import LaunchRecord
-    from .sim.errors import SimError
-
+    own exit status, or 1 on a finding or an uncaught exception. A notebook (.ipynb) runs its code
+    cells in order, and what is said names its cells."""
     path = Path(script)
     if not path.is_file():
         print(f"gpugrade run: no such script: {script}", file=sys.stderr)
         return 2
+    notebook = None
+    if path.suffix == ".ipynb":  # its code cells, in order, as Jupyter's "Run All" would
+        from .course.notebooks import NotebookRefused
+
+        try:
+            notebook = _Notebook(path)
+        except NotebookRefused as exc:
+            print(f"gpugrade run: {exc}", file=sys.stderr)
+            return 1
+        for note in notebook.notes:
+            print(f"note: {note}", file=sys.stderr)
+    try:
+        return _run(path, notebook, args, devices, seed, gpu_key, summary)
+    finally:
+        if notebook is not None:
+            notebook.close()
+
+
+def _run(path: Path, notebook: "_Notebook | None", args: list[str], devices: int, seed: int | None, gpu_key: str,
+         summary: bool) -> int:
+    from . import sim
+    from .sim import LaunchRecord
+    from .sim.errors import SimError
+
+    tell = notebook.tell if notebook is not None else (lambda text: text)
+    script = notebook.module if notebook is not None else path
     gpu_key = gpu_key or perf_model.DEFAULT_GPU
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, saved_show = sys.argv[:], sys.path[:], warnings.showwarning
     sys.argv = [str(path), *args]
     sys.path.insert(0, str(path.resolve().parent))
+    if notebook is not None:  # (numba's warnings name the module's lines too)
+        def show(message, category, filename, lineno, file=None, line=None):
+            (file or sys.stderr).write(tell(warnings.formatwarning(message, category, filename, lineno, line)))
+
+        warnings.showwarning = show
     launches: list = []
     ops: list[dict] = []
     truncated = False
@@ -237,26 +298,27 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
         with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key, compile_check=True) as simulator, \
                 sim.trace(keep=LaunchRecord.summary) as records:
             try:
-                runpy.run_path(str(path), run_name="__main__")
+                runpy.run_path(str(script), run_name="__main__")
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except SimError as exc:
-                print(f"\ngpugrade run: {exc}", file=sys.stderr)
-                excerpt = _around(exc.filename, exc.line)
+                print(f"\ngpugrade run: {tell(str(exc))}", file=sys.stderr)
+                excerpt = _around(exc.filename, exc.line, cells=notebook.cells if notebook is not None else None)
                 if excerpt:
                     print(excerpt, file=sys.stderr)
                 status, found = 1, True
             except Exception:  # the script's own error: its traceback, as Python would print it
-                traceback.print_exc()
+                print(tell(traceback.format_exc()), end="", file=sys.stderr)
                 status = 1
             launches = list(records)
             ops = list(simulator.streams.log)
             truncated = simulator.streams.truncated
     finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.argv, sys.path[:], warnings.showwarning = saved_argv, saved_path, saved_show
     if summary and launches:
         rows = launch_rows(launches, gpu_key)
-        print(_table(rows, gpu_key) + time_line(ops, truncated, rows, gpu_key) + _host_clock_note(path), end="")
+        print(_table(rows, gpu_key) + time_line(ops, truncated, rows, gpu_key) + tell(_host_clock_note(script)),
+              end="")
     elif summary and not found:
         print("no kernel was launched", file=sys.stderr)
     return status

@@ -251,3 +251,34 @@ def test_launches_in_a_loop_are_one_row_and_a_long_table_keeps_its_ends():
     table = _table(alternating, "H100")  # (no two alike)
     assert f"... {MOST_ROWS} more rows" in table
     assert "1 us" in table and f"{2 * MOST_ROWS} us" in table  # the first rows and the last
+
+
+def test_a_notebook_runs_its_code_cells_and_what_is_said_names_its_cells(tmp_path):
+    """(audit) `gpugrade run vector_add.ipynb` ran the JSON as Python ("NameError: name 'null' is not
+    defined"). A notebook runs its code cells in order, IPython's lines left out with a note, and a
+    finding, a traceback and the excerpt name the notebook's cells and lines, never the module."""
+    import nbformat
+
+    kernel, launch = KERNELS.split("\nn = int(sys.argv[2])")
+    cells = [nbformat.v4.new_markdown_cell("# my try"), nbformat.v4.new_code_cell(kernel.strip()),
+             nbformat.v4.new_code_cell("n = 1000\na, b = np.arange(n, dtype=np.float32), np.ones(n, dtype=np.float32)\n"
+                                       "out = np.zeros(n, dtype=np.float32)\n%timeit add[4, 256](a, b, out)\n"
+                                       "add_unguarded[4, 256](a, b, out)")]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "mine.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    oob = subprocess.run([sys.executable, "-m", "grader", "run", "mine.ipynb"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert oob.returncode == 1, oob.stdout + oob.stderr
+    assert "note: mine.ipynb, cell 3: `%timeit add[4, 256](a, b, out)` is an IPython magic" in oob.stderr, oob.stderr
+    assert "gpugrade run: kernel 'add_unguarded' at mine.ipynb, cell 2, line 14" in oob.stderr, oob.stderr
+    assert "launched at mine.ipynb, cell 3, line 5 in <module>" in oob.stderr, oob.stderr
+    assert "> cell 2,  14 |     out[i] = a[i] + b[i]" in oob.stderr, oob.stderr
+    assert "mine.py" not in oob.stderr and "gpugrade-run-" not in oob.stderr, oob.stderr
+    nb = nbformat.read(tmp_path / "mine.ipynb", as_version=4)
+    nb.cells[2].source = nb.cells[2].source.replace("add_unguarded[4, 256](a, b, out)",
+                                                          "add[4, 256](a, b, out); raise ValueError('mine')")
+    nbformat.write(nb, tmp_path / "mine.ipynb")
+    raised = subprocess.run([sys.executable, "-m", "grader", "run", "mine.ipynb"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert raised.returncode == 1 and 'File "mine.ipynb", cell 3, line 5, in <module>' in raised.stderr, raised.stderr
+    assert "kernel launches (modelled on H100" in raised.stdout and "│ add " in raised.stdout  # (ran before it raised)
