@@ -16,7 +16,7 @@ import html
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .backends import Kind
@@ -24,8 +24,10 @@ from .course import Course
 from .errors import UsageError
 from .grading import grade
 from .report.html import html_page
-from .report.results import Results
-from .report.text import num
+from .report.results import Results, Status
+from .report.text import first_line, num
+
+SUMMARY_FAILURES = 5  # failing tests the text summary names (the HTML page has them all)
 
 
 @dataclass
@@ -49,8 +51,14 @@ class Feedback:
         return self.results.max_score
 
     def summary(self) -> str:
+        """The score, the notes, and each failing test's first line (the page says more, where the
+        front end shows HTML; a console shows this alone)."""
         line = f"{self.exercise}: {num(self.score)}/{num(self.max_score)} on the {self.results.backend} backend"
         line += "".join(f"\nNote: {note}" for note in self.results.notes)
+        failed = [t for t in self.results.tests if t.status == Status.FAILED]
+        line += "".join(f"\n{t.name}: {first_line(t.output) or 'failed'}" for t in failed[:SUMMARY_FAILURES])
+        if len(failed) > SUMMARY_FAILURES:
+            line += f"\n... and {len(failed) - SUMMARY_FAILURES} more failing"
         return line + "".join(f"\n{error.strip().splitlines()[0]}" for error in self.results.errors if error.strip())
 
     def __repr__(self) -> str:
@@ -91,4 +99,19 @@ def check(exercise: str, stage: int | None = None, notebook: str | os.PathLike |
         # the notebook asked for, alone: beside it, a `.py` of that name could be graded instead
         shutil.copyfile(path, Path(folder) / f"{exercise}.ipynb")
         results = grade(folder, [exercise], backend=Kind.SIM, course=course, name=path.name, stages=stages)
-    return Feedback(exercise, results)
+    return Feedback(exercise, _named(results, f"{exercise}.ipynb", path.name))
+
+
+def _named(results: Results, graded_as: str, name: str) -> Results:
+    """The results of a notebook graded as `graded_as`, naming it as the student does (`name`):
+    my_matmul.ipynb's failures said matmul.ipynb, the untouched stub beside it."""
+    if graded_as == name:
+        return results
+
+    def say(text):
+        return text.replace(graded_as, name) if isinstance(text, str) else text
+
+    tests = [replace(t, output=say(t.output), finding=replace(t.finding, file=say(t.finding.file),
+                                                              message=say(t.finding.message))
+                     if t.finding is not None else None) for t in results.tests]
+    return replace(results, tests=tests, notes=[say(n) for n in results.notes], errors=[say(e) for e in results.errors])

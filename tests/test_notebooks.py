@@ -734,3 +734,21 @@ def test_scratch_a_student_left_at_a_notebooks_top_level_costs_nothing_and_is_to
         f"vector_add.ipynb, cell {len(work.cells) - 1}, line 3: NameError: name 't' is not defined {told}",
         f"vector_add.ipynb, cell {len(work.cells) - 1}, line 4: NameError: name 'display' is not defined {told}",
     ], results.notes
+
+
+def test_grader_check_of_a_notebook_of_another_name_names_it_and_its_text_says_what_failed(tmp_path, monkeypatch):
+    """(audit) grader.check("vector_add", notebook="my_try.ipynb") graded it as vector_add.ipynb and
+    said so in every location (the untouched stub's name, beside it); its text form said the score
+    alone, with no reason, where a front end shows no HTML."""
+    import grader
+
+    unguarded = _solved_with(("    if i < out.size:\n        out[i] = a[i] + b[i]", "    out[i] = a[i] + b[i]"))
+    nbformat.write(notebook_from_source(unguarded, "vector_add"), tmp_path / "my_try.ipynb")
+    monkeypatch.chdir(ROOT)
+    feedback = grader.check("vector_add", stage=1, notebook=tmp_path / "my_try.ipynb")
+    failed = [t for t in feedback.results.tests if t.status == "failed"]
+    assert failed and all("vector_add.ipynb" not in t.output for t in feedback.results.tests), failed[0].output
+    assert "kernel 'add_kernel' at my_try.ipynb, cell 3, line 7" in failed[0].output, failed[0].output
+    assert failed[0].finding.file == "my_try.ipynb, cell 3"
+    text = repr(feedback)
+    assert text.startswith("vector_add: ") and f"{failed[0].name}: kernel 'add_kernel' at my_try.ipynb" in text, text
