@@ -388,6 +388,14 @@ def run_through(notebook):
 @pytest.mark.parametrize("module, notebook, graded, note", [
     (STUB, "solved", "vector_add.ipynb", WORKED_NOTE),
     (STUB.replace("\n", "\r\n"), "solved", "vector_add.ipynb", WORKED_NOTE),  # a Windows checkout: still the stub
+    # (audit) a comment, a blank line, no final newline: the stub's code untouched, the notebook worked in graded
+    (STUB + "\n# TODO\n\n", "solved", "vector_add.ipynb", "graded vector_add.ipynb (vector_add.py is the stub, its "
+     "code untouched: only comments or spacing changed)"),
+    (STUB.rstrip("\n").replace("import numpy as np", "import numpy as np   # the arrays"), "solved",
+     "vector_add.ipynb", "graded vector_add.ipynb (vector_add.py is the stub, its code untouched: only comments or "
+     "spacing changed)"),
+    (STUB.replace("THREADS_PER_BLOCK = 256", "THREADS_PER_BLOCK = 128"), "solved", "vector_add.py",
+     "graded vector_add.py; vector_add.ipynb was changed too and was ignored"),
     (SOLVED, "stub", "vector_add.py", "graded vector_add.py (vector_add.ipynb is the untouched released notebook)"),
     (SOLVED, "stub run", "vector_add.py", "graded vector_add.py (vector_add.ipynb is the untouched released notebook)"),
     (SOLVED, "solved", "vector_add.py", "graded vector_add.py; vector_add.ipynb was changed too and was ignored"),
@@ -431,17 +439,19 @@ def test_the_record_release_writes_and_the_course_files_each_tell_what_is_releas
 
     record = json.loads((released / RECORD).read_text())["exercises"]
     assert set(record) == {"vector_add", "matmul", "reduction", "allreduce"}
-    assert all(set(entry) == {"stub", "notebook"} for entry in record.values())
+    assert all(set(entry) == {"stub", "stub_code", "notebook"} for entry in record.values())
     folder = both(tmp_path / "student", STUB, notebook_from_source(SOLVED, "vector_add"))
     # a course released before the record existed: its own exercises/ files tell
     old = tmp_path / "old"
     shutil.copytree(released, old)
     (old / RECORD).unlink()
     assert graded_files(folder, ["vector_add"], old)["vector_add"].note == WORKED_NOTE
-    # the record alone (the course's stub since edited by hand): it tells
+    # the record alone (the course's stub since edited by hand): it tells, the stub's code too
     (released / "exercises" / "vector_add.py").rename(tmp_path / "aside.py")
     try:
         assert graded_files(folder, ["vector_add"], released)["vector_add"].note == WORKED_NOTE
+        (folder / "exercises" / "vector_add.py").write_text(STUB + "# TODO\n")
+        assert "its code untouched" in graded_files(folder, ["vector_add"], released)["vector_add"].note
     finally:
         (tmp_path / "aside.py").rename(released / "exercises" / "vector_add.py")
 

@@ -9,7 +9,8 @@ notebook. `choose` is the one rule, for `gpugrade grade`, `check`, the batch and
 - otherwise the `.py` (README: it wins where both were changed), and when the notebook was changed
   too the note says it was ignored, so the student learns it from the feedback, not from the grade.
 
-Untouched: a stub's text (line endings aside) is one the course released; a notebook's code cells,
+Untouched: a stub's text (line endings aside), or its code (comments, blank lines and spacing aside:
+a `# TODO` added), is one the course released; a notebook's code cells,
 in order, are the released notebook's (outputs, metadata and Markdown may differ: running a
 notebook or saving it from another Jupyter is not changing it). What the course released is known
 from `RECORD`, written by `release` beside the grading tests, so a student's copy of the course has
@@ -41,9 +42,16 @@ class Choice:
 
 @dataclass(frozen=True)
 class Released:
-    """Digests of what the course released for one exercise (`stub_digest`, `notebook_digest`)."""
+    """Digests of what the course released for one exercise (`stub_digest`, `notebook_digest`,
+    `code_digest`: the stubs' code, comments and spacing aside)."""
     stubs: frozenset[str] = frozenset()
     notebooks: frozenset[str] = frozenset()
+    stub_codes: frozenset[str] = frozenset()
+
+    def untouched_stub(self, module: Path) -> bool:
+        """A stub as released, or with its code as released (a comment or a blank line added: a
+        `# TODO` in the stub hid a notebook worked in, which then scored 0)."""
+        return stub_digest(module) in self.stubs or code_digest(module) in self.stub_codes
 
 
 def graded_files(submission: str | os.PathLike, exercises: list[str],
@@ -96,10 +104,12 @@ def choose(exercise: str, module: Path | None, notebook: Path | None, released: 
         # (an unreadable notebook is no "changed" one: it would win over the .py and fail the exercise)
         return Choice(module, f"graded {py}; {nb} was not read: this machine has no nbformat "
                               f"(pip install 'gpugrade[notebooks]')")
-    stub = stub_digest(module) in released.stubs
+    stub = released.untouched_stub(module)
     pristine = notebook_digest(notebook) in released.notebooks
     if stub and not pristine:
-        return Choice(notebook, f"graded {nb} ({py} is the untouched stub)")
+        which = ("the untouched stub" if stub_digest(module) in released.stubs
+                 else "the stub, its code untouched: only comments or spacing changed")
+        return Choice(notebook, f"graded {nb} ({py} is {which})")
     if stub:
         return Choice(module, f"graded {py}: it and {nb} are both as released, untouched")
     if pristine:
@@ -111,6 +121,26 @@ def choose(exercise: str, module: Path | None, notebook: Path | None, released: 
 def stub_digest(path: Path) -> str:
     """A module's text, line endings aside (a Windows checkout is not a change)."""
     return "sha256:" + hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
+
+
+def code_digest(path: Path) -> str | None:
+    """A module's code, comments, blank lines and trailing spaces aside (its lines without the
+    comments tokenize finds: the same on every Python, where a syntax tree's dump is not); None
+    when it does not tokenize."""
+    import io
+    import tokenize
+
+    try:
+        text = path.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+        lines = text.split("\n")
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                row, column = token.start
+                lines[row - 1] = lines[row - 1][:column]
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError, OSError):
+        return None
+    code = "\n".join(line.rstrip() for line in lines if line.strip())
+    return "code:" + hashlib.sha256(code.encode()).hexdigest()
 
 
 def notebooks_readable() -> bool:
@@ -133,25 +163,26 @@ def notebook_digest(path: Path) -> str | None:
 def released(course_root: Path, exercise: str, own: tuple[Path | None, ...] = ()) -> Released:
     """What the course released for `exercise`: the record's digests, and those of the course's
     `exercises/` files that are not among `own` (the submission's files)."""
-    stubs, notebooks = set(), set()
+    stubs, notebooks, codes = set(), set(), set()
     entry = _record(course_root).get(exercise, {})
     if isinstance(entry, dict):
-        for kind, digests in (("stub", stubs), ("notebook", notebooks)):
+        for kind, digests in (("stub", stubs), ("notebook", notebooks), ("stub_code", codes)):
             earlier = entry.get(f"earlier_{kind}s")
             digests.update(d for d in (entry.get(kind), *(earlier if isinstance(earlier, list) else ()))
                            if isinstance(d, str))
-    for path, digests, digest in ((course_root / "exercises" / f"{exercise}.py", stubs, stub_digest),
+    stub = course_root / "exercises" / f"{exercise}.py"
+    for path, digests, digest in ((stub, stubs, stub_digest), (stub, codes, code_digest),
                                   (course_root / "exercises" / f"{exercise}.ipynb", notebooks, notebook_digest)):
         if path.is_file() and not any(mine and _same(path, mine) for mine in own):
             digests.add(digest(path))
-    return Released(frozenset(stubs), frozenset(d for d in notebooks if d))
+    return Released(frozenset(stubs), frozenset(d for d in notebooks if d), frozenset(d for d in codes if d))
 
 
 def write_record(course_root: Path, stubs: list[Path], notebooks: list[Path]) -> Path:
     """`RECORD`: the digests of the stubs and notebooks `release` just wrote."""
     exercises: dict[str, dict] = {}
     for path in stubs:
-        exercises.setdefault(path.stem, {})["stub"] = stub_digest(path)
+        exercises.setdefault(path.stem, {}).update(stub=stub_digest(path), stub_code=code_digest(path))
     for path in notebooks:
         digest = notebook_digest(path)
         if digest:
@@ -162,7 +193,7 @@ def write_record(course_root: Path, stubs: list[Path], notebooks: list[Path]) ->
         if not isinstance(before, dict) or name not in exercises:
             continue
         entry = exercises[name]
-        for kind in ("stub", "notebook"):
+        for kind in ("stub", "notebook", "stub_code"):
             earlier = [d for d in (*before.get(f"earlier_{kind}s", []), before.get(kind))
                        if isinstance(d, str) and d != entry.get(kind)]
             if earlier:
