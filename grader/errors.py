@@ -56,6 +56,10 @@ class Unavailable(RunnerError):
     reports it as not gradable here. `reason` says why."""
 
 
+# what the stand-in module of a refused file raises (grader.course.notebooks.refusal_module)
+REFUSALS = frozenset({"NotebookRefused", "SubmissionRefused"})
+
+
 class StudentCodeError(GpugradeError):
     """The student's code raised (or failed to import); `where` is file:line in their module."""
 
@@ -77,6 +81,8 @@ class StudentCodeError(GpugradeError):
             return self.message
         if self.kind == "context_lost":
             return f"{self.message}{at}; the GPU context was lost, later tests ran in a fresh process"
+        if self.kind == "import" and self.exc_type in REFUSALS and not self.where:  # the reason says where
+            return f"not graded: {self.message}"
         if self.kind == "import":
             return f"could not import the submission{at}: {self.exc_type}: {self.message}"
         return f"{self.exc_type}{at}: {self.message}"

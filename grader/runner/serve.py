@@ -85,13 +85,14 @@ class Runner:
             text = f"{sticky_cuda_error(exc)} ({text})"
         if isinstance(exc, NameError):
             text += _left_out_line(exc)
+        refused = getattr(type(exc), "gpugrade_refusal", False) is True  # a refused file's stand-in module
         error = {
             "kind": kind,
             "type": type(exc).__name__,
             "message": _first_sentence(text)[:2000],
             "detail": text[:8000],
-            "where": where,
-            "traceback": self._student_traceback(exc)[-8000:],
+            "where": "" if refused else where,
+            "traceback": "" if refused else self._student_traceback(exc)[-8000:],
         }
         record = getattr(exc, "record", None)
         if kind == "simulator" and callable(record):  # the inline simulator's finding, as a record
