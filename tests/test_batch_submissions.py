@@ -293,7 +293,8 @@ def test_a_repository_over_the_size_limit_is_refused(student, tmp_path):
     student.push()
     got = fetch(entry(student.bare), EXERCISES, tmp_path / "out",
                 limits=FetchLimits(max_repo_bytes=1 << 20))
-    assert got.folder is None and got.problem.startswith(f"{student.bare} is larger than the 1 MiB limit for a repository")
+    assert got.folder is None
+    assert got.problem.startswith(f"{student.bare} is larger than the 1 MiB limit for a repository")
     assert fetch(entry(student.bare), EXERCISES, tmp_path / "out").problem is None
 
 

@@ -281,4 +281,4 @@ def test_a_notebook_runs_its_code_cells_and_what_is_said_names_its_cells(tmp_pat
     raised = subprocess.run([sys.executable, "-m", "grader", "run", "mine.ipynb"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert raised.returncode == 1 and 'File "mine.ipynb", cell 3, line 5, in <module>' in raised.stderr, raised.stderr
-    assert "kernel launches (modelled on H100" in raised.stdout and "│ add " in raised.stdout  # (ran before it raised)
+    assert "kernel launches (modelled on H100" in raised.stdout and "│ add " in raised.stdout  # (ran, then raised)

@@ -29,8 +29,9 @@ Bounds: the fetch is shallow (`--depth 1` for a branch, a tag or HEAD; `--depth 
 directly where the server allows it, else from the branches' last `history_depth` commits);
 all git commands of one fetch together get `timeout_s` (120 s), after which the whole process
 group (git, ssh) is killed; the repository on disk is measured while it downloads and the fetch
-killed beyond `max_repo_bytes` (200 MiB; `batch --max-repo-mib` and `--fetch-timeout` set both). `--filter=blob:limit=` is not used: a local
-repository's upload-pack ignores it unless the student's own config allows filters. Each
+killed beyond `max_repo_bytes` (200 MiB; `batch --max-repo-mib` and `--fetch-timeout` set both).
+`--filter=blob:limit=` is not used: a local repository's upload-pack ignores it unless the
+student's own config allows filters. Each
 exercise file must be a regular file (a symlink, mode 120000, or a submodule, 160000, is refused:
 it could point outside the repository) of at most `max_file_bytes` (1 MiB; a notebook, outputs
 included, up to what grading takes of one, 5 MiB). A missing exercise file is no problem: it is

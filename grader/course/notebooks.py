@@ -313,7 +313,8 @@ def refusal_module(reason: str, kind: str = "NotebookRefused") -> str:
     name): importing it raises with the reason, so every test of the exercise fails with it, as
     for a module that does not import."""
     return ("# gpugrade: the submission's file was refused before any of it ran; this module only says why.\n"
-            f"class {kind}(Exception):\n    gpugrade_refusal = True  # (no traceback: none of it is the student's)\n\n\n"
+            f"class {kind}(Exception):\n    gpugrade_refusal = True  # (no traceback: none of it is the student's)"
+            "\n\n\n"
             f"raise {kind}({reason!r})\n")
 
 

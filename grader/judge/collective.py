@@ -414,9 +414,10 @@ def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
     shared = sorted({(s.device, s.stream) for s in mine.spans if s.peer} & kernels)
     if shared:
         device, stream = shared[0]
-        return (f"its copies and adds are issued on one stream (stream {stream} of device {device}"
-                f"{f' and {len(shared) - 1} more' if len(shared) > 1 else ''}), which runs them one after another: copy "
-                f"on a stream of its own (r.new_stream()) and add on r.stream, ordered by events")
+        more = f" and {len(shared) - 1} more" if len(shared) > 1 else ""
+        return (f"its copies and adds are issued on one stream (stream {stream} of device {device}{more}), which "
+                f"runs them one after another: copy on a stream of its own (r.new_stream()) and add on r.stream, "
+                f"ordered by events")
     pieces, theirs = (sum(1 for s in t.spans if s.peer) for t in (mine, reference))
     if pieces < theirs:
         return (f"it sends {pieces} pieces where the reference sends {theirs}: with fewer, a copy waits for the add "

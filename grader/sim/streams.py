@@ -329,8 +329,8 @@ class StreamOrder:
                           and getattr(event, "records", 0) > records), None)
             if early is not None:  # the wait came first: it waited for the record before (or none)
                 waiter = self.stream_label(op.stream)
-                return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({early}) before the event was recorded "
-                        f"on {self.stream_label(prior.stream)} after the "
+                return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({early}) before the event was "
+                        f"recorded on {self.stream_label(prior.stream)} after the "
                         f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}: a wait orders after the record "
                         f"already issued (an earlier one, or none), so record the event first, then wait for it")
             return (f". An event was recorded on {self.stream_label(prior.stream)} after the "
