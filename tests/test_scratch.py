@@ -98,6 +98,11 @@ def test_a_constant_a_def_reads_runs_though_a_function_of_the_notebooks_makes_it
     namespace = {}
     exec(compile(PROLOGUE + "\n" + helpers + "\n" + text, "nb", "exec"), namespace)
     assert namespace["THREADS_PER_BLOCK"] == 256 and namespace["GRID"] == 8
+    # a try binding a name a function only has as a local of its own is still a try: not run
+    local = "def vector_add(a, b):\n    out = a + b\n    return out\n"
+    tries = "out = vector_add(1, 2)\nprint(out)\n"
+    text, _ = scratch(local, tries).cell(tries, 2)
+    assert [line for line in text.splitlines() if "(not run)" in line] == ["pass  # (not run)"] * 2, text
 
 
 def test_a_refused_import_a_function_uses_is_kept_for_the_policy_to_name():

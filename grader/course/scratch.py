@@ -54,7 +54,9 @@ NOT_RUN = ("not run as the notebook is graded: the tests call the notebook's fun
 @dataclass
 class Scratch:
     """A notebook's top level, cell by cell. `defined`: the cells defining each of the notebook's
-    own functions and classes; `used_in_defs`: the names their bodies read."""
+    own functions and classes; `used_in_defs`: the global names their bodies read (a function's
+    own locals and parameters are not: `out = vector_add(a, b)` at the top level is a try, though
+    vector_add has an `out` of its own)."""
 
     name: str  # the notebook's file name, for notes
     allowed_imports: frozenset[str]
@@ -74,7 +76,7 @@ class Scratch:
             for node in ast.parse(source).body:
                 if isinstance(node, _DEFINITIONS):
                     defined.setdefault(node.name, []).append(number)
-                    used.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+                    used.update(_globals_read(node))
         return cls(name, allowed_imports, defined, frozenset(used))
 
     def redefined(self) -> list[str]:
@@ -166,6 +168,24 @@ class Scratch:
             notes.append(f"{self.name}, cell {number}, line{'s' if len(not_run) > 1 else ''} {lines_said}: "
                          f"{NOT_RUN}; {' and '.join(what)}")
         return "\n".join(out), notes, guarded, unset, futures
+
+
+def _globals_read(definition: ast.stmt) -> set[str]:
+    """The names a def or class reads that it does not bind itself (its parameters, what it assigns,
+    imports or defines, unless declared `global`): those a module's top level must set."""
+    read, bound, declared = set(), set(), set()
+    for node in ast.walk(definition):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Global):
+            declared.update(node.names)
+        elif isinstance(node, (*_DEFINITIONS, ast.Lambda)) and node is not definition and hasattr(node, "name"):
+            bound.add(node.name)
+    return read - (bound - declared)
 
 
 def _where(number: int, unit: list[str]) -> str:
