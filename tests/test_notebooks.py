@@ -764,3 +764,16 @@ def test_grader_check_of_a_notebook_of_another_name_names_it_and_its_text_says_w
     assert failed[0].finding.file == "my_try.ipynb, cell 3"
     text = repr(feedback)
     assert text.startswith("vector_add: ") and f"{failed[0].name}: kernel 'add_kernel' at my_try.ipynb" in text, text
+
+
+def test_a_notebooks_notes_come_in_the_order_of_its_cells(tmp_path):
+    """(audit) IPython's lines were said for every cell before the top-level scratch's: the notes
+    read cell 12, 12, 11, 14, 14, 15, 12."""
+    from grader.course.notebooks import read
+
+    cells = ["import numpy as np\n%load_ext autoreload", "def f(n):\n    return n", "x = f(3)\n!ls",
+             "%timeit f(2)\ny = f(4)"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), tmp_path / "ex.ipynb")
+    _, notes = read(tmp_path / "ex.ipynb", allowed_imports=frozenset({"numpy"}))
+    numbers = [int(re.search(r", cell (\d+)", note).group(1)) for note in notes]
+    assert numbers == sorted(numbers) and set(numbers) == {1, 3, 4}, notes

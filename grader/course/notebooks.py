@@ -224,7 +224,7 @@ def read(path: Path, allowed_imports: frozenset[str] | None = None) -> tuple[str
         cells, head = guarded, top.head()
         left_out += top.redefined()
     return head + "\n\n".join(f"# %% (cell {number})\n{source.rstrip()}" for number, source in cells) + "\n", \
-        left_out  # (CELL_MARKER above each cell)
+        _in_cell_order(left_out)  # (CELL_MARKER above each cell)
 
 
 # a line that starts a def or class (a cell that is not Python and holds one is refused, not left out)
@@ -306,6 +306,19 @@ def _imports_grader(node: ast.stmt) -> bool:
     if isinstance(node, ast.Import):
         return all(alias.name.split(".")[0] == "grader" for alias in node.names)
     return isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "grader"
+
+
+def _in_cell_order(notes: list[str]) -> list[str]:
+    """Notes in the order of the cells they name (IPython's lines were said for every cell before the
+    top-level scratch's: cell 12, 12, 11, 14 ...); a note naming no cell after them, as it came."""
+    def cell(note: str) -> int:
+        found = _NOTE_CELL.search(note)
+        return int(found.group(1)) if found else 1 << 30
+
+    return sorted(notes, key=cell)  # (stable: one cell's notes stay in their order)
+
+
+_NOTE_CELL = re.compile(r"^[^:]*?, cell (\d+)")
 
 
 def refusal_module(reason: str, kind: str = "NotebookRefused") -> str:
