@@ -210,10 +210,11 @@ def _around(filename: str | None, line: int | None, context: int = 2, cells=None
     if not filename or not line:
         return ""
     lines = []
+    cell = (cells.where(line) or (None,))[0] if cells is not None else None
     for n in range(max(1, line - context), line + context + 1):
         text = linecache.getline(filename, n)
         where = cells.where(n) if cells is not None else None
-        if cells is not None and (where is None or where[0] != (cells.where(line) or (None,))[0]):
+        if cells is not None and (where is None or where[0] != cell):
             continue  # (the grader's marker lines, another cell's)
         if text:
             number = f"cell {where[0]}, {where[1]:3}" if where else f"{n:4}"

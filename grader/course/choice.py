@@ -48,11 +48,6 @@ class Released:
     notebooks: frozenset[str] = frozenset()
     stub_codes: frozenset[str] = frozenset()
 
-    def untouched_stub(self, module: Path) -> bool:
-        """A stub as released, or with its code as released (a comment or a blank line added: a
-        `# TODO` in the stub hid a notebook worked in, which then scored 0)."""
-        return stub_digest(module) in self.stubs or code_digest(module) in self.stub_codes
-
 
 def graded_files(submission: str | os.PathLike, exercises: list[str],
                  course_root: Path | None = None) -> dict[str, Choice]:
@@ -104,10 +99,12 @@ def choose(exercise: str, module: Path | None, notebook: Path | None, released: 
         # (an unreadable notebook is no "changed" one: it would win over the .py and fail the exercise)
         return Choice(module, f"graded {py}; {nb} was not read: this machine has no nbformat "
                               f"(pip install 'gpugrade[notebooks]')")
-    stub = released.untouched_stub(module)
+    # a stub as released, or with its code as released (a `# TODO` added hid the notebook worked in: 0)
+    as_released = stub_digest(module) in released.stubs
+    stub = as_released or code_digest(module) in released.stub_codes
     pristine = notebook_digest(notebook) in released.notebooks
     if stub and not pristine:
-        which = ("the untouched stub" if stub_digest(module) in released.stubs
+        which = ("the untouched stub" if as_released
                  else "the stub, its code untouched: only comments or spacing changed")
         return Choice(notebook, f"graded {nb} ({py} is {which})")
     if stub:

@@ -64,8 +64,8 @@ class Scratch:
     used_in_defs: frozenset[str]
     futures: list[str] = field(default_factory=list)  # the `from __future__` imports, moved to the top
     guarded: bool = False  # whether any statement runs guarded (the module then needs `PROLOGUE`)
-    _unset: set[str] = field(default_factory=set)  # names only a statement not run would have set
-    _where: dict[str, str] = field(default_factory=dict)  # each of those names: the cell and line that sets it
+    # the names only a statement left out or not run would have set, each with that statement (its cell and code)
+    _unset: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, name: str, cells: list[tuple[int, str]], allowed_imports: frozenset[str]) -> "Scratch":
@@ -89,9 +89,8 @@ class Scratch:
     def head(self) -> str:
         """The lines the module starts with: the moved `from __future__` imports, then `PROLOGUE`."""
         lines = [f"{line}  {INSERTED}" for line in dict.fromkeys(self.futures)] + ([PROLOGUE] if self.guarded else [])
-        unset = {name: self._where[name] for name in sorted(self._unset) if name in self._where}
-        if unset:
-            lines.append(f"{UNSET} = {unset!r}  {INSERTED}")
+        if self._unset:
+            lines.append(f"{UNSET} = {dict(sorted(self._unset.items()))!r}  {INSERTED}")
         return "".join(line + "\n" for line in lines)
 
     def cell(self, source: str, number: int) -> tuple[str, list[str]]:
@@ -102,8 +101,7 @@ class Scratch:
         except SyntaxError:  # (indenting a corner of the cell's text broke it: run it as it is, unguarded)
             text, notes, guarded, unset, futures = self._cell(source, number, indent=False)
         self.guarded = self.guarded or guarded
-        self._where.update(unset)
-        self._unset = set(unset)
+        self._unset = unset
         self.futures += futures
         return text, notes
 
@@ -116,8 +114,7 @@ class Scratch:
         out: list[str] = []
         notes: list[str] = []
         not_run: list[tuple[int, set[str], set[str]]] = []  # (line, the notebook's functions called, names unset)
-        # the names left unset so far, each with the cell and line that would have set it
-        unset, guarded, row = {name: self._where.get(name, "") for name in self._unset}, False, 1
+        unset, guarded, row = dict(self._unset), False, 1
         for first, last, statements in _units(ast.parse(source).body):
             out += lines[row - 1:first - 1]  # comments and blank lines
             unit = lines[first - 1:last]
@@ -137,7 +134,7 @@ class Scratch:
                 why = "; ".join(dict.fromkeys(v.what.split(": ")[0] for v in refused))
                 notes.append(f"{self.name}, cell {number}, line {first}: `{unit[0].strip()[:60]}` is {LEFT_OUT}: {why}")
                 out += _left_out(unit, "(left out)")
-                unset.update({name: unset.get(name) or _where(number, unit) for name in bound})
+                _leave_unset(unset, bound, _where(number, unit))
                 continue
             calls = {n for s in statements for n in _called(s)} & self.defined.keys()
             reads = {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name)
@@ -149,7 +146,7 @@ class Scratch:
             if calls or reads:
                 not_run.append((first, calls, reads))
                 out += _left_out(unit, "(not run)")
-                unset.update({name: unset.get(name) or _where(number, unit) for name in bound})
+                _leave_unset(unset, bound, _where(number, unit))
                 continue
             _forget(unset, bound)
             if refused or all(map(_cannot_fail, statements)) or not indent:
@@ -192,6 +189,13 @@ def _where(number: int, unit: list[str]) -> str:
     """A statement's cell and code, for a message: "cell 2: `TPB = int(os.environ['TPB'])`" (its line
     number not as `line N`, which the report would read as one of the module's)."""
     return f"cell {number}: `{unit[0].strip()[:60]}`"
+
+
+def _leave_unset(unset: dict[str, str], bound: set[str], where: str) -> None:
+    """Names a statement left out or not run binds: unset, each with the first statement that would
+    have set it."""
+    for name in bound:
+        unset.setdefault(name, where)
 
 
 def _forget(unset: dict[str, str], bound: set[str]) -> None:

@@ -405,9 +405,9 @@ def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
     """What keeps a pipelined ring's copies from running beside its adds, from its timeline: adds
     or copies on the legacy default stream, copies and adds on one stream, fewer pieces than the
     reference's; else the usual causes the timeline cannot tell apart."""
-    for kind, what, fix in (("kernel", "adds", "launch them on r.stream"),
-                            ("copy", "copies", "issue them on a stream of their own (r.new_stream())")):
-        if any(s.default and (s.kind == "kernel" if kind == "kernel" else s.peer) for s in mine.spans):
+    for ours, what, fix in ((lambda s: s.kind == "kernel", "adds", "launch them on r.stream"),
+                            (lambda s: s.peer, "copies", "issue them on a stream of their own (r.new_stream())")):
+        if any(s.default and ours(s) for s in mine.spans):
             return (f"its {what} run on a GPU's legacy default stream (issued with no stream), which waits for every "
                     f"other stream of its GPU, and they for it, so nothing runs beside them: {fix}")
     kernels = {(s.device, s.stream) for s in mine.spans if s.kind == "kernel"}
