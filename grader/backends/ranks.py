@@ -64,6 +64,8 @@ class Rank:
         self.device = device  # the GPU (or virtual device) this rank lives on
         self._streams: list = []
         self.stream = self.new_stream()
+        if hasattr(self.stream, "name_as"):  # the simulator's: its messages say which stream this is
+            self.stream.name_as(f"r.stream of rank {ident}")
 
     @property
     def next(self) -> "Rank":

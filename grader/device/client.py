@@ -222,6 +222,9 @@ class RemoteStream(SimStream):
     def synchronize(self):
         self._sim.channel.request({"op": "sync", "stream": self.id, "device": self.device})
 
+    def name_as(self, name: str) -> None:
+        self._sim.channel.request({"op": "name_stream", "stream": self.id, "name": name})
+
 
 class RemoteEvent(SimEvent):
     """An event made in the device process; `elapsed_time` is the difference of the modelled times

@@ -43,6 +43,7 @@ RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # (a replay's substitutions)
 HEAD = 16  # values of each download the judge sees (a returned scalar is one of them)
 MAX_RECORDS = 10_000  # uploads, downloads, launches, findings per call
+MAX_STREAM_NAME = 100  # what the runner calls one of its streams (r.stream of rank 2): words in messages
 KEPT_BYTES = 64 << 20  # kernel-written downloads of a call kept to the call's end (for `CallLog.blocks`)
 MAX_BLOCKS = 2 * MAX_ANSWER_SHAPES  # of a download: per answer, a block as it is and one of its transpose
 _RECORDED = {"uploads": "copies to the GPU", "downloads": "copies from the GPU", "launches": "kernel launches"}
@@ -211,7 +212,11 @@ class Device:
     def _ended(self) -> tuple[list, bool]:
         """At a call's end: its timeline, and whether it was cut."""
         self.last_script, self.script = self.script, None
-        return self.sim.streams.take_log()
+        log, truncated = self.sim.streams.take_log()
+        for op in log:  # where each was issued, as the student's files are named in every message
+            if "site" in op:
+                op["site"] = self._relative(op["site"])
+        return log, truncated
 
     def _replay_call(self, request: dict) -> dict:
         """The last call's requests again, with other data for some uploads (grader.device.replay)."""
@@ -506,6 +511,14 @@ class Device:
     def op_stream(self, request: dict) -> dict:
         with self._current(request):
             return {"ok": True, "stream": self._keep(self.sim.host.stream())}
+
+    def op_name_stream(self, request: dict) -> dict:
+        """What messages call a stream the runner made for the student (r.stream): words only."""
+        name = request.get("name")
+        if not isinstance(name, str):
+            return _protocol_error("name_stream: expected a name")
+        self.sim.streams.name_stream(self._stream(request).id, name[:MAX_STREAM_NAME])
+        return {"ok": True}
 
     def op_event(self, request: dict) -> dict:
         with self._current(request):

@@ -415,9 +415,13 @@ def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
     if shared:
         device, stream = shared[0]
         more = f" and {len(shared) - 1} more" if len(shared) > 1 else ""
-        return (f"its copies and adds are issued on one stream (stream {stream} of device {device}{more}), which "
-                f"runs them one after another: copy on a stream of its own (r.new_stream()) and add on r.stream, "
-                f"ordered by events")
+        on_it = [s for s in mine.spans if (s.device, s.stream) == (device, stream)]
+        sites = "".join(f", the {what} issued {s.site}" for what, s in (
+            ("copies", next((s for s in on_it if s.peer and s.site), None)),
+            ("adds", next((s for s in on_it if s.kind == "kernel" and s.site), None))) if s is not None)
+        return (f"its copies and adds are issued on one stream (stream {stream} of device {device}{more}{sites}), "
+                f"which runs them one after another: copy on a stream of its own (r.new_stream()) and add on "
+                f"r.stream, ordered by events")
     pieces, theirs = (sum(1 for s in t.spans if s.peer) for t in (mine, reference))
     if pieces < theirs:
         return (f"it sends {pieces} pieces where the reference sends {theirs}: with fewer, a copy waits for the add "

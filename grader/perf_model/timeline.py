@@ -35,6 +35,7 @@ class Span:
     src: int | None = None
     dst: int | None = None
     default: bool = False  # on its device's legacy default stream
+    site: str = ""  # where the student's code issued it ("at f.py:94 in add_on, ..."): messages
 
     @property
     def peer(self) -> bool:
@@ -153,7 +154,7 @@ class Scheduler:
         self._ends[(int(op.get("stream", 0)), int(op.get("tick", 0)))] = end
         span = Span(int(op.get("index", len(self.spans))), str(kind), int(op.get("device", 0)),
                     int(op.get("stream", 0)), start, end, str(op.get("name", "")), op.get("src"), op.get("dst"),
-                    bool(op.get("default")))
+                    bool(op.get("default")), str(op.get("site") or ""))
         if self.keep_timeline:
             self.spans.append(span)
         return span

@@ -297,6 +297,12 @@ class SimStream:
     def add_callback(self, callback, arg=None):
         callback(self, None, arg)
 
+    def name_as(self, name: str) -> None:
+        """What messages call this stream (the grader's own streams: "r.stream of rank 2")."""
+        order = _order(self._sim)
+        if order is not None:
+            order.name_stream(self.id, name)
+
     def __repr__(self):
         return f"<SimStream on device {self.device}>"
 

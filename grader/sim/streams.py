@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import StreamRaceError, WrongDeviceError
-from .sites import called_at, launch_stack
+from .sites import called_at, launch_site, launch_stack
 
 HOST = -1  # the host, as one end of a copy
 MAX_LOG = 50_000  # operations kept for the report (a call issuing more is cut, and says so)
@@ -64,6 +64,8 @@ class Op:
             doc["launch"] = self.launch
         if self.default:
             doc["default"] = True
+        if self.site:
+            doc["site"] = self.site
         return doc
 
 
@@ -78,6 +80,7 @@ class _Stream:
     recorded: tuple[int, str] | None = None  # the last event recorded on it: (its tick then, where)
     # its last waits: (the event, how many times it had been recorded then, where the wait was issued)
     waits: list[tuple[object, int, str]] = field(default_factory=list)
+    made: str = ""  # where the student's code made it ("f.py:160"), or the name the grader gave it ("r.stream ...")
 
 
 @dataclass
@@ -129,10 +132,18 @@ class StreamOrder:
 
     # -- streams ------------------------------------------------------------------------------
     def new_stream(self, device: int) -> int:
+        site = launch_site()
         with self._lock:
             ident = next(self._ids)
-            self._streams[ident] = _Stream(ident, device, False)
+            self._streams[ident] = _Stream(ident, device, False, made=f"made at {site[0]}:{site[1]}" if site else "")
             return ident
+
+    def name_stream(self, ident: int, name: str) -> None:
+        """Messages call stream `ident` `name` (the grader's r.stream of a rank: no line of the
+        student's made it)."""
+        with self._lock:
+            if ident in self._streams:
+                self._streams[ident].made = name
 
     def default(self, device: int) -> int:
         with self._lock:
@@ -362,7 +373,9 @@ class StreamOrder:
         s = self._streams.get(ident)
         if s is None:
             return f"stream {ident}"
-        return f"device {s.device}'s default stream" if s.default else f"stream {ident} of device {s.device}"
+        if s.default:
+            return f"device {s.device}'s default stream"
+        return f"stream {ident} of device {s.device}{f' ({s.made})' if s.made else ''}"
 
 
 def _end(device: int) -> str:

@@ -21,6 +21,7 @@ from .frames import ProtocolError
 MAX_MESSAGE = 2000       # an error's first line, a warning
 MAX_TEXT = 8000          # an error's detail, a traceback
 MAX_NAME = 200           # kernel, array and exception names
+MAX_SITE = 600           # where the student's code issued an operation (three frames)
 MAX_IMPORT_NOTES = 20    # what a notebook's guarded top-level code raised at import (grader.course.scratch)
 MAX_LAUNCHES = 10_000    # per call
 MAX_LIST = 10_000        # warnings, written arrays, per-line entries of one launch
@@ -522,6 +523,7 @@ class StreamOp:
     dst: int | None = None
     launch: int | None = None
     default: bool = False  # on its device's legacy default stream
+    site: str = ""  # where the student's code issued it (messages only)
 
     @classmethod
     def parse(cls, doc: Any, where: str) -> "StreamOp":
@@ -541,12 +543,14 @@ class StreamOp:
                    _int(doc.get("stream", 0), f"{where}.stream"), _int(doc.get("tick", 0), f"{where}.tick"),
                    tuple(after), _text(doc.get("name", ""), f"{where}.name", MAX_NAME),
                    _int(doc.get("nbytes", 0), f"{where}.nbytes"), ends.get("src"), ends.get("dst"),
-                   None if launch is None else _int(launch, f"{where}.launch"), doc.get("default") is True)
+                   None if launch is None else _int(launch, f"{where}.launch"), doc.get("default") is True,
+                   _text(doc.get("site", ""), f"{where}.site", MAX_SITE))
 
     def as_dict(self) -> dict:
         return {"index": self.index, "kind": self.kind, "device": self.device, "stream": self.stream,
                 "tick": self.tick, "after": [list(p) for p in self.after], "name": self.name, "nbytes": self.nbytes,
-                "src": self.src, "dst": self.dst, "launch": self.launch, "default": self.default}
+                "src": self.src, "dst": self.dst, "launch": self.launch, "default": self.default,
+                "site": self.site}
 
 
 @dataclass(frozen=True)

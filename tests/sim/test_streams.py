@@ -28,8 +28,11 @@ def _arrays():
     with cuda.gpus[1]:
         b = cuda.to_device(np.ones(64, np.float32))
         scratch = cuda.device_array(64, np.float32)
-        copies, adds = cuda.stream(), cuda.stream()
+        copies, adds = cuda.stream(), cuda.stream()  # (STREAMS_MADE_AT)
     return a, b, scratch, copies, adds
+
+
+STREAMS_MADE_AT = _arrays.__code__.co_firstlineno + 5
 
 
 def test_an_event_orders_a_copy_before_the_kernel_that_reads_it(gpus):
@@ -60,6 +63,20 @@ def test_a_missing_event_wait_is_a_race_although_the_result_is_right(gpus):
     assert f"kernel 'add' (launched at {__file__}:{launched_at} in {test}" in message  # (then pytest's frames)
     assert f"copy device 0 -> device 1 (at {__file__}:{copied_at} in {test}" in message
     assert "they can run at the same time" in message  # not "they run": they may not
+
+
+def test_a_race_names_each_stream_by_the_line_that_made_it_or_the_graders_name_for_it(gpus):
+    """"stream 93 of device 1" alone tells a student nothing: the line of theirs that made it, or
+    what the grader calls a stream it made for them (a rank's r.stream)."""
+    a, b, scratch, copies, adds = _arrays()
+    adds.name_as("r.stream of rank 1")
+    with cuda.gpus[1]:
+        scratch.copy_to_device(a, stream=copies)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    message = str(found.value)
+    assert f"on stream {adds.id} of device 1 (r.stream of rank 1)" in message, message
+    assert f"on stream {copies.id} of device 1 (made at {__file__}:{STREAMS_MADE_AT})" in message, message
 
 
 def test_an_event_recorded_on_the_wrong_stream_is_named_in_the_race(gpus):
