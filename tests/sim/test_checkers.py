@@ -775,3 +775,82 @@ def test_a_race_within_one_line_says_that_line_does_both(executor):
         with pytest.raises(sim.RaceError) as found:
             reduce_missing_barrier[1, 64](np.ones(64, np.float32), np.zeros(1, np.float32))
     assert f"(line {line} does both: one pass's" in str(found.value), str(found.value)
+
+
+# ---------------------------------------------------------------- warp-synchronous code with syncwarp
+@cuda.jit
+def per_warp_sums_with_syncwarp(inp, out):
+    """Each warp sums its 32 values in shared memory, as NVIDIA's Volta guide writes it: read the
+    neighbour's element, syncwarp, store one's own, syncwarp (two readers of an element per step)."""
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    lane, base = t % 32, t - t % 32
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncwarp()
+    offset = 16
+    while offset > 0:
+        v = s[t] + s[base + (lane + offset) % 32]
+        cuda.syncwarp()
+        s[t] = v
+        cuda.syncwarp()
+        offset //= 2
+    if lane == 0:
+        out[cuda.blockIdx.x * 2 + t // 32] = s[t]
+
+
+@cuda.jit
+def neighbour_sums_across_warps_with_syncwarp(inp, out):
+    """The same steps, but thread 31 reads thread 32's element: another warp's, which a
+    syncwarp does not order."""
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    v = s[t] + s[(t + 1) % 64]
+    cuda.syncwarp()
+    s[t] = v
+    cuda.syncthreads()
+    out[cuda.grid(1)] = s[t]
+
+
+@cuda.jit
+def warp_leader_updates_a_value_its_warp_read(inp, out, across_warps):
+    """Every lane reads its warp's first value (one load instruction, 32 lanes on one element),
+    syncwarp, then lane 0 replaces it; with `across_warps` every warp reads element 0, which
+    warp 0's lane 0 replaces: the other warps' reads are not ordered before it."""
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    first = 0 if across_warps else t - t % 32
+    v = s[first]
+    cuda.syncwarp()
+    if t % 32 == 0:
+        s[t] = v * 2
+    cuda.syncthreads()
+    out[cuda.grid(1)] = s[t] + v
+
+
+def test_warp_synchronous_steps_with_syncwarp_do_not_race(executor):
+    """The audit's false positive: a correct per-warp reduction with syncwarp between the reads
+    and the store was a race (several readers of an element were kept as 'of the block', which
+    only a syncthreads() ordered), and a reduction stage written so lost 7 of 8 points."""
+    values = np.arange(8 * 64, dtype=np.float32)
+    with sim.installed(executor=executor):
+        out = cuda.device_array(16, np.float32)
+        per_warp_sums_with_syncwarp[8, 64](cuda.to_device(values), out)
+        np.testing.assert_allclose(out.copy_to_host(), values.reshape(16, 32).sum(axis=1))
+        leader = cuda.device_array(8 * 64, np.float32)
+        warp_leader_updates_a_value_its_warp_read[8, 64](cuda.to_device(values), leader, False)
+
+
+def test_syncwarp_does_not_order_a_read_of_another_warps_element(executor):
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.RaceError) as found:
+            neighbour_sums_across_warps_with_syncwarp[2, 64](cuda.to_device(np.ones(128, np.float32)),
+                                                             cuda.device_array(128, np.float32))
+        assert f":{line_of(neighbour_sums_across_warps_with_syncwarp, 's[t] = v')}," in str(found.value)
+        with pytest.raises(sim.RaceError) as found:
+            warp_leader_updates_a_value_its_warp_read[2, 64](cuda.to_device(np.ones(128, np.float32)),
+                                                             cuda.device_array(128, np.float32), True)
+        assert f":{line_of(warp_leader_updates_a_value_its_warp_read, 's[t] = v * 2')}," in str(found.value)

@@ -2,7 +2,8 @@
 
 The record holds the last writer (global thread id, its block's barrier epoch, its warp's
 syncwarp epoch, atomic or not, its threadfence count), the last reader (or "several
-readers" of one block epoch) and, once readers of two blocks read the element since its last
+readers" of one block epoch, and whether they are all of one warp and its syncwarp epoch:
+warp-synchronous code reads a neighbour's element, syncwarps, then stores its own) and, once readers of two blocks read the element since its last
 write, the last reader of a block other than the last reader's: a write by either block still
 meets a read by the other (an in-place update whose neighbours belong to the next block).
 Two accesses conflict when they come from different threads, at least one writes, they are not
@@ -41,7 +42,7 @@ class Shadow:
     """Race shadow of one allocation for one launch (the vector path)."""
 
     __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "w_line", "r_thr", "r_ep", "r_wep",
-                 "r_line", "x_thr", "x_ep", "x_line", "written", "read", "atomic", "xread")
+                 "r_line", "r_warp", "x_thr", "x_ep", "x_line", "written", "read", "atomic", "xread")
 
     def __init__(self, n: int):
         # has anything been written / read / written by an atomic (while not, the matching
@@ -57,6 +58,9 @@ class Shadow:
         self.r_ep = np.zeros(n, np.int64)
         self.r_wep = np.zeros(n, np.int64)
         self.r_line = np.zeros(n, np.int32)  # the source line of the last read
+        # several readers (r_thr <= -2) all of one warp at warp epoch r_wep: that warp (block * wpb
+        # + warp), else -1; a syncwarp of that warp orders them before its later accesses
+        self.r_warp = np.full(n, -1, np.int64)
         # a reader of a block other than the last reader's (as r_thr; -1 none), its epoch and
         # line: allocated when first needed (`other_readers`)
         self.x_thr = self.x_ep = self.x_line = None
@@ -219,8 +223,8 @@ class RaceChecks:
         if rec is None:
             # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch,
             #  the writer's line, the reader's line, a reader of another block than the reader's,
-            #  its epoch, its line]
-            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0]
+            #  its epoch, its line, the one warp of several readers (Shadow.r_warp)]
+            rec = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0, -1]
         thread = g % self.tpb
         wt = rec[0]
         if wt >= 0 and wt != g and not (kind == "atomic" and rec[3]) and \
@@ -238,17 +242,18 @@ class RaceChecks:
                     rec[10], rec[11], rec[12] = rt, rec[6], rec[9]
                 rec[5] = g
             elif rt <= -2:
-                rec[5] = -block - 2 if rec[6] == ep else g
+                self._several1(rec, g, block, ep, wep, rec[13])
             elif self._ordered1(rt, rec[6], rec[7], g, block):
                 rec[5] = g
             else:
-                rec[5] = -block - 2
+                self._several1(rec, g, block, ep, wep, block * self.wpb + (rt % self.tpb) // WARP)
             rec[6], rec[7], rec[9] = ep, wep, line or 0
             return
         conflict = False
         if rt != -1 and rt != g:
             if rt <= -2:
-                conflict = ((-rt - 2) != block or rec[6] == ep) and rec[6] >= self.grid_floor
+                conflict = ((-rt - 2) != block or rec[6] == ep) and rec[6] >= self.grid_floor and not (
+                    rec[13] == block * self.wpb + thread // WARP and rec[7] != wep)  # (one warp's, syncwarp since)
             else:
                 conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
             if conflict:
@@ -262,6 +267,16 @@ class RaceChecks:
         rec[0], rec[1], rec[2], rec[3], rec[4], rec[5] = (g, ep, wep, kind == "atomic",
                                                           self._fence1.get(g, 0), -1)
         rec[8], rec[10] = line or 0, -1
+
+    def _several1(self, rec, g: int, block: int, ep: int, wep: int, readers_warp: int) -> None:
+        """Thread `g` reads an element that unordered readers of its block read (all of warp
+        `readers_warp`, or -1): several readers now, of one warp while all are of g's; readers of
+        g's warp at an earlier syncwarp epoch (same block epoch) are ordered before g: g alone."""
+        warp = block * self.wpb + (g % self.tpb) // WARP
+        if rec[5] <= -2 and rec[6] != ep or readers_warp == warp and rec[7] != wep:
+            rec[5] = g
+        else:
+            rec[5], rec[13] = -block - 2, warp if readers_warp == warp else -1
 
     def _race_vec(self, space, handle, kind, flat, lanes, line, filename, pat=None,
                   values=None):
@@ -317,8 +332,9 @@ class RaceChecks:
                     multi = rs <= -2
                     ordered = self._ordered_vec(np.maximum(rs, 0), r_ep, sh.r_wep[f], g[sub],
                                                 bs, w[sub], eps, wep[sub])
-                    multi_ok = multi & ((((-rs - 2) == bs) & (r_ep != eps)) |
-                                        (r_ep < self.grid_floor))
+                    # several readers: a barrier of their block since, or a syncwarp of their one warp
+                    multi_ok = multi & ((((-rs - 2) == bs) & ((r_ep != eps) | (
+                        (sh.r_warp[f] == w[sub]) & (sh.r_wep[f] != wep[sub])))) | (r_ep < self.grid_floor))
                     bad = np.where(multi, ~multi_ok, ~ordered)
                     if bad.any():
                         i = int(sub[np.argmax(bad)])
@@ -349,7 +365,7 @@ class RaceChecks:
             sh.written = True
         else:
             # readers: one thread, or "several of this block epoch"
-            dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else (None, None, False)
+            dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else (None, None, False, None)
             if lanes.neg_block is None:
                 lanes.neg_block = -block - 2
             rt = sh.r_thr[flat]
@@ -363,10 +379,24 @@ class RaceChecks:
                 new = np.where(keep, g, lanes.neg_block)
                 if dups[1] is not None:
                     new = np.where(dups[1], lanes.neg_block, new)
+            if dups[2] or (new <= -2).any():
+                sh.r_warp[flat] = self._readers_warp(sh, rt, flat, lanes, ep, dups[3])
             sh.r_thr[flat] = new
             sh.r_ep[flat], sh.r_wep[flat] = ep, wep
             sh.r_line[flat] = line or 0
             sh.read = True
+
+    def _readers_warp(self, sh, rt, flat, lanes, ep, one_warp) -> np.ndarray:
+        """Where the lanes leave several readers (`Shadow.r_warp`): the lane's warp while every
+        unordered reader of its element is of that warp (the earlier ones, and the lanes of this
+        instruction sharing it: `one_warp`, None when none share), else -1."""
+        warp = lanes.warp
+        earlier = (rt == -1) | (rt == lanes.g) | (sh.r_ep[flat] != ep) | np.where(
+            rt <= -2, (sh.r_warp[flat] == warp) | (-rt - 2 != lanes.block),
+            (rt // self.tpb != lanes.block) | (rt // self.tpb * self.wpb + rt % self.tpb // WARP == warp))
+        if one_warp is not None:
+            earlier &= one_warp
+        return np.where(earlier, warp, -1)
 
     def _keep_other_block_reader(self, sh, rt, flat, lanes) -> np.ndarray:
         """Where a lane takes the place of its element's reader `rt` of another block (not
@@ -425,6 +455,11 @@ class RaceChecks:
         eps = ep if whole else ep[sub]
         r_ep = sh.r_ep[f]
         ks = other_block | (r_ep != eps) if whole else other_block[sub] | (r_ep != eps)
+        several = ~ks & (rs <= -2)
+        if several.any():  # several readers, all of the lane's warp, before a syncwarp of it
+            at = several if whole else sub[several]
+            wf = f[several]
+            ks[several] = (sh.r_warp[wf] == lanes.warp[at]) & (sh.r_wep[wf] != wep[at])
         close = np.flatnonzero(~ks & (rs >= 0))  # one reader, of this block epoch
         if close.shape[0]:
             at = close if whole else sub[close]
@@ -447,7 +482,7 @@ class RaceChecks:
         kind = "store" if store else "load"
         shadows = self._shadows1.setdefault(handle.buffer_id, {})
         ep1, wep1, fence1 = self._ep1, self._wep1, self._fence1
-        race1, ordered1, uninit = self._race1, self._ordered1, self._uninit
+        race1, ordered1, several1, uninit = self._race1, self._ordered1, self._several1, self._uninit
         inst = self
         same = same_bits_recorder(handle.flat) if store else None
 
@@ -466,7 +501,7 @@ class RaceChecks:
             block = g // tpb
             r = shadows.get(flat)
             if r is None:
-                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0]
+                r = shadows[flat] = [-1, 0, 0, False, 0, -1, 0, 0, 0, 0, -1, 0, 0, -1]
             ep = ep1[block]
             wt = r[0]
             rt = r[5]
@@ -485,11 +520,11 @@ class RaceChecks:
                             r[10], r[11], r[12] = rt, r[6], r[9]
                         r[5] = g
                     elif rt <= -2:
-                        r[5] = -block - 2 if r[6] == ep else g
+                        several1(r, g, block, ep, wep, r[13])
                     elif r[6] != ep or ordered1(rt, r[6], r[7], g, block):
                         r[5] = g
                     else:
-                        r[5] = -block - 2
+                        several1(r, g, block, ep, wep, block * wpb + (rt % tpb) // WARP)
                     r[6], r[7], r[9] = ep, wep, frame.f_lineno
             else:
                 race1(space, handle, kind, flat, block, g, frame.f_lineno,
@@ -499,12 +534,13 @@ class RaceChecks:
 
 def duplicate_lanes(flat, lanes, pat=None):
     """Lanes of one instruction on one element: (first pair (i, j) in element order or
-    None, mask of the lanes sharing an element or None, every lane shares). Kept on the
-    pattern (shifting every position keeps the answer)."""
+    None, mask of the lanes sharing an element or None, every lane shares, mask of the lanes
+    whose element only lanes of their warp share or None). Kept on the pattern (shifting every
+    position keeps the answer)."""
     if pat is not None and pat.dups is not None:
         return pat.dups
     if bool((flat[1:] > flat[:-1]).all()):
-        out = (None, None, False)  # increasing positions (a lane each), no sort needed
+        out = (None, None, False, None)  # increasing positions (a lane each), no sort needed
         if pat is not None:
             pat.dups = out
         return out
@@ -519,9 +555,15 @@ def duplicate_lanes(flat, lanes, pat=None):
         shared = np.zeros(flat.shape[0], bool)
         shared[order[1:][dup]] = True
         shared[order[:-1][dup]] = True
-        out = ((int(order[1:][k]), int(order[:-1][k])), shared, bool(shared.all()))
+        # each element's lanes (a run of the sorted order): all of one warp?
+        starts = np.flatnonzero(np.concatenate(([True], fs[1:] != fs[:-1])))
+        warps = lanes.warp[order]
+        one = np.minimum.reduceat(warps, starts) == np.maximum.reduceat(warps, starts)
+        one_warp = np.empty(flat.shape[0], bool)
+        one_warp[order] = np.repeat(one, np.diff(np.append(starts, flat.shape[0])))
+        out = ((int(order[1:][k]), int(order[:-1][k])), shared, bool(shared.all()), one_warp)
     else:
-        out = (None, None, False)
+        out = (None, None, False, None)
     if pat is not None:
         pat.dups = out
     return out
