@@ -854,3 +854,32 @@ def test_syncwarp_does_not_order_a_read_of_another_warps_element(executor):
             warp_leader_updates_a_value_its_warp_read[2, 64](cuda.to_device(np.ones(128, np.float32)),
                                                              cuda.device_array(128, np.float32), True)
         assert f":{line_of(warp_leader_updates_a_value_its_warp_read, 's[t] = v * 2')}," in str(found.value)
+
+
+@cuda.jit
+def tree_of_256_missing_barrier(inp, out):
+    s = cuda.shared.array(256, float32)
+    t = cuda.threadIdx.x
+    s[t] = inp[cuda.grid(1)]
+    cuda.syncthreads()
+    stride = 128
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        stride //= 2
+    if t == 0:
+        out[cuda.blockIdx.x] = s[0]
+
+
+def test_a_block_wide_loop_missing_its_barrier_is_not_told_to_syncwarp():
+    """The beginner audit's tree reduction with n = 31: past the data the other warps add zeros
+    (silent stores), so the race found is between threads of warp 0; but the line runs on 4 warps
+    of the block, so the advice is syncthreads(), not 'warp-synchronous code needs syncwarp'."""
+    values = np.zeros(256, np.float32)
+    values[:31] = 1.0
+    with sim.installed():
+        with pytest.raises(sim.RaceError) as found:
+            tree_of_256_missing_barrier[1, 256](cuda.to_device(values), cuda.device_array(1, np.float32))
+    message = str(found.value)
+    assert "with no syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" in message, message
+    assert "not in lockstep since Volta" not in message, message

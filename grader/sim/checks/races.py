@@ -85,6 +85,10 @@ class RaceChecks:
         # a race of two threads of one warp (in a block of several warps) whose advice waits
         # for the rest of its barrier interval: `_race_msg`'s arguments, or None
         self._open_race: tuple | None = None
+        # source lines run by threads of several warps of one block (lockstep): code of the whole
+        # block, whose missing barrier is a syncthreads() even where the race found is in one warp
+        # (a tree reduction whose other warps' stores were silent: they added zeros)
+        self._block_wide_lines: set[int] = set()
 
     def close_race(self, warp_only: bool = True) -> None:
         """Report the race left open, if any: with cuda.syncwarp() as the advice when
@@ -189,9 +193,11 @@ class RaceChecks:
             if self._open_race is not None and same_block and other > -2:
                 self.close_race(warp_only=False)  # threads of two warps: syncthreads()
             warp_only = same_warp
-        same_warp = warp_only
+        # only one warp's threads conflicted: syncwarp(), unless the lines are the whole block's code
+        wide = warp_only and bool({line, other_line} & self._block_wide_lines)
+        same_warp = warp_only and not wide
         barrier = "cuda.syncwarp()" if same_warp else \
-            "syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" if other <= -2 \
+            "syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" if other <= -2 or wide \
             else "syncthreads()"
         why = (" (the threads of a warp are not in lockstep since Volta: warp-synchronous code needs "
                "cuda.syncwarp() between its steps)") if same_warp else ""
@@ -285,6 +291,10 @@ class RaceChecks:
         exact rule runs on the lanes left. `values` (stores): what the lanes store; silent
         lanes (silent_stores.quiet_lanes) are left out of the rule and of the shadow."""
         dups = None
+        if line not in self._block_wide_lines and self.wpb > 1 and flat.shape[0] > 1:
+            b, w = lanes.block, lanes.warp  # (before silent lanes are left out: they ran the line too)
+            if bool(((w[1:] != w[:-1]) & (b[1:] == b[:-1])).any()):
+                self._block_wide_lines.add(line)
         if values is not None and flat.shape[0]:
             kept = self._loud(handle, flat, lanes, values, pat)
             if kept is None:
