@@ -110,8 +110,9 @@ def _dim3(value, what: str, kernel: str) -> tuple[int, int, int]:
     if any(d < 1 for d in dims):
         stack = launch_stack()  # a launch in a helper of the stub's: the student's call of it too
         callers = f" (called {called_at(stack[1:])})" if len(stack) > 1 else ""
-        empty = (": no blocks where there is nothing to compute (n smaller than the blocks or ranks, a chunk of 0 "
-                 "elements?): skip the launch when its range is empty") if what == "grid" and 0 in dims else ""
+        empty = (": 0 blocks, as a block count rounded down gives for n smaller than a block (n // 256 is 0 for n "
+                 "< 256): round it up, (n + threads - 1) // threads; where the range is truly empty (a chunk of 0 "
+                 "elements), skip the launch") if what == "grid" and 0 in dims else ""
         raise LaunchConfigError(f"kernel {kernel!r}{callers}: every {what} dimension must be >= 1, got "
                                 f"{dims}{empty}", kernel=kernel)
     return dims + (1,) * (3 - len(dims))

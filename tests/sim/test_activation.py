@@ -85,6 +85,16 @@ def test_host_numpy_arguments_are_copied_back(simulator):
     np.testing.assert_array_equal(out, 2 * a)
 
 
+def test_a_grid_of_zero_blocks_is_told_to_round_the_block_count_up(simulator):
+    """`n // 256` blocks is 0 for n < 256: the advice is to round up (the beginner audit's
+    student was told only to skip the launch, which returns memory never written)."""
+    a = np.zeros(100, np.float32)
+    with pytest.raises(sim.LaunchConfigError) as refused:
+        vector_add[a.size // 256, 256](a, a, a)
+    assert "every grid dimension must be >= 1, got (0,)" in str(refused.value)
+    assert "round it up, (n + threads - 1) // threads" in str(refused.value), str(refused.value)
+
+
 def test_a_python_list_or_string_argument_is_refused_at_the_launch_line(simulator):
     """numba types a list (a reflected list) but no kernel takes one: the launch is refused naming
     the kernel, the argument and the student's line, not with an error from inside the simulator."""
