@@ -230,6 +230,12 @@ def calls_recursive(a):
 
 
 @cuda.jit
+def unpacks_a_1d_index(a):
+    row, col = cuda.grid(1)  # <-- unpack
+    a[row] = col
+
+
+@cuda.jit
 def returns_value(a):
     return a[0]  # <-- return
 
@@ -409,13 +415,19 @@ def test_a_recursive_device_function_is_named_where_numba_fails_inside(cache_env
     assert "write it as a loop" in r.message
 
 
+def test_unpacking_cuda_grid_1_is_told_it_gives_one_index(cache_env, toolchain):
+    r = compile_check(unpacks_a_1d_index, F1)
+    assert r.failed and r.lineno == _line_of("unpack"), r.message
+    assert "cuda.grid(1) and cuda.gridsize(1) give one index; for two, x, y = cuda.grid(2)" in r.message, r.message
+
+
 def test_accepts_py_func(good_reports):
     r = compile_check(vector_add.py_func, (float32[:],) * 3)
     assert r.ok and r.registers == good_reports["vector_add"].registers
 
 
 def test_numba_line_is_quoted(bad_reports):
-    assert "[numba: NRT required" in bad_reports["list"].message
+    assert "(numba says: NRT required" in bad_reports["list"].message
     assert "Untyped global name 'plain_helper'" in bad_reports["python call"].message
 
 

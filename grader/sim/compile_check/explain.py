@@ -104,9 +104,10 @@ def classify(e: BaseException, py, files: set[str]) -> CompileReport:
         name, callee, filename, lineno = recursion
         hint = (f"device function {name!r} calls {callee!r}, which leads back to it: numba-cuda could not compile "
                 f"this recursion (and a GPU thread's stack is small); write it as a loop")
+        numba_line = ""  # (its AttributeError from inside numba-cuda reads as the grader's crash)
     where = f"{_rel(filename)}:{lineno}"
-    if hint:
-        message = f"{where}: {hint} [numba: {numba_line}]"
+    if hint:  # numba's own words last, marked as its: the hint is the message
+        message = f"{where}: {hint}{f' (numba says: {numba_line})' if numba_line else ''}"
     elif numba_err or nrt:
         message = f"{where}: {numba_line}"
     else:
@@ -284,6 +285,10 @@ def _hint(text: str, py, summary: str) -> str | None:
         return (f"np.{m.group(1)} cannot allocate memory inside a CUDA kernel (allocate on the "
                 f"host with cuda.device_array, or use cuda.local.array / cuda.shared.array with "
                 f"a constant shape)")
+    m = re.search(r"failed to unpack (\w+)", text)
+    if m:
+        return (f"a single {m.group(1)} cannot be unpacked into several names: cuda.grid(1) and cuda.gridsize(1) "
+                f"give one index; for two, x, y = cuda.grid(2) (x the column, y the row)")
     if "DictType" in text or "build_map" in text:
         return "dicts are not supported in CUDA kernels"
     if re.search(r"reflected list|ListType|List\(", text):
