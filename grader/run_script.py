@@ -22,6 +22,7 @@ import runpy
 import shutil
 import sys
 import tempfile
+import threading
 import traceback
 import warnings
 from pathlib import Path
@@ -273,6 +274,59 @@ def run(script: str, args: list[str], devices: int = 1, seed: int | None = None,
             notebook.close()
 
 
+INTERRUPTED = 130  # the exit status of a script Ctrl-C stopped, as a shell gives it
+
+
+def _under(folder: Path):
+    """A test of a frame's file name: in `folder` (a script run by a relative path has its own
+    frames, and its kernels', named relative to the current folder)."""
+    inside = str(folder) + os.sep
+    return lambda name: not name.startswith("<") and os.path.abspath(name).startswith(inside)
+
+
+def _where(frame, folder) -> str:
+    """Where the script was, in words: a kernel's line and loop (sim.watch), else the script's own
+    innermost line; "" when neither is found. `folder`: `_under`'s test."""
+    from .sim.watch import where_running
+
+    kernel = where_running(frame, folder)
+    if kernel:
+        return f"while a kernel ran, at {kernel}"
+    while frame is not None and not folder(frame.f_code.co_filename):
+        frame = frame.f_back
+    return f"at {os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else ""
+
+
+class _StillRunning:
+    """A kernel still running after `first_s` seconds (an endless loop?) is said, with its line and
+    loop, again every `every_s`: `gpugrade run` has no time limit (a script may run long), but a
+    student should not stare at a silent terminal."""
+
+    def __init__(self, folder, tell, first_s: float = 30.0, every_s: float = 60.0):
+        self.folder, self.tell, self.first_s, self.every_s = folder, tell, first_s, every_s
+        self.main = threading.get_ident()
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        threading.Thread(target=self._watch, name="gpugrade-still-running", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop.set()
+        return False
+
+    def _watch(self) -> None:
+        from .sim.watch import where_running
+
+        waited = self.first_s
+        while not self.stop.wait(waited):
+            waited = self.every_s
+            where = where_running(sys._current_frames().get(self.main), self.folder)
+            if where:
+                print(self.tell(f"gpugrade run: a kernel is still running, at {where} (Ctrl-C stops it)"),
+                      file=sys.stderr, flush=True)
+
+
 def _run(path: Path, notebook: "_Notebook | None", args: list[str], devices: int, seed: int | None, gpu_key: str,
          summary: bool) -> int:
     from . import sim
@@ -294,12 +348,20 @@ def _run(path: Path, notebook: "_Notebook | None", args: list[str], devices: int
     ops: list[dict] = []
     truncated = False
     status, found = 0, False
+    folder = _under(Path(script).resolve().parent)  # the script's frames and its kernels' are in files there
     try:
         # (each launch's summary only: a loop of large launches must not hold their per-thread tables)
         with sim.installed(devices=devices, seed=seed, gpu_key=gpu_key, compile_check=True) as simulator, \
-                sim.trace(keep=LaunchRecord.summary) as records:
+                sim.trace(keep=LaunchRecord.summary) as records, _StillRunning(folder, tell):
             try:
                 runpy.run_path(str(script), run_name="__main__")
+            except KeyboardInterrupt as exc:  # Ctrl-C: where it was, not grader's frames
+                frame = exc.__traceback__
+                while frame is not None and frame.tb_next is not None:
+                    frame = frame.tb_next
+                where = _where(frame.tb_frame if frame is not None else None, folder)
+                print(f"\ngpugrade run: interrupted{tell(f' {where}') if where else ''}", file=sys.stderr)
+                status = INTERRUPTED
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except SimError as exc:
@@ -320,7 +382,7 @@ def _run(path: Path, notebook: "_Notebook | None", args: list[str], devices: int
         rows = launch_rows(launches, gpu_key)
         print(_table(rows, gpu_key) + time_line(ops, truncated, rows, gpu_key) + tell(_host_clock_note(script)),
               end="")
-    elif summary and not found:
+    elif summary and not found and status != INTERRUPTED:  # (one may have been, and never finished)
         print("no kernel was launched", file=sys.stderr)
     return status
 

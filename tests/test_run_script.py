@@ -3,8 +3,11 @@ would run it, findings stopping it with the source around them, then a table of 
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,6 +90,37 @@ def test_a_finding_stops_the_script_with_the_lines_around_it(tmp_path):
     race = _run(tmp_path, "mine.py", "race", "1024")
     assert race.returncode == 1 and "data race on shared array 'cache'" in race.stderr
     assert "no syncthreads() between lines" in race.stderr
+
+
+def test_ctrl_c_in_an_endless_kernel_says_where_the_kernel_was_not_graders_frames(tmp_path):
+    """The beginner audit's `i += stride` outside the loop: `gpugrade run` has no time limit, and
+    Ctrl-C printed 30 lines of the grader's traceback ending in KeyboardInterrupt."""
+    (tmp_path / "endless.py").write_text(textwrap.dedent('''\
+        import numpy as np
+        from numba import cuda
+
+
+        @cuda.jit
+        def spin(out):
+            i = cuda.grid(1)
+            while i < out.size:
+                out[i] = 1.0
+            print("ready")
+
+
+        print("launching", flush=True)
+        spin[1, 32](cuda.device_array(32, np.float32))
+        '''))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    process = subprocess.Popen([sys.executable, "-m", "grader", "run", "endless.py"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "launching\n"
+    time.sleep(5)  # (well inside the kernel's loop, compiled and checked by then or soon after)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, out + err
+    assert re.search(r"gpugrade run: interrupted while a kernel ran, at endless.py:[89] in spin", err), err
+    assert "Traceback" not in err and "no kernel was launched" not in err, err
 
 
 def test_a_finding_names_the_scripts_launch_not_the_console_script_that_ran_it(tmp_path):

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import os
 from types import FrameType
+from typing import Callable
 
 from .simt.mask import MaskStack
 from .simt.progress import describe
 
 
-def where_running(frame: FrameType | None, workspace: str) -> str:
+def where_running(frame: FrameType | None, workspace: "str | Callable[[str], bool]") -> str:
     """The kernel's place, from the innermost frame of `frame`'s stack in a file under
-    `workspace` (the folder kernels' files are named in, ending in "/"); "" when no frame of
-    theirs is running (a copy, the device's own work)."""
+    `workspace` (the folder kernels' files are named in, ending in "/"; or a test of a file
+    name); "" when no frame of theirs is running (a copy, the device's own work)."""
+    theirs = workspace if callable(workspace) else (lambda name: name.startswith(workspace))
     inner, ctx = None, None
     while frame is not None:
-        if frame.f_code.co_filename.startswith(workspace):
+        if theirs(frame.f_code.co_filename):
             if inner is None:
                 inner = frame
             batch = frame.f_locals.get("__c")
