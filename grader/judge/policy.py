@@ -57,7 +57,10 @@ class _Checker(ast.NodeVisitor):
     def _check_module(self, node: ast.AST, module: str) -> None:
         top = module.split(".")[0]
         if top == "grader" or top not in self.allowed:
-            self._flag(node, f"imports {module}{IMPORT_ADVICE.get(top, '')}")
+            allowed = ", ".join(sorted(self.allowed - {"__future__"}))
+            self._flag(node, f"imports {module}" + IMPORT_ADVICE.get(
+                top, f": graded code may import only {allowed}; remove it (plots and other tries belong in a "
+                     f"script of your own, which imports your module: `gpugrade run try.py`)"))
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
