@@ -215,7 +215,10 @@ def _outcome_line(outcome) -> str:
             from .batch.run import grader_error
 
             return f"{sid}: not graded: {grader_error(results)} {took}"
-        return f"{sid}: {results.score:g}/{results.max_score:g} {took}"
+        from .batch.run import graded_commit
+
+        graded = graded_commit(outcome)  # (a folder's: none)
+        return f"{sid}: {results.score:g}/{results.max_score:g}{', ' + graded if graded else ''} {took}"
     if outcome.kept is not None:
         score, top, commit = outcome.kept
         return (f"{sid}: FETCH FAILED, the stored grade {score:g}/{top:g} of commit {commit[:12]} stands: "

@@ -106,6 +106,7 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     lines = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in done.stdout.splitlines() if line.startswith("[")}
     assert set(lines) == {s for s, _ in rows}, done.stdout  # a line per student as each finished (not a tty)
     assert "dave: not graded: " in lines["dave"] and lines["bob"].endswith(" s)")
+    assert ", commit " in lines["alice"] and "commit" not in lines["heidi"]  # a folder has no commit to name
     grades = _grades(out)
     assert set(grades) == {s for s, _ in rows}
     full = float(grades["alice"]["max"])

@@ -165,13 +165,17 @@ def test_the_deadline_picks_the_last_commit_at_or_before_it_by_committer_date(st
     days = [student.commit({"vector_add.py": f"day {d}\n"}, MAY + timedelta(days=d)) for d in (0, 2, 4)]
     student.push()
     out = tmp_path / "out"
-    assert fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3)).commit == days[1]
+    chosen = fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3))
+    assert (chosen.commit, chosen.later) == (days[1], 1)  # (audit) the later commit left out is counted
+    assert fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=1)).later == 2
+    assert fetch(entry(student.bare), EXERCISES, out).later == 0  # no deadline: the newest, nothing left out
     assert taken(fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3))) == \
         {"vector_add.py": "day 2\n"}
     at = fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=2))  # exactly: included
     assert at.commit == days[1] and at.committed_at == MAY + timedelta(days=2)
     later = datetime(2024, 5, 5, 14, 0, tzinfo=timezone(timedelta(hours=2)))  # 12:00 UTC: the last commit
-    assert fetch(entry(student.bare), EXERCISES, out, deadline=later).commit == days[2]
+    newest = fetch(entry(student.bare), EXERCISES, out, deadline=later)
+    assert (newest.commit, newest.later) == (days[2], 0)
     assert fetch(entry(student.bare, "main"), EXERCISES, out, deadline=MAY + timedelta(days=9)).commit == days[2]
     none = fetch(entry(student.bare), EXERCISES, out, deadline=MAY - timedelta(hours=1))
     assert none.folder is None and none.commit is None
