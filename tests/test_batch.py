@@ -592,3 +592,49 @@ def test_a_folder_keeps_its_deadline_and_names_its_assignment(course, tmp_path):
     done = subprocess.run([*export, "--deadline", "2089-01-01T00:00:00Z"], cwd=course, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "is not the deadline" in done.stderr, done.stderr
+
+
+def test_an_extension_stays_until_a_roster_takes_it_back_and_each_line_names_its_commit(course, tmp_path):
+    """(audit F1, F4) frank's extension was given in a roster of its own; the class's next batch,
+    its roster without it, graded his on-time stub (25 -> 0) with nothing said, and no line or page
+    said which commit was graded."""
+    _repo(tmp_path, "frank", {"vector_add.py": STUB})  # committed now: on time for 2090
+    late = _push(tmp_path, "frank", {"vector_add.py": SOLUTION}, "2091-01-01T00:00:00+00:00")
+    on_time = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=tmp_path / "work" / "frank", check=True,
+                             capture_output=True, text=True).stdout.strip()
+    repo, out = tmp_path / "repos" / "frank.git", tmp_path / "grades" / "hw1"
+    extended = tmp_path / "extended.csv"
+    extended.write_text(f"student_id,repo,deadline\nfrank,{repo},2091-06-01T00:00:00Z\n")
+    first = _batch(course, extended, out, "--deadline", "2090-01-01T00:00:00Z")
+    assert first.returncode == 0, first.stdout + first.stderr
+    top = _grades(out)["frank"]["max"]
+    assert f"frank: {top}/{top}, commit {late[:12]} (" in first.stdout and "later commit" not in first.stdout
+    page = (out / "feedback" / "frank.md").read_text()
+    assert page.startswith(f"# frank\n\nGraded: commit {late[:12]} (the last before the deadline "
+                           f"2091-06-01T00:00:00+00:00).\n"), page
+    assert f"Graded: commit {late[:12]}" in (out / "feedback" / "frank.html").read_text()
+    # the class's roster, without the extension: kept, and said once
+    roster = _roster(tmp_path, [("frank", str(repo))])
+    again = _batch(course, roster, out)
+    assert again.returncode == 0 and _counts(again) == (0, 1, 0), again.stdout + again.stderr
+    kept = "1 student(s) keep their extension recorded by an earlier roster: frank (2091-06-01T00:00:00+00:00)"
+    assert again.stderr.count(kept) == 1 and "write `none`" in again.stderr, again.stderr
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (late, top)
+    regrade = subprocess.run([sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend",
+                              "sim", "--timeout", CALL_LIMIT, "frank"], cwd=course, capture_output=True, text=True,
+                             timeout=900)
+    assert regrade.returncode == 0 and kept in regrade.stderr, regrade.stdout + regrade.stderr
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (late, top)
+    # `none` takes it back: the folder's deadline chooses his commit, and the line says what was left out
+    taken_back = tmp_path / "taken_back.csv"
+    taken_back.write_text(f"student_id,repo,deadline\nfrank,{repo},NONE\n")
+    back = _batch(course, taken_back, out)
+    assert back.returncode == 0 and "keep their extension" not in back.stderr, back.stdout + back.stderr
+    assert f"frank: 0/{top}, commit {on_time[:12]} (the last before the deadline; 1 later commit not graded) (" \
+        in back.stdout, back.stdout
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (on_time, "0")
+    assert (out / "feedback" / "frank.md").read_text().startswith(
+        f"# frank\n\nGraded: commit {on_time[:12]} (the last before the deadline 2090-01-01T00:00:00+00:00; "
+        f"1 later commit not graded).\n")
+    with sqlite3.connect(out / "store.sqlite") as db:
+        assert db.execute("select count(*) from extensions").fetchone() == (0,)

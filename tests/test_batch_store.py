@@ -370,7 +370,7 @@ def test_a_students_own_deadline_in_the_roster_counts_their_days_late(store, tmp
     assert doc["score"] == 5 and "late" not in doc["output"]
     # without a class deadline nobody is late, extension or not
     assert LatePolicy(extensions={"bob": DEADLINE}).of("bob").deadline is None
-    store.record_extensions("hw1", {"bob": None})  # the next roster gives none: the class's again
+    store.record_extensions("hw1", {"bob": None})  # a roster's `none` takes it back: the class's again
     assert store.extensions("hw1") == {}
 
 

@@ -412,6 +412,21 @@ def test_a_good_roster(tmp_path):
     assert read_roster(_roster(tmp_path, "student_id,repo\n")) == []
 
 
+def test_a_deadline_cell_gives_an_extension_takes_one_back_or_says_nothing(tmp_path):
+    path = _roster(tmp_path, "student_id,repo,deadline\n"
+                             "alice,a.git,2026-12-03T23:59:00+01:00\n"
+                             "bob,b.git,None\n"      # takes back an extension an earlier roster gave
+                             "carol,c.git,\n"        # says nothing: an earlier roster's stays
+                             "dan,d.git,never\n")
+    with pytest.raises(RosterError, match=r"line 5: deadline 'never' is not an ISO 8601 time"):
+        read_roster(path)
+    path.write_text(path.read_text().replace("dan,d.git,never\n", ""))
+    alice, bob, carol = read_roster(path)
+    assert alice.deadline == datetime(2026, 12, 3, 22, 59, tzinfo=timezone.utc) and not alice.no_extension
+    assert (bob.deadline, bob.no_extension) == (None, True)
+    assert (carol.deadline, carol.no_extension) == (None, False)
+
+
 def test_every_malformed_row_is_reported_with_its_line(tmp_path):
     path = _roster(tmp_path, "student_id,repo,ref\n"
                              ",a.git,\n"

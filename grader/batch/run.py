@@ -212,6 +212,17 @@ class Batch:
 
         return deadline_for_batch(self.store, self.assignment, given, self.out, new)
 
+    def own_deadlines(self, entries: list[Entry]) -> tuple[list[Entry], dict[str, datetime]]:
+        """Record the extensions the roster gives (and takes back: `none`), for choosing commits and
+        the exports' late penalty; an entry whose deadline cell is empty keeps the one recorded by an
+        earlier roster. Returns the entries, each with its own deadline, and those kept (id -> it)."""
+        self.store.record_extensions(self.assignment, {e.student_id: e.deadline for e in entries
+                                                       if e.deadline is not None or e.no_extension})
+        recorded = self.store.extensions(self.assignment)
+        kept = {e.student_id: recorded[e.student_id] for e in entries
+                if e.deadline is None and e.student_id in recorded}
+        return [replace(e, deadline=kept.get(e.student_id, e.deadline)) for e in entries], kept
+
     def key(self, student_id: str, commit: str):
         from .store import Key
 
@@ -343,8 +354,12 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         raise
     if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
         batch.store.record_roster(batch.assignment, everyone)
-    # each student's own deadline as this roster says it, for the exports' late penalty
-    batch.store.record_extensions(batch.assignment, {e.student_id: e.deadline for e in entries})
+    entries, kept = batch.own_deadlines(entries)
+    if kept and on_notice is not None:
+        # an extension this roster does not show still chooses their commit: said, never a surprise
+        on_notice(f"{len(kept)} student(s) keep their extension recorded by an earlier roster: "
+                  f"{listed([f'{sid} ({when.isoformat()})' for sid, when in kept.items()])}; write "
+                  f"`none` in the roster's deadline column to take one back")
     if on_notice is not None:
         gone = batch.store.on_roster(batch.assignment)[1]
         if gone:
