@@ -188,6 +188,12 @@ def test_kill_9_midway_then_the_same_command_gives_the_csv_of_an_uninterrupted_r
     os.killpg(batch.pid, signal.SIGKILL)  # the batch and its judge, runners, device processes
     batch.wait()
     assert 1 <= _stored(out) < 4, "killed midway"
+    # (audit F2) an export now has the whole class: those not reached exported as 0, and said
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv")],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0 and "have no grade yet" in exported.stderr, exported.stdout + exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
     resumed = _batch(course, roster, out, "--jobs", "1")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     graded, skipped, failed = _counts(resumed)
@@ -346,8 +352,9 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
         pytest.skip("the batch ended before its first line was read (a loaded machine)")
     assert batch.returncode == 130, first + rest + err
     assert "Traceback" not in err and "interrupted: " in err and "the same command again" in err, err
-    kept = _grades(out)
-    assert 1 <= len(kept) <= 2 and len(kept) == _stored(out), kept
+    kept = _grades(out)  # the whole roster: a student the batch did not reach says so (audit F2)
+    recorded = [s for s, row in kept.items() if not row["reason"].startswith("not graded yet: the batch did not")]
+    assert set(kept) == {"c0", "c1", "c2"} and 1 <= len(recorded) <= 2 and len(recorded) == _stored(out), kept
     resumed = _batch(course, roster, out, "--jobs", "1")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     grades = _grades(out)

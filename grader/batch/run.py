@@ -296,10 +296,13 @@ class Batch:
 
     def write_grades(self) -> Path:
         """grades.csv from the store (atomically replaced: readers never see half a file)."""
-        from .export import write_csv
+        from .export import with_unreached, write_csv
 
         path = self.out / GRADES_CSV
-        write_csv(self.store.on_roster(self.assignment)[0], path, self.exercises)
+        # a line per student of the roster: one the batch has not reached yet (or never, killed) too
+        rows = with_unreached(self.store.on_roster(self.assignment)[0], self.store.roster(self.assignment),
+                              self.assignment)[0]
+        write_csv(rows, path, self.exercises)
         return path
 
     def write_summary(self) -> Path:

@@ -295,6 +295,11 @@ class Store:
             return conn.execute(select(rosters.c.students)
                                 .where(rosters.c.assignment == assignment)).scalar_one_or_none()
 
+    def rostered(self) -> list[str]:
+        """The assignments with a recorded roster (a batch's, graded or not yet)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(rosters.c.assignment).order_by(rosters.c.assignment)).scalars())
+
     def record_roster(self, assignment: str, students: list[str]) -> None:
         """Record (replace) the student ids of the roster of `assignment`."""
         values = {"students": list(students), "recorded_at": _utc_text(datetime.now(timezone.utc))}
