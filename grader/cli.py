@@ -215,7 +215,10 @@ def _outcome_line(outcome) -> str:
             from .batch.run import grader_error
 
             return f"{sid}: not graded: {grader_error(results)} {took}"
-        return f"{sid}: {results.score:g}/{results.max_score:g} {took}"
+        from .batch.run import graded_commit
+
+        graded = graded_commit(outcome)  # (a folder's: none)
+        return f"{sid}: {results.score:g}/{results.max_score:g}{', ' + graded if graded else ''} {took}"
     if outcome.kept is not None:
         score, top, commit = outcome.kept
         return (f"{sid}: FETCH FAILED, the stored grade {score:g}/{top:g} of commit {commit[:12]} stands: "
@@ -338,15 +341,26 @@ def _export(args) -> int:
     if not store_path.is_file():
         raise UsageError(f"{folder} is not a batch folder (no store.sqlite): run gpugrade batch ... --out {folder}")
     with Store(store_path) as store:
-        assignment = args.assignment or _only_assignment(store, folder)
-        if assignment not in store.assignments():  # an export of nothing would look like one of a class
+        # a batch killed before its first grade has recorded its roster: its assignment is there
+        held = sorted({*store.assignments(), *store.rostered()})
+        assignment = args.assignment or _only_assignment(held, folder)
+        if assignment not in held:  # an export of nothing would look like one of a class
             raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
-                             f"{', '.join(store.assignments()) or 'none'}); --assignment names the store's assignment, "
+                             f"{', '.join(held) or 'none'}); --assignment names the store's assignment, "
                              f"--nbgrader-assignment the gradebook's")
+        if assignment not in store.assignments():
+            raise UsageError(f"the batch of {folder} has graded nobody of assignment {assignment!r} yet (its roster "
+                             f"has {len(store.roster(assignment) or [])} students): run gpugrade batch again with "
+                             f"the same --out to grade them, then export")
         rows, gone = store.on_roster(assignment)
         if gone:
             print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and are left "
                   f"out: {listed(gone)}", file=sys.stderr)
+        rows, unreached = export.with_unreached(rows, store.roster(assignment), assignment)
+        if unreached:
+            print(f"gpugrade: WARNING: {len(unreached)} student(s) of the roster have no grade yet (the batch did not "
+                  f"reach them) and are exported as 0: {listed(unreached, 5)}; run gpugrade batch again with the "
+                  f"same --out to finish", file=sys.stderr)
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
         recorded, extensions = store.deadline(assignment), store.extensions(assignment)
@@ -384,8 +398,7 @@ def _export(args) -> int:
     return 0
 
 
-def _only_assignment(store, folder: Path) -> str:
-    names = store.assignments()
+def _only_assignment(names: list[str], folder: Path) -> str:
     if len(names) != 1:
         raise UsageError(f"{folder} holds {len(names)} assignments ({', '.join(names) or 'none'}): pick one "
                          f"with --assignment")

@@ -106,6 +106,7 @@ def test_a_class_of_git_repositories_grades_in_one_command(course, tmp_path):
     lines = {line.split("] ", 1)[1].split(":", 1)[0]: line for line in done.stdout.splitlines() if line.startswith("[")}
     assert set(lines) == {s for s, _ in rows}, done.stdout  # a line per student as each finished (not a tty)
     assert "dave: not graded: " in lines["dave"] and lines["bob"].endswith(" s)")
+    assert ", commit " in lines["alice"] and "commit" not in lines["heidi"]  # a folder has no commit to name
     grades = _grades(out)
     assert set(grades) == {s for s, _ in rows}
     full = float(grades["alice"]["max"])
@@ -187,6 +188,12 @@ def test_kill_9_midway_then_the_same_command_gives_the_csv_of_an_uninterrupted_r
     os.killpg(batch.pid, signal.SIGKILL)  # the batch and its judge, runners, device processes
     batch.wait()
     assert 1 <= _stored(out) < 4, "killed midway"
+    # (audit F2) an export now has the whole class: those not reached exported as 0, and said
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv")],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0 and "have no grade yet" in exported.stderr, exported.stdout + exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
     resumed = _batch(course, roster, out, "--jobs", "1")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     graded, skipped, failed = _counts(resumed)
@@ -345,8 +352,9 @@ def test_a_log_shows_each_student_as_it_finishes_and_ctrl_c_says_what_was_kept(c
         pytest.skip("the batch ended before its first line was read (a loaded machine)")
     assert batch.returncode == 130, first + rest + err
     assert "Traceback" not in err and "interrupted: " in err and "the same command again" in err, err
-    kept = _grades(out)
-    assert 1 <= len(kept) <= 2 and len(kept) == _stored(out), kept
+    kept = _grades(out)  # the whole roster: a student the batch did not reach says so (audit F2)
+    recorded = [s for s, row in kept.items() if not row["reason"].startswith("not graded yet: the batch did not")]
+    assert set(kept) == {"c0", "c1", "c2"} and 1 <= len(recorded) <= 2 and len(recorded) == _stored(out), kept
     resumed = _batch(course, roster, out, "--jobs", "1")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     grades = _grades(out)
@@ -591,3 +599,49 @@ def test_a_folder_keeps_its_deadline_and_names_its_assignment(course, tmp_path):
     done = subprocess.run([*export, "--deadline", "2089-01-01T00:00:00Z"], cwd=course, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "is not the deadline" in done.stderr, done.stderr
+
+
+def test_an_extension_stays_until_a_roster_takes_it_back_and_each_line_names_its_commit(course, tmp_path):
+    """(audit F1, F4) frank's extension was given in a roster of its own; the class's next batch,
+    its roster without it, graded his on-time stub (25 -> 0) with nothing said, and no line or page
+    said which commit was graded."""
+    _repo(tmp_path, "frank", {"vector_add.py": STUB})  # committed now: on time for 2090
+    late = _push(tmp_path, "frank", {"vector_add.py": SOLUTION}, "2091-01-01T00:00:00+00:00")
+    on_time = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=tmp_path / "work" / "frank", check=True,
+                             capture_output=True, text=True).stdout.strip()
+    repo, out = tmp_path / "repos" / "frank.git", tmp_path / "grades" / "hw1"
+    extended = tmp_path / "extended.csv"
+    extended.write_text(f"student_id,repo,deadline\nfrank,{repo},2091-06-01T00:00:00Z\n")
+    first = _batch(course, extended, out, "--deadline", "2090-01-01T00:00:00Z")
+    assert first.returncode == 0, first.stdout + first.stderr
+    top = _grades(out)["frank"]["max"]
+    assert f"frank: {top}/{top}, commit {late[:12]} (" in first.stdout and "later commit" not in first.stdout
+    page = (out / "feedback" / "frank.md").read_text()
+    assert page.startswith(f"# frank\n\nGraded: commit {late[:12]} (the last before the deadline "
+                           f"2091-06-01T00:00:00+00:00).\n"), page
+    assert f"Graded: commit {late[:12]}" in (out / "feedback" / "frank.html").read_text()
+    # the class's roster, without the extension: kept, and said once
+    roster = _roster(tmp_path, [("frank", str(repo))])
+    again = _batch(course, roster, out)
+    assert again.returncode == 0 and _counts(again) == (0, 1, 0), again.stdout + again.stderr
+    kept = "1 student(s) keep their extension recorded by an earlier roster: frank (2091-06-01T00:00:00+00:00)"
+    assert again.stderr.count(kept) == 1 and "write `none`" in again.stderr, again.stderr
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (late, top)
+    regrade = subprocess.run([sys.executable, "-m", "grader", "regrade", str(roster), "--out", str(out), "--backend",
+                              "sim", "--timeout", CALL_LIMIT, "frank"], cwd=course, capture_output=True, text=True,
+                             timeout=900)
+    assert regrade.returncode == 0 and kept in regrade.stderr, regrade.stdout + regrade.stderr
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (late, top)
+    # `none` takes it back: the folder's deadline chooses his commit, and the line says what was left out
+    taken_back = tmp_path / "taken_back.csv"
+    taken_back.write_text(f"student_id,repo,deadline\nfrank,{repo},NONE\n")
+    back = _batch(course, taken_back, out)
+    assert back.returncode == 0 and "keep their extension" not in back.stderr, back.stdout + back.stderr
+    assert f"frank: 0/{top}, commit {on_time[:12]} (the last before the deadline; 1 later commit not graded) (" \
+        in back.stdout, back.stdout
+    assert (_grades(out)["frank"]["commit"], _grades(out)["frank"]["score"]) == (on_time, "0")
+    assert (out / "feedback" / "frank.md").read_text().startswith(
+        f"# frank\n\nGraded: commit {on_time[:12]} (the last before the deadline 2090-01-01T00:00:00+00:00; "
+        f"1 later commit not graded).\n")
+    with sqlite3.connect(out / "store.sqlite") as db:
+        assert db.execute("select count(*) from extensions").fetchone() == (0,)

@@ -370,7 +370,7 @@ def test_a_students_own_deadline_in_the_roster_counts_their_days_late(store, tmp
     assert doc["score"] == 5 and "late" not in doc["output"]
     # without a class deadline nobody is late, extension or not
     assert LatePolicy(extensions={"bob": DEADLINE}).of("bob").deadline is None
-    store.record_extensions("hw1", {"bob": None})  # the next roster gives none: the class's again
+    store.record_extensions("hw1", {"bob": None})  # a roster's `none` takes it back: the class's again
     assert store.extensions("hw1") == {}
 
 
@@ -542,3 +542,47 @@ def test_students_off_the_latest_roster_leave_the_exports_and_keep_their_rows(st
     assert [r.key.student_id for r in rows] == ["alice", "carol"] and gone == ["bob"]
     store.record_roster("hw1", ["alice", "bob", "carol"])  # replaced by the next batch's
     assert store.on_roster("hw1")[1] == [] and len(store.latest("hw1")) == 3
+
+
+def test_an_export_of_a_batch_that_did_not_finish_has_every_student_of_its_roster(store, tmp_path):
+    """(audit F2) A batch killed before it reached some students: the export wrote the graded ones
+    alone, exit 0, nothing said; a class uploaded with students missing looked whole."""
+    api = pytest.importorskip("nbgrader.api")
+    rows_of(store)  # alice and bob graded, carol's fetch failed
+    store.record_roster("hw1", ["alice", "bob", "carol", "dave", "erin"])  # killed before dave and erin
+    book = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    done = subprocess.run([sys.executable, "-m", "grader", "export", str(tmp_path), "--csv", str(tmp_path / "x.csv"),
+                           "--gradescope", str(tmp_path / "gs"), "--nbgrader", book, "--course", str(ROOT)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING: 2 student(s) of the roster have no grade yet" in done.stderr and "dave, erin" in done.stderr
+    assert "(5 students)" in done.stdout, done.stdout
+    with (tmp_path / "x.csv").open(newline="") as f:
+        lines = {line["student_id"]: line for line in csv.DictReader(f)}
+    assert list(lines) == ["alice", "bob", "carol", "dave", "erin"]
+    dave = lines["dave"]
+    assert (dave["status"], dave["score"], dave["max"], dave["final"]) == ("error", "0", "7", "0")
+    assert dave["reason"].startswith("not graded yet: the batch did not reach them (run gpugrade batch again")
+    doc = json.loads((tmp_path / "gs" / "erin" / "results.json").read_text())
+    jsonschema.validate(doc, RESULTS)
+    assert doc["score"] == 0 and "not graded yet" in doc["output"]
+    with api.Gradebook(book) as gb:  # as a fetch failure is there: the student, a submission of 0
+        assert sorted(s.id for s in gb.students) == ["alice", "bob", "carol", "dave", "erin"]
+        for student in ("carol", "dave"):
+            submission = gb.find_submission("hw1", student)
+            assert (submission.score, submission.timestamp) == (0, None)
+
+
+def test_an_export_of_a_batch_that_graded_nobody_says_so_rather_than_ask_for_an_assignment(tmp_path):
+    folder = tmp_path / "hw4"
+    folder.mkdir()
+    with Store(folder / "store.sqlite") as s:  # a first batch killed before its first grade
+        s.record_selection("hw4", ["vector_add"])
+        s.record_roster("hw4", ["alice", "mallory", "frank", "eve"])
+    for named in ((), ("--assignment", "hw4")):
+        done = subprocess.run([sys.executable, "-m", "grader", "export", str(folder), *named, "--csv",
+                               str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "--assignment" not in done.stderr, done.stderr
+        assert "has graded nobody of assignment 'hw4' yet (its roster has 4 students): run gpugrade batch again " \
+               "with the same --out" in done.stderr, done.stderr
+    assert not (tmp_path / "x.csv").exists()

@@ -165,13 +165,17 @@ def test_the_deadline_picks_the_last_commit_at_or_before_it_by_committer_date(st
     days = [student.commit({"vector_add.py": f"day {d}\n"}, MAY + timedelta(days=d)) for d in (0, 2, 4)]
     student.push()
     out = tmp_path / "out"
-    assert fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3)).commit == days[1]
+    chosen = fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3))
+    assert (chosen.commit, chosen.later) == (days[1], 1)  # (audit) the later commit left out is counted
+    assert fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=1)).later == 2
+    assert fetch(entry(student.bare), EXERCISES, out).later == 0  # no deadline: the newest, nothing left out
     assert taken(fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=3))) == \
         {"vector_add.py": "day 2\n"}
     at = fetch(entry(student.bare), EXERCISES, out, deadline=MAY + timedelta(days=2))  # exactly: included
     assert at.commit == days[1] and at.committed_at == MAY + timedelta(days=2)
     later = datetime(2024, 5, 5, 14, 0, tzinfo=timezone(timedelta(hours=2)))  # 12:00 UTC: the last commit
-    assert fetch(entry(student.bare), EXERCISES, out, deadline=later).commit == days[2]
+    newest = fetch(entry(student.bare), EXERCISES, out, deadline=later)
+    assert (newest.commit, newest.later) == (days[2], 0)
     assert fetch(entry(student.bare, "main"), EXERCISES, out, deadline=MAY + timedelta(days=9)).commit == days[2]
     none = fetch(entry(student.bare), EXERCISES, out, deadline=MAY - timedelta(hours=1))
     assert none.folder is None and none.commit is None
@@ -406,6 +410,21 @@ def test_a_good_roster(tmp_path):
         Entry("dan", "https://host/dan.git", None, 6),
     ]
     assert read_roster(_roster(tmp_path, "student_id,repo\n")) == []
+
+
+def test_a_deadline_cell_gives_an_extension_takes_one_back_or_says_nothing(tmp_path):
+    path = _roster(tmp_path, "student_id,repo,deadline\n"
+                             "alice,a.git,2026-12-03T23:59:00+01:00\n"
+                             "bob,b.git,None\n"      # takes back an extension an earlier roster gave
+                             "carol,c.git,\n"        # says nothing: an earlier roster's stays
+                             "dan,d.git,never\n")
+    with pytest.raises(RosterError, match=r"line 5: deadline 'never' is not an ISO 8601 time"):
+        read_roster(path)
+    path.write_text(path.read_text().replace("dan,d.git,never\n", ""))
+    alice, bob, carol = read_roster(path)
+    assert alice.deadline == datetime(2026, 12, 3, 22, 59, tzinfo=timezone.utc) and not alice.no_extension
+    assert (bob.deadline, bob.no_extension) == (None, True)
+    assert (carol.deadline, carol.no_extension) == (None, False)
 
 
 def test_every_malformed_row_is_reported_with_its_line(tmp_path):

@@ -13,13 +13,13 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import UsageError
 from ..report.gradescope import gradescope
-from .store import Row
+from .store import Key, Row
 
 DAY = 86400.0
 
@@ -70,6 +70,23 @@ def _number(x: float) -> str:
 
 def _score(row: Row) -> float:
     return row.score if row.status == "graded" else 0.0
+
+
+NOT_REACHED = ("not graded yet: the batch did not reach them (run gpugrade batch again with the same --out to "
+               "finish)")
+
+
+def with_unreached(rows: list[Row], roster: list[str] | None, assignment: str) -> tuple[list[Row], list[str]]:
+    """`rows` and, for each student of the recorded `roster` without one (a batch killed before it
+    reached them), a row not graded, by student id; and those students' ids. Exported as a fetch
+    failure is (0 of the assignment's maximum, the reason saying why) rather than left out: a class
+    uploaded with students missing would look whole."""
+    have = {r.key.student_id for r in rows}
+    missing = [sid for sid in roster or () if sid not in have]
+    now = datetime.now(timezone.utc)
+    added = [Row(Key(sid, assignment, "", "", ""), 0.0, 0.0, {}, "error", NOT_REACHED, None, now, None)
+             for sid in missing]
+    return sorted([*rows, *added], key=lambda r: r.key.student_id), missing
 
 
 def reason(row: Row) -> str:

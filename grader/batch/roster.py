@@ -3,7 +3,10 @@
 A CSV file whose header names the columns `student_id`, `repo` and, optionally, `ref` and
 `deadline` (any order; other columns are ignored; a UTF-8 BOM, blank lines, whitespace around
 fields and trailing empty fields left out are tolerated). A row's `deadline` (ISO 8601 with its
-time zone) is that student's extension: their commit is chosen by it instead of the batch's.
+time zone) is that student's extension: their commit is chosen by it instead of the batch's. The
+batch folder keeps an extension once a roster gave it: an empty deadline cell (or no deadline
+column) keeps the one recorded by an earlier roster (an extension given in a roster of its own
+survives the class's next batch), and `none` (any case) takes it back: the class's deadline again.
 Every malformed row is reported at once, each with its line number, in one RosterError.
 
 `repo` is a submission folder, a local git repository, a `file://` URL or any git URL (https,
@@ -36,6 +39,7 @@ SAFE_ID = re.compile(r"(?!\.)[A-Za-z0-9._@-]{1,64}")
 SAFE_REF = re.compile(r"(?!-)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+@-]{1,200}")
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 COLUMNS = ("student_id", "repo", "ref", "deadline")
+NO_EXTENSION = "none"  # a deadline cell taking back an extension an earlier roster gave
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ class Entry:
     repo: str            # a local path (absolute once read from a roster) or a git URL, no @ref
     ref: str | None      # branch, tag or commit; None: the repository's default branch (HEAD)
     line: int            # the roster line, for messages
-    deadline: datetime | None = None  # this student's own deadline (an extension); None: the batch's
+    deadline: datetime | None = None  # this student's own deadline (an extension); None: not given here
+    no_extension: bool = False        # the deadline cell reads `none`: an extension recorded earlier is taken back
 
 
 def parse_deadline(text: str) -> datetime:
@@ -111,9 +116,11 @@ def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: 
     column_ref = fields[columns["ref"]] if "ref" in columns else ""
     bad = []
     deadline = None
-    if fields[columns["deadline"]] if "deadline" in columns else "":
+    cell = fields[columns["deadline"]] if "deadline" in columns else ""
+    no_extension = cell.casefold() == NO_EXTENSION
+    if cell and not no_extension:
         try:
-            deadline = parse_deadline(fields[columns["deadline"]])
+            deadline = parse_deadline(cell)
         except ValueError as exc:
             bad.append(f"deadline {exc}")
     if not student:
@@ -135,7 +142,7 @@ def _entry(fields: list[str], header: list[str], columns: dict[str, int], line: 
         return None
     if local_path(repo) is not None and not URL.match(repo):
         repo = os.path.normpath(base.absolute() / Path(repo).expanduser())
-    return Entry(student, repo, ref, line, deadline)
+    return Entry(student, repo, ref, line, deadline, no_extension)
 
 
 def split_ref(repo: str, base: Path = Path(".")) -> tuple[str, str | None]:

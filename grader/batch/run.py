@@ -89,6 +89,22 @@ class Outcome:
     # nothing could be fetched, and the store's graded row stays the student's grade:
     # (score, max, commit) of that row (set when recorded)
     kept: tuple[float, float, str] | None = None
+    later: int = 0                      # commits after the graded one on the ref, left out by the deadline
+    deadline: datetime | None = None    # the deadline that chose a git commit (the student's own or the folder's)
+
+
+def graded_commit(outcome: Outcome, *, dated: bool = False) -> str:
+    """Which commit a git submission's grade is of: "commit <12 hex>", and where a deadline chose one
+    older than the ref's newest, that and how many later commits were not graded (`dated`: the
+    deadline named, as the student's feedback says it); "" for a folder, which has no commit to name."""
+    if outcome.committed_at is None or not outcome.commit:
+        return ""
+    said = []
+    if outcome.later or (dated and outcome.deadline is not None):
+        said.append("the last before the deadline" + (f" {outcome.deadline.isoformat()}" if dated else ""))
+    if outcome.later:
+        said.append(f"{outcome.later} later commit{'s' if outcome.later != 1 else ''} not graded")
+    return f"commit {outcome.commit[:12]}" + (f" ({'; '.join(said)})" if said else "")
 
 
 def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str]]) -> Outcome:
@@ -100,9 +116,11 @@ def grade_entry(entry: Entry, options: Options, graded: frozenset[tuple[str, str
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"gpugrade-batch-{entry.student_id}-"))
     try:
+        deadline = entry.deadline or options.deadline  # an extension in the roster, or the folder's
         fetched = fetch(entry, list(options.exercises), work / "submission", limits=options.fetch_limits(),
-                        deadline=entry.deadline or options.deadline)  # an extension in the roster, or the folder's
-        outcome = Outcome(entry.student_id, fetched.commit, fetched.committed_at)
+                        deadline=deadline)
+        outcome = Outcome(entry.student_id, fetched.commit, fetched.committed_at, later=fetched.later,
+                          deadline=deadline if fetched.committed_at is not None else None)
         if fetched.problem:
             outcome.problem = fetched.problem
         elif (entry.student_id, fetched.commit or "") in graded:
@@ -194,6 +212,17 @@ class Batch:
 
         return deadline_for_batch(self.store, self.assignment, given, self.out, new)
 
+    def own_deadlines(self, entries: list[Entry]) -> tuple[list[Entry], dict[str, datetime]]:
+        """Record the extensions the roster gives (and takes back: `none`), for choosing commits and
+        the exports' late penalty; an entry whose deadline cell is empty keeps the one recorded by an
+        earlier roster. Returns the entries, each with its own deadline, and those kept (id -> it)."""
+        self.store.record_extensions(self.assignment, {e.student_id: e.deadline for e in entries
+                                                       if e.deadline is not None or e.no_extension})
+        recorded = self.store.extensions(self.assignment)
+        kept = {e.student_id: recorded[e.student_id] for e in entries
+                if e.deadline is None and e.student_id in recorded}
+        return [replace(e, deadline=kept.get(e.student_id, e.deadline)) for e in entries], kept
+
     def key(self, student_id: str, commit: str):
         from .store import Key
 
@@ -229,7 +258,7 @@ class Batch:
                 if row.status == "graded":
                     outcome.kept = (row.score, row.max_score, row.key.commit)
                 return
-            self._pages(outcome.student_id, None, outcome.problem)
+            self._pages(outcome, None)
             return
         results = Results.from_dict(outcome.results)
         if results.errors:
@@ -239,28 +268,41 @@ class Batch:
                            committed_at=outcome.committed_at)
         else:
             self.store.put(key, results, status="graded", committed_at=outcome.committed_at)
-        self._pages(outcome.student_id, results, "")
+        self._pages(outcome, results)
 
-    def _pages(self, student_id: str, results: Results | None, problem: str) -> None:
+    def _pages(self, outcome: Outcome, results: Results | None) -> None:
+        """The student's feedback pages; below their title, the commit graded (and the deadline that
+        chose it), so a student can tell which push the grade is of."""
         from ..report import render
 
-        folder = self.out / FEEDBACK
+        student_id, folder = outcome.student_id, self.out / FEEDBACK
+        graded = graded_commit(outcome, dated=True)
+        line = f"Graded: {graded}." if graded else ""
         if results is None:
-            text = f"# {student_id}\n\nNot graded: {problem}\n"
-            _write(folder / f"{student_id}.md", text)
+            _write(folder / f"{student_id}.md", f"# {student_id}\n\n" + (f"{line}\n\n" if line else "")
+                   + f"Not graded: {outcome.problem}\n")
             _write(folder / f"{student_id}.html", f"<!doctype html><meta charset='utf-8'><title>{_esc(student_id)}"
-                                                   f"</title><h1>{_esc(student_id)}</h1><p>Not graded: "
-                                                   f"{_esc(problem)}</p>\n")
+                                                   f"</title><h1>{_esc(student_id)}</h1>"
+                                                   + (f"<p>{_esc(line)}</p>" if line else "")
+                                                   + f"<p>Not graded: {_esc(outcome.problem)}</p>\n")
             return
-        _write(folder / f"{student_id}.md", render(results, "markdown"))
-        _write(folder / f"{student_id}.html", render(results, "html"))
+        markdown, page = render(results, "markdown"), render(results, "html")
+        if line:
+            title, rest = markdown.split("\n", 1)
+            markdown = f"{title}\n\n{line}\n{rest}"
+            page = page.replace("</h1>", f"</h1><p>{_esc(line)}</p>", 1)
+        _write(folder / f"{student_id}.md", markdown)
+        _write(folder / f"{student_id}.html", page)
 
     def write_grades(self) -> Path:
         """grades.csv from the store (atomically replaced: readers never see half a file)."""
-        from .export import write_csv
+        from .export import with_unreached, write_csv
 
         path = self.out / GRADES_CSV
-        write_csv(self.store.on_roster(self.assignment)[0], path, self.exercises)
+        # a line per student of the roster: one the batch has not reached yet (or never, killed) too
+        rows = with_unreached(self.store.on_roster(self.assignment)[0], self.store.roster(self.assignment),
+                              self.assignment)[0]
+        write_csv(rows, path, self.exercises)
         return path
 
     def write_summary(self) -> Path:
@@ -315,8 +357,12 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         raise
     if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
         batch.store.record_roster(batch.assignment, everyone)
-    # each student's own deadline as this roster says it, for the exports' late penalty
-    batch.store.record_extensions(batch.assignment, {e.student_id: e.deadline for e in entries})
+    entries, kept = batch.own_deadlines(entries)
+    if kept and on_notice is not None:
+        # an extension this roster does not show still chooses their commit: said, never a surprise
+        on_notice(f"{len(kept)} student(s) keep their extension recorded by an earlier roster: "
+                  f"{listed([f'{sid} ({when.isoformat()})' for sid, when in kept.items()])}; write "
+                  f"`none` in the roster's deadline column to take one back")
     if on_notice is not None:
         gone = batch.store.on_roster(batch.assignment)[1]
         if gone:
@@ -472,4 +518,4 @@ def _esc(text: str) -> str:
     return html.escape(text)
 
 
-__all__ = ["Batch", "Options", "Outcome", "Summary", "grade_entry", "run_batch"]
+__all__ = ["Batch", "Options", "Outcome", "Summary", "grade_entry", "graded_commit", "run_batch"]

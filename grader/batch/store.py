@@ -96,8 +96,9 @@ rosters = Table(
     Column("students", JSON, nullable=False),                    # [student_id, ...]
     Column("recorded_at", String(40), nullable=False),
 )
-# a student's own deadline (an extension: the roster's deadline column) as the latest batch or
-# regrade of them read it, for the exports' late penalty; a student without a row has the class's
+# a student's own deadline (an extension: the roster's deadline column) as the latest roster giving
+# one (or taking it back: `none`) read it, to choose their commit and for the exports' late penalty;
+# a student without a row has the class's
 extensions = Table(
     "extensions", _meta,
     Column("assignment", String(ASSIGNMENT_LENGTH), primary_key=True),
@@ -293,6 +294,11 @@ class Store:
         with self.engine.connect() as conn:
             return conn.execute(select(rosters.c.students)
                                 .where(rosters.c.assignment == assignment)).scalar_one_or_none()
+
+    def rostered(self) -> list[str]:
+        """The assignments with a recorded roster (a batch's, graded or not yet)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(rosters.c.assignment).order_by(rosters.c.assignment)).scalars())
 
     def record_roster(self, assignment: str, students: list[str]) -> None:
         """Record (replace) the student ids of the roster of `assignment`."""

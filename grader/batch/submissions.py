@@ -92,6 +92,7 @@ class Fetched:
     committed_at: datetime | None       # the commit's committer date (timezone-aware); None for a folder
     problem: str | None = None          # why this submission cannot be graded, for the instructor
     missing: list[str] = field(default_factory=list)   # exercises without a file: they score 0
+    later: int = 0                      # commits after the graded one on the ref: the deadline left them out
 
 
 class _Problem(Exception):
@@ -109,6 +110,7 @@ class _Snapshot:
     refused: list[str]                  # why a named file cannot be taken
     commit: str | None
     committed_at: datetime | None = None
+    later: int = 0
 
 
 def fetch(entry: Entry, exercises: list[str], dest: Path, *, deadline: datetime | None = None,
@@ -132,9 +134,9 @@ def fetch(entry: Entry, exercises: list[str], dest: Path, *, deadline: datetime 
     except _Problem as exc:
         return Fetched(None, exc.commit, exc.committed_at, str(exc))
     if snap.refused:
-        return Fetched(None, snap.commit, snap.committed_at, "; ".join(snap.refused), snap.missing)
+        return Fetched(None, snap.commit, snap.committed_at, "; ".join(snap.refused), snap.missing, snap.later)
     _lay_out(snap.files, Path(dest))
-    return Fetched(Path(dest), snap.commit, snap.committed_at, None, snap.missing)
+    return Fetched(Path(dest), snap.commit, snap.committed_at, None, snap.missing, snap.later)
 
 
 def _is_git(path: Path) -> bool:
@@ -217,6 +219,7 @@ def _read_git(entry: Entry, path: Path | None, exercises: list[str], deadline: d
         if not commit:
             raise _Problem(f"no commit {entry.ref} in the last {limits.history_depth} commits of the "
                            f"branches of {shown}")
+        newest, later = commit, 0
         if deadline is not None:
             before = deadline.isoformat(timespec="seconds")  # git dates are whole seconds: floor is exact
             found = git.out(["rev-list", "-1", f"--before={before}", commit]).strip()
@@ -231,8 +234,12 @@ def _read_git(entry: Entry, path: Path | None, exercises: list[str], deadline: d
                 among = f" among its last {depth} commits" if _shallow(git) else ""
                 raise _Problem(f"no commit before the deadline {before} on {entry.ref or 'the default branch'}"
                                f" of {shown}{among}")
+            # said beside the grade: a student's newer pushes were not graded, and how many
+            later = int(git.out(["rev-list", "--count", f"{commit}..{newest}"]).strip() or 0)
         committed_at = datetime.fromisoformat(git.out(["log", "-1", "--format=%cI", commit]).strip())
-        return _read_tree(git, commit, committed_at, exercises, limits)
+        snap = _read_tree(git, commit, committed_at, exercises, limits)
+        snap.later = later
+        return snap
 
 
 def _shallow(git: "_Git") -> bool:
