@@ -210,6 +210,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                     self.read.add(handle.name)
             elif value is not None and self.races and handle.initialised[flat]:
                 unraced = same_bits1(handle.flat, flat, value)
+                if unraced:  # no access for the race rule, but kept for atomics (races.py)
+                    self.silent_store1(handle, flat, block, block * self.tpb + thread, line)
             handle.initialised[flat] = True
             if space == "global":
                 self.written.add(handle.name)

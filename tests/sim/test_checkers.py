@@ -883,3 +883,28 @@ def test_a_block_wide_loop_missing_its_barrier_is_not_told_to_syncwarp():
     message = str(found.value)
     assert "with no syncthreads() (or cuda.syncwarp(), where one warp's threads alone take part)" in message, message
     assert "not in lockstep since Volta" not in message, message
+
+
+# ---------------------------------------------------------------- a silent store against atomics
+@cuda.jit
+def sum_resetting_its_accumulator(x, out):
+    i = cuda.grid(1)
+    if i == 0:
+        out[0] = 0.0  # <- the reset: the host zeroed out already, so here it changes nothing
+    cuda.syncthreads()  # (orders block 0 only)
+    if i < x.size:
+        cuda.atomic.add(out, 0, x[i])
+
+
+def test_an_accumulator_reset_in_the_kernel_that_adds_into_it_races_with_other_blocks_atomics(executor):
+    """The audit's false negative (a reduction stage written so scored 27/27): the reset stores
+    the value memory holds, a silent store, which the race rule leaves out; but on a GPU a block
+    may add before block 0 resets, and lose its sum. Atomics meet silent stores nothing orders."""
+    with sim.installed(executor=executor):
+        out = cuda.to_device(np.zeros(1, np.float32))
+        with pytest.raises(sim.RaceError) as found:
+            sum_resetting_its_accumulator[4, 64](cuda.to_device(np.ones(256, np.float32)), out)
+    message = str(found.value)
+    assert f"atomic conflicts with a store at line {line_of(sum_resetting_its_accumulator, 'out[0] = 0.0')}" \
+        in message, message
+    assert "Set it before the launch (on the host, or in a kernel of its own)" in message

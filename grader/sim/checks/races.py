@@ -42,12 +42,13 @@ class Shadow:
     """Race shadow of one allocation for one launch (the vector path)."""
 
     __slots__ = ("w_thr", "w_ep", "w_wep", "w_atomic", "w_fence", "w_line", "r_thr", "r_ep", "r_wep",
-                 "r_line", "r_warp", "x_thr", "x_ep", "x_line", "written", "read", "atomic", "xread")
+                 "r_line", "r_warp", "x_thr", "x_ep", "x_line", "s_thr", "s_ep", "s_wep", "s_line",
+                 "written", "read", "atomic", "xread", "silent")
 
     def __init__(self, n: int):
         # has anything been written / read / written by an atomic (while not, the matching
         # arrays still hold their initial values and need not be consulted)
-        self.written = self.read = self.atomic = self.xread = False
+        self.written = self.read = self.atomic = self.xread = self.silent = False
         self.w_thr = np.full(n, -1, np.int64)
         self.w_ep = np.zeros(n, np.int64)
         self.w_wep = np.zeros(n, np.int64)
@@ -64,6 +65,18 @@ class Shadow:
         # a reader of a block other than the last reader's (as r_thr; -1 none), its epoch and
         # line: allocated when first needed (`other_readers`)
         self.x_thr = self.x_ep = self.x_line = None
+        # the last silent store (silent_stores.py), for atomics only (as x_: when first needed)
+        self.s_thr = self.s_ep = self.s_wep = self.s_line = None
+
+    def silent_writers(self) -> tuple:
+        if self.s_thr is None:
+            n = self.r_thr.shape[0]
+            self.s_thr = np.full(n, -1, np.int64)
+            self.s_ep = np.zeros(n, np.int64)
+            self.s_wep = np.zeros(n, np.int64)
+            self.s_line = np.zeros(n, np.int32)
+        self.silent = True
+        return self.s_thr, self.s_ep, self.s_wep, self.s_line
 
     def other_readers(self) -> tuple:
         if self.x_thr is None:
@@ -85,6 +98,8 @@ class RaceChecks:
         # a race of two threads of one warp (in a block of several warps) whose advice waits
         # for the rest of its barrier interval: `_race_msg`'s arguments, or None
         self._open_race: tuple | None = None
+        # the scalar path's silent stores: buffer id -> {flat: (thread, epoch, warp epoch, line)}
+        self._silent1: dict[int, dict[int, tuple[int, int, int, int]]] = {}
         # source lines run by threads of several warps of one block (lockstep): code of the whole
         # block, whose missing barrier is a syncthreads() even where the race found is in one warp
         # (a tree reduction whose other warps' stores were silent: they added zeros)
@@ -116,7 +131,7 @@ class RaceChecks:
                 if isinstance(value, np.ndarray):
                     split = np.repeat(value, factor)
                     if getattr(new, name) is None:
-                        new.other_readers()
+                        new.other_readers() if name.startswith("x_") else new.silent_writers()
                     getattr(new, name)[:split.shape[0]] = split
                 else:
                     setattr(new, name, value)
@@ -145,13 +160,20 @@ class RaceChecks:
         for j in range(r):
             self._race_vec(space, units, kind, flat * r + j, lanes, line, filename)
 
-    def _loud(self, handle, flat, lanes, values, pat):
+    def _loud(self, handle, flat, lanes, values, pat, line=None):
         """The lanes of a store that change what memory holds: (flat, lanes, pat, dups) with the
-        silent lanes (silent_stores.quiet_lanes) left out, or None when every lane is silent."""
+        silent lanes (silent_stores.quiet_lanes) left out, or None when every lane is silent.
+        With `line`, the silent lanes are kept as the elements' last silent stores (for atomics)."""
         dups = duplicate_lanes(flat, lanes, pat) if flat.shape[0] > 1 else None
         quiet = quiet_lanes(handle, flat, values, dups)
         if quiet is None:
             return flat, lanes, pat, dups
+        if line is not None:
+            q = np.flatnonzero(quiet)
+            s_thr, s_ep, s_wep, s_line = self._shadow(handle).silent_writers()
+            f = flat[q]
+            s_thr[f], s_ep[f], s_wep[f] = lanes.g[q], self.epoch[lanes.block[q]], self.wepoch[lanes.warp[q]]
+            s_line[f] = line
         keep = np.flatnonzero(~quiet)
         if keep.shape[0] == 0:
             return None
@@ -163,6 +185,29 @@ class RaceChecks:
         r = units.r
         for j in range(r):
             self._race1(space, units, kind, flat * r + j, block, g, line, filename)
+
+    def silent_store1(self, handle, flat: int, block: int, g: int, line: int) -> None:
+        """Thread `g`'s store at `flat` is silent (the scalar path): kept for later atomics."""
+        if self._stale1:
+            self._sync1()
+        wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        self._silent1.setdefault(handle.buffer_id, {})[flat] = (g, self._ep1[block], wep, line or 0)
+
+    def _silent_race(self, space, handle, flat, other, block, thread, line, filename, other_line) -> None:
+        """An atomic unordered with a silent store of another thread: the store changed nothing as
+        the simulator ran it, but on a GPU it may land after the atomic and undo its update (an
+        accumulator reset in the kernel that adds into it, over memory already zero)."""
+        ob, ot = divmod(int(other), self.tpb)
+        who = f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}"
+        at = f" at line {other_line}" if other_line and other_line != line else ""
+        self._fail(RaceError,
+                   f"data race on {space} array {handle.name!r} at index {self._index_of(handle, flat)}: atomic "
+                   f"conflicts with a store{at} by {who}, which nothing orders before it"
+                   f"{' (another block)' if ob != block else ''}: that store wrote the value the element already "
+                   f"held, so here it changed nothing, but on a GPU it may land after this atomic and undo it. "
+                   f"Resetting an accumulator in the kernel that adds into it? Set it before the launch (on the "
+                   f"host, or in a kernel of its own)", block, thread, line, filename, handle.name,
+                   self._index_of(handle, flat))
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
                   filename, other_line=0, warp_only=None):
@@ -226,6 +271,10 @@ class RaceChecks:
         rec = shadows.get(flat)
         ep = self._ep1[block]
         wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        if kind == "atomic" and self._silent1:
+            quiet = self._silent1.get(handle.buffer_id, {}).get(flat)
+            if quiet is not None and not self._ordered1(quiet[0], quiet[1], quiet[2], g, block):
+                self._silent_race(space, handle, flat, quiet[0], block, g % self.tpb, line, filename, quiet[3])
         if rec is None:
             # [writer, its epoch, its warp epoch, atomic?, its fences, reader, epoch, warp epoch,
             #  the writer's line, the reader's line, a reader of another block than the reader's,
@@ -296,7 +345,7 @@ class RaceChecks:
             if bool(((w[1:] != w[:-1]) & (b[1:] == b[:-1])).any()):
                 self._block_wide_lines.add(line)
         if values is not None and flat.shape[0]:
-            kept = self._loud(handle, flat, lanes, values, pat)
+            kept = self._loud(handle, flat, lanes, values, pat, line or 0)
             if kept is None:
                 return
             flat, lanes, pat, dups = kept
@@ -304,6 +353,18 @@ class RaceChecks:
         block, thread, g, w = lanes.block, lanes.thread, lanes.g, lanes.warp
         ep, wep = self._lane_epochs(lanes)
         tpb = self.tpb
+        if kind == "atomic" and sh.silent:  # against a silent store nothing orders before it
+            st = sh.s_thr[flat]
+            cand = (st >= 0) & (st != g)
+            if cand.any():
+                sub = np.flatnonzero(cand)
+                f = flat[sub]
+                bad = ~self._ordered_vec(st[sub], sh.s_ep[f], sh.s_wep[f], g[sub], block[sub], w[sub], ep[sub],
+                                         wep[sub])
+                if bad.any():
+                    i = int(sub[np.argmax(bad)])
+                    self._silent_race(space, handle, int(flat[i]), int(st[i]), int(block[i]), int(thread[i]),
+                                      line, filename, int(sh.s_line[flat[i]]))
         # against the previous writer
         if sh.written:
             wt = sh.w_thr[flat]
@@ -493,6 +554,7 @@ class RaceChecks:
         shadows = self._shadows1.setdefault(handle.buffer_id, {})
         ep1, wep1, fence1 = self._ep1, self._wep1, self._fence1
         race1, ordered1, several1, uninit = self._race1, self._ordered1, self._several1, self._uninit
+        silent = self.silent_store1
         inst = self
         same = same_bits_recorder(handle.flat) if store else None
 
@@ -502,6 +564,7 @@ class RaceChecks:
                        frame.f_code.co_filename)
             if store:
                 if init[flat] and value is not None and same(flat, value):
+                    silent(handle, flat, g // tpb, g, frame.f_lineno)  # (for atomics only)
                     return  # it changes nothing, so it neither races nor orders
                 init[flat] = True
                 if is_global:

@@ -12,7 +12,9 @@ silent; storing different values is a race. The rule judges silence against memo
 simulated moment, so it can hide a race that another interleaving would expose: a silent store
 unordered with the element's last writer (it could land first, changing what earlier loads
 see), or a later store of another value ordered after the last writer but not after the silent
-store (the silent store could land after it).
+store (the silent store could land after it). Atomics are the exception: the last silent store of
+each element is kept, and an atomic nothing orders after it is a race (an accumulator reset in
+the kernel that adds into it, over memory the host zeroed: a block may add before the reset).
 """
 
 from __future__ import annotations
