@@ -920,13 +920,18 @@ def _check_returned(function: str, value: Any, returns: Returns) -> None:
                           f"returned {got}; expected {returns.dtype}{list(returns.shape)}")
 
 
+def _a(word: Any) -> str:
+    """`word` with its article: "an int32", "a float32"."""
+    return f"{'an' if str(word)[:1] in 'aeiou' else 'a'} {word}"
+
+
 def _what_is_wrong(function: str, value: Any, returns: Returns) -> str:
     if value is None:
-        return f"{function}() returned None; expected a {returns.dtype} array (a missing `return`?)"
+        return f"{function}() returned None; expected {_a(returns.dtype)} array (a missing `return`?)"
     if not isinstance(value, np.ndarray):
-        return f"{function}() returned a {type(value).__name__}; expected a {returns.dtype} array"
+        return f"{function}() returned {_a(type(value).__name__)}; expected {_a(returns.dtype)} array"
     if value.shape == returns.shape:
-        return (f"{function}() returned a {value.dtype} array; expected {returns.dtype} (allocate the output as "
+        return (f"{function}() returned {_a(value.dtype)} array; expected {returns.dtype} (allocate the output as "
                 f"{returns.dtype}, e.g. cuda.device_array(shape, np.{returns.dtype}), or convert the result with "
                 f".astype(np.{returns.dtype}))")
     if value.ndim == len(returns.shape) and all(d >= e for d, e in zip(value.shape, returns.shape)):

@@ -258,7 +258,7 @@ class RaceChecks:
         at = f" at line {other_line}" if other_line and other_line != line else ""
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
-                   f"{self._index_of(handle, flat)}: {kind} conflicts with a {other_kind}{at} by "
+                   f"{self._index_of(handle, flat)}: {kind} conflicts with {'an' if other_kind == 'atomic' else 'a'} {other_kind}{at} by "
                    f"{who} {hint}", block, thread, line, filename, handle.name,
                    self._index_of(handle, flat))
 
