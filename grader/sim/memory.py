@@ -160,8 +160,14 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
             init = handle.initialised[flat]
             if not init.all():
                 lane = int(np.argmin(init))
-                self._uninit(space, handle, int(flat[lane]), int(lanes.block[lane]),
-                             int(lanes.thread[lane]), line, filename)
+                block, thread = int(lanes.block[lane]), int(lanes.thread[lane])
+                # threads of the reader's warp not running this load (an `if` they skipped, a
+                # return): the shared elements they would have stored, never stored. (Of its warp
+                # only: a warp not run yet, its barrier missing, is another story.)
+                warp = lanes.warp[lane]
+                idle = 0 if space != "shared" else \
+                    min(WARP, self.tpb - thread // WARP * WARP) - int(np.count_nonzero(lanes.warp == warp))
+                self._uninit(space, handle, int(flat[lane]), block, thread, line, filename, idle=idle)
         if self.races and not unwritten:
             race = self._race_units if space == "shared" and handle.memory is not None \
                 else self._race_vec

@@ -908,3 +908,28 @@ def test_an_accumulator_reset_in_the_kernel_that_adds_into_it_races_with_other_b
     assert f"atomic conflicts with a store at line {line_of(sum_resetting_its_accumulator, 'out[0] = 0.0')}" \
         in message, message
     assert "Set it before the launch (on the host, or in a kernel of its own)" in message
+
+
+# ---------------------------------------------------------------- a tile some threads never load
+@cuda.jit
+def tile_loaded_inside_the_bounds_check(a, out):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    if i < a.size:  # the loads, barrier and reads inside the check: the threads past the edge load nothing
+        s[t] = a[i]
+        cuda.syncthreads()
+        out[i] = s[(t + 1) % 64]
+
+
+def test_an_uninitialised_shared_read_says_threads_of_the_warp_skipped_the_code():
+    """The beginner audit's matmul with its whole tile loop inside `if row < M and col < N`: the
+    read of an element a skipping thread would have loaded said only 'never written since
+    allocation', and the student would add zero-fill code instead of moving the `if`."""
+    with sim.installed():
+        with pytest.raises(sim.UninitialisedReadError) as found:
+            tile_loaded_inside_the_bounds_check[1, 64](cuda.to_device(np.ones(40, np.float32)),
+                                                       cuda.device_array(40, np.float32))
+    message = str(found.value)
+    assert "24 threads of its warp are not running this code (an `if` they skipped, or a return)" in message, message
+    assert "Keep every thread in the block's shared-memory loads and barriers" in message

@@ -17,12 +17,18 @@ from ..errors import UninitialisedReadError
 class UninitialisedReads:
     """Mixin of `memory.Instrument` (reports through `_fail`)."""
 
-    def _uninit(self, space, handle, flat, block, thread, line, filename):
+    def _uninit(self, space, handle, flat, block, thread, line, filename, idle: int = 0):
+        """`idle`: threads of the block not running the load (a shared array's elements they
+        would have stored: the likely cause, said)."""
         what = "shared array" if space == "shared" else "device array"
         written = _written(handle) if space == "global" else ""
+        why = (f"; {idle} thread{'s' if idle != 1 else ''} of its warp {'are' if idle != 1 else 'is'} not running "
+               f"this code (an `if` they skipped, or a return): an element such a thread would have stored was never "
+               f"stored. Keep every thread in the block's shared-memory loads and barriers, guarding only its own "
+               f"global reads (0.0 past the edge) and its final store") if idle > 0 else ""
         self._fail(UninitialisedReadError,
                    f"read of uninitialised {what} {handle.name!r} at index "
-                   f"{self._index_of(handle, flat)} (never written since allocation)"
+                   f"{self._index_of(handle, flat)} (never written since allocation{why})"
                    + (f"\n{handle.name!r} ({handle.shape[0]} element{'s' if handle.shape[0] != 1 else ''}): "
                       f"{written}" if written else ""),
                    block, thread, line, filename, handle.name, self._index_of(handle, flat))
