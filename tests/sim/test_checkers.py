@@ -933,3 +933,34 @@ def test_an_uninitialised_shared_read_says_threads_of_the_warp_skipped_the_code(
     message = str(found.value)
     assert "24 threads of its warp are not running this code (an `if` they skipped, or a return)" in message, message
     assert "Keep every thread in the block's shared-memory loads and barriers" in message
+
+
+# ---------------------------------------------------------------- what a race's advice says
+@cuda.jit
+def two_threads_store_one_element(out):
+    i = cuda.grid(1)
+    out[i // 2] = i  # threads 2j and 2j + 1 store different values to out[j]
+
+
+@cuda.jit
+def racy_max(x, out):
+    i = cuda.grid(1)
+    if i < x.size and x[i] > out[0]:
+        out[0] = x[i]  # check, then store: no atomic
+
+
+def test_race_advice_names_an_atomic_where_no_barrier_can_help(executor):
+    """Two threads' stores of one statement, and a store after other blocks' loads: the audit's
+    messages asked for a barrier (one that cannot order either), and said 'other threads of block
+    (7, 0, 0)' with syncthreads() advice for a load of another block."""
+    with sim.installed(executor=executor):
+        with pytest.raises(sim.RaceError) as found:
+            two_threads_store_one_element[1, 64](cuda.device_array(32, np.int32))
+        if executor == "simt":  # (one thread at a time: the second store is of another pass to it)
+            assert "at the same line: no barrier orders two threads' stores of one statement" in str(found.value)
+        assert "is the index right?" in str(found.value) or executor != "simt", str(found.value)
+        x = np.arange(1024, dtype=np.float32)
+        with pytest.raises(sim.RaceError) as found:
+            racy_max[8, 128](cuda.to_device(x), cuda.to_device(np.zeros(1, np.float32)))
+    if executor == "simt":  # (one thread at a time meets block 0's own threads first)
+        assert "from another block (use an atomic, or a separate launch)" in str(found.value), str(found.value)

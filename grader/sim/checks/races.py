@@ -222,7 +222,7 @@ class RaceChecks:
             who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
         if filename and filename != self.filename and in_library(filename):
             other_line = 0  # lines of numba's own code: the finding names the student's call
-        same_block = other <= -2 or int(other) // self.tpb == block
+        same_block = (-other - 2 if other <= -2 else int(other) // self.tpb) == block
         # two threads of one warp want cuda.syncwarp(): a syncthreads() in code only that warp
         # runs (`if t < 32:`, the classic unrolled last warp) is a barrier the others never reach
         same_warp = other > -2 and same_block and int(other) % self.tpb // WARP == int(thread) // WARP
@@ -248,18 +248,23 @@ class RaceChecks:
                "cuda.syncwarp() between its steps)") if same_warp else ""
         if not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
+        elif kind == other_kind == "store" and other_line == line:  # one statement: no barrier orders it
+            hint = ("at the same line: no barrier orders two threads' stores of one statement, and the last one wins "
+                    "in no set order; give each thread its own element (is the index right?), or combine the values "
+                    "with an atomic (cuda.atomic.add, cuda.atomic.max)")
         elif other_line and line and other_line != line:
             hint = f"with no {barrier} between lines {min(other_line, line)} and {max(other_line, line)}{why}"
         elif other_line and line:
             hint = (f"with no {barrier} in between (line {line} does both: one pass's {other_kind} "
-                    f"and the next pass's {kind} need a barrier between them){why}")
+                    f"and the next pass's {kind} need a barrier between them; threads updating one element in the "
+                    f"same pass, as a histogram's hist[a[i]] += 1 does, need an atomic: cuda.atomic.add){why}")
         else:
             hint = f"with no {barrier} in between{why}"
         at = f" at line {other_line}" if other_line and other_line != line else ""
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
-                   f"{self._index_of(handle, flat)}: {kind} conflicts with {'an' if other_kind == 'atomic' else 'a'} {other_kind}{at} by "
-                   f"{who} {hint}", block, thread, line, filename, handle.name,
+                   f"{self._index_of(handle, flat)}: {kind} conflicts with {'an' if other_kind == 'atomic' else 'a'} "
+                   f"{other_kind}{at} by {who} {hint}", block, thread, line, filename, handle.name,
                    self._index_of(handle, flat))
 
     def _race1(self, space, handle, kind, flat, block, g, line, filename):
@@ -420,7 +425,7 @@ class RaceChecks:
                 if pair is not None:
                     i, j = pair
                     self._race_msg(space, handle, kind, int(flat[i]), int(g[j]), "store",
-                                   int(block[i]), int(thread[i]), line, filename)
+                                   int(block[i]), int(thread[i]), line, filename, line)
             sh.w_thr[flat] = g
             sh.w_ep[flat], sh.w_wep[flat] = ep, wep
             sh.w_line[flat] = line or 0
