@@ -83,8 +83,9 @@ def _expect_sum(got, x: np.ndarray, what: str) -> None:
 def _whole(value: np.ndarray, expected: float) -> str:
     """A float sum come back a whole number (or as integers): an integer array or variable on the way."""
     if value.dtype.kind in "iu":
-        return (f"; it comes back as {value.dtype} where the sum of {expected:.3g} has a fraction: an integer array or variable "
-                f"on the way (an int32 output of the atomics?) drops every fraction: keep the sum in float32")
+        return (f"; it comes back as {value.dtype} where the sum of {expected:.3g} has a fraction: an integer array "
+                f"or variable on the way (an int32 output of the atomics?) drops every fraction: keep the sum in "
+                f"float32")
     if np.isfinite(float(value)) and float(value).is_integer() and not float(expected).is_integer():
         return ("; a whole number where the sum has a fraction: an integer array or variable on the way (an int32 "
                 "output of the atomics, an int accumulator?) drops every fraction: keep the sum in float32")
