@@ -5,7 +5,8 @@ syncwarp epoch, atomic or not, its threadfence count), the last reader (or "seve
 readers" of one block epoch, and whether they are all of one warp and its syncwarp epoch:
 warp-synchronous code reads a neighbour's element, syncwarps, then stores its own) and, once
 readers of two blocks read the element since its last write, the last reader of a block other
-than the last reader's: a write by either block still meets a read by the other (an in-place update whose neighbours belong to the next block).
+than the last reader's: a write by either block still meets a read by the other (an in-place
+update whose neighbours belong to the next block).
 Two accesses conflict when they come from different threads, at least one writes, they are not
 both atomic, and nothing orders them (ordering.py): the same block with a barrier in between,
 the same warp with a syncwarp in between, or (a write read by another block) a threadfence by
