@@ -415,10 +415,10 @@ def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
     if shared:
         device, stream = shared[0]
         more = f" and {len(shared) - 1} more" if len(shared) > 1 else ""
-        on_it = [s for s in mine.spans if (s.device, s.stream) == (device, stream)]
-        sites = "".join(f", the {what} issued {s.site}" for what, s in (
-            ("copies", next((s for s in on_it if s.peer and s.site), None)),
-            ("adds", next((s for s in on_it if s.kind == "kernel" and s.site), None))) if s is not None)
+        on_it = [s for s in mine.spans if (s.device, s.stream) == (device, stream) and s.site]
+        copy = next((s for s in on_it if s.peer), None)
+        add = next((s for s in on_it if s.kind == "kernel"), None)
+        sites = "".join(f", the {what} issued {s.site}" for what, s in (("copies", copy), ("adds", add)) if s)
         return (f"its copies and adds are issued on one stream (stream {stream} of device {device}{more}{sites}), "
                 f"which runs them one after another: copy on a stream of its own (r.new_stream()) and add on "
                 f"r.stream, ordered by events")

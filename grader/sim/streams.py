@@ -80,7 +80,7 @@ class _Stream:
     recorded: tuple[int, str] | None = None  # the last event recorded on it: (its tick then, where)
     # its last waits: (the event, how many times it had been recorded then, where the wait was issued)
     waits: list[tuple[object, int, str]] = field(default_factory=list)
-    made: str = ""  # where the student's code made it ("f.py:160"), or the name the grader gave it ("r.stream ...")
+    made: str = ""  # where the student's code made it ("made at f.py:160"), or the grader's name ("r.stream ...")
 
 
 @dataclass

@@ -122,6 +122,10 @@ class Ordering:
                             for b, t, e in zip(block.tolist(), g.tolist(), ep.tolist())),
                            bool, len(g))
 
+    def _warp_of(self, g):
+        """The warp (block * wpb + its warp in the block) of global thread `g` (an int or a vector)."""
+        return g // self.tpb * self.wpb + g % self.tpb // WARP
+
     def _ordered1(self, other: int, ep: int, wep: int, g: int, block: int) -> bool:
         """Is an earlier access by global thread `other` ordered before thread `g`'s access?"""
         if other == g:
@@ -138,7 +142,7 @@ class Ordering:
         """Is an earlier access by global thread `other` (at block epoch `o_ep`, warp epoch
         `o_wep`) ordered before the access of lane `g` (block, warp `w`, epochs `ep`, `wep`)?"""
         ob = other // self.tpb
-        ow = ob * self.wpb + (other % self.tpb) // WARP
+        ow = self._warp_of(other)
         return (other == g) | ((ob == block) & ((o_ep != ep) | ((ow == w) & (o_wep != wep)))) | \
             ((ob != block) & (o_ep < self.grid_floor))
 

@@ -172,9 +172,9 @@ class RaceChecks:
         if line is not None:
             q = np.flatnonzero(quiet)
             s_thr, s_ep, s_wep, s_line = self._shadow(handle).silent_writers()
+            ep, wep = self._lane_epochs(lanes)
             f = flat[q]
-            s_thr[f], s_ep[f], s_wep[f] = lanes.g[q], self.epoch[lanes.block[q]], self.wepoch[lanes.warp[q]]
-            s_line[f] = line
+            s_thr[f], s_ep[f], s_wep[f], s_line[f] = lanes.g[q], ep[q], wep[q], line
         keep = np.flatnonzero(~quiet)
         if keep.shape[0] == 0:
             return None
@@ -191,16 +191,21 @@ class RaceChecks:
         """Thread `g`'s store at `flat` is silent (the scalar path): kept for later atomics."""
         if self._stale1:
             self._sync1()
-        wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        wep = self._wep1[self._warp_of(g)]
         self._silent1.setdefault(handle.buffer_id, {})[flat] = (g, self._ep1[block], wep, line or 0)
+
+    def _thread_words(self, g) -> str:
+        """Global thread `g` in a message: "thread (3, 0, 0) of block (1, 0, 0)"."""
+        ob, ot = divmod(int(g), self.tpb)
+        return f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}"
 
     def _silent_race(self, space, handle, flat, other, block, thread, line, filename, other_line) -> None:
         """An atomic unordered with a silent store of another thread: the store changed nothing as
         the simulator ran it, but on a GPU it may land after the atomic and undo its update (an
         accumulator reset in the kernel that adds into it, over memory already zero)."""
-        ob, ot = divmod(int(other), self.tpb)
-        who = f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}"
+        ob = int(other) // self.tpb
         at = f" at line {other_line}" if other_line and other_line != line else ""
+        who = self._thread_words(other)
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index {self._index_of(handle, flat)}: atomic "
                    f"conflicts with a store{at} by {who}, which nothing orders before it"
@@ -216,11 +221,8 @@ class RaceChecks:
         of block -other - 2; `other_line`: the line of its access (0: not known);
         `warp_only` (set by `close_race`): whether cuda.syncwarp() would order every conflict
         of the race's barrier interval."""
-        if other <= -2:
-            who = f"other threads of block {self.config.block_xyz(-other - 2)}"
-        else:
-            ob, ot = divmod(int(other), self.tpb)
-            who = (f"thread {self.config.thread_xyz(ot)} of block {self.config.block_xyz(ob)}")
+        who = f"other threads of block {self.config.block_xyz(-other - 2)}" if other <= -2 else \
+            self._thread_words(other)
         if filename and filename != self.filename and in_library(filename):
             other_line = 0  # lines of numba's own code: the finding names the student's call
         same_block = (-other - 2 if other <= -2 else int(other) // self.tpb) == block
@@ -276,7 +278,7 @@ class RaceChecks:
             shadows = self._shadows1[handle.buffer_id] = {}
         rec = shadows.get(flat)
         ep = self._ep1[block]
-        wep = self._wep1[block * self.wpb + (g % self.tpb) // WARP]
+        wep = self._wep1[self._warp_of(g)]
         if kind == "atomic" and self._silent1:
             quiet = self._silent1.get(handle.buffer_id, {}).get(flat)
             if quiet is not None and not self._ordered1(quiet[0], quiet[1], quiet[2], g, block):
@@ -307,14 +309,14 @@ class RaceChecks:
             elif self._ordered1(rt, rec[6], rec[7], g, block):
                 rec[5] = g
             else:
-                self._several1(rec, g, block, ep, wep, block * self.wpb + (rt % self.tpb) // WARP)
+                self._several1(rec, g, block, ep, wep, self._warp_of(rt))
             rec[6], rec[7], rec[9] = ep, wep, line or 0
             return
         conflict = False
         if rt != -1 and rt != g:
             if rt <= -2:
                 conflict = ((-rt - 2) != block or rec[6] == ep) and rec[6] >= self.grid_floor and not (
-                    rec[13] == block * self.wpb + thread // WARP and rec[7] != wep)  # (one warp's, syncwarp since)
+                    rec[13] == self._warp_of(g) and rec[7] != wep)  # (one warp's, syncwarp since)
             else:
                 conflict = not self._ordered1(rt, rec[6], rec[7], g, block)
             if conflict:
@@ -333,7 +335,7 @@ class RaceChecks:
         """Thread `g` reads an element that unordered readers of its block read (all of warp
         `readers_warp`, or -1): several readers now, of one warp while all are of g's; readers of
         g's warp at an earlier syncwarp epoch (same block epoch) are ordered before g: g alone."""
-        warp = block * self.wpb + (g % self.tpb) // WARP
+        warp = self._warp_of(g)
         if rec[5] <= -2 and rec[6] != ep or readers_warp == warp and rec[7] != wep:
             rec[5] = g
         else:
@@ -470,7 +472,7 @@ class RaceChecks:
         warp = lanes.warp
         earlier = (rt == -1) | (rt == lanes.g) | (sh.r_ep[flat] != ep) | np.where(
             rt <= -2, (sh.r_warp[flat] == warp) | (-rt - 2 != lanes.block),
-            (rt // self.tpb != lanes.block) | (rt // self.tpb * self.wpb + rt % self.tpb // WARP == warp))
+            (rt // self.tpb != lanes.block) | (self._warp_of(rt) == warp))
         if one_warp is not None:
             earlier &= one_warp
         return np.where(earlier, warp, -1)

@@ -18,8 +18,8 @@ class UninitialisedReads:
     """Mixin of `memory.Instrument` (reports through `_fail`)."""
 
     def _uninit(self, space, handle, flat, block, thread, line, filename, idle: int = 0):
-        """`idle`: threads of the block not running the load (a shared array's elements they
-        would have stored: the likely cause, said)."""
+        """`idle`: threads of the reader's warp not running the load (a shared array's elements
+        they would have stored: the likely cause, said)."""
         what = "shared array" if space == "shared" else "device array"
         written = _written(handle) if space == "global" else ""
         why = (f"; {idle} thread{'s' if idle != 1 else ''} of its warp {'are' if idle != 1 else 'is'} not running "
