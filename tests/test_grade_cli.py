@@ -506,11 +506,13 @@ def test_hostile_submissions_graded_beside_an_honest_one_leave_its_grade_unchang
         (tmp_path / name / "vector_add.py").write_text(source)
         folders[name] = tmp_path / name
     folders["honest"] = ROOT / "solutions"
-    # the hostile ones' calls end at 3 s; the honest one keeps the default limit: its calls take
-    # more than 3 s with the machine's cores busy (four gradings here, others beside)
+    # the hang's calls end at 3 s; the flood's and the crash's have 30 s (20 MB printed through the
+    # runner's pipe took over 3 s beside two busy loops and other gradings); the honest one keeps
+    # the default limit: its calls take more than 3 s with the machine's cores busy
+    limits = {"hang": 3, "flood": 30, "crash": 30, "honest": None}
     with ThreadPoolExecutor(4) as pool:
         futures = {name: pool.submit(grade, folder, ["vector_add"], backend="sim", course=Course(ROOT),
-                                     timeout=None if name == "honest" else 3, stages=[1])
+                                     timeout=limits[name], stages=[1])
                    for name, folder in folders.items()}
         results = {name: f.result() for name, f in futures.items()}
     assert results["honest"].score == results["honest"].max_score > 0 and not results["honest"].errors
