@@ -21,6 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ..errors import CourseError
+from ..judge.policy import DEFAULT_ALLOWED_IMPORTS
 
 MANIFEST = "course.toml"
 HINTS_PER_STAGE = 3
@@ -133,6 +134,10 @@ class Manifest:
 
     def stage(self, exercise: str, number: int) -> Stage:
         return self.exercise(exercise).stage(number)
+
+    def imports_allowed(self) -> frozenset[str]:
+        """The static policy's import allowlist: the defaults, widened by `[course] allow_imports`."""
+        return DEFAULT_ALLOWED_IMPORTS | frozenset(self.allow_imports)
 
 
 # -- loading ------------------------------------------------------------------------------------

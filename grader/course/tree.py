@@ -52,10 +52,9 @@ class Course:
         """The static policy's import allowlist, widened by course.toml's `[course] allow_imports`
         (a course without a readable manifest: the defaults)."""
         try:
-            extra = manifest.find(self.root).allow_imports
+            return manifest.find(self.root).imports_allowed()
         except CourseError:
-            extra = ()
-        return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
+            return DEFAULT_ALLOWED_IMPORTS
 
     def test_file(self, exercise: str) -> Path:
         path = self.tests_dir / f"test_{exercise}.py"

@@ -242,8 +242,9 @@ class GradingSession:
         """The static policy's import allowlist, widened by the course's `[course] allow_imports`."""
         from ..course.manifest import MANIFEST
 
-        extra = self._course_manifest().allow_imports if (self.config.rootpath / MANIFEST).is_file() else ()
-        return DEFAULT_ALLOWED_IMPORTS | frozenset(extra)
+        if (self.config.rootpath / MANIFEST).is_file():
+            return self._course_manifest().imports_allowed()
+        return DEFAULT_ALLOWED_IMPORTS
 
     @pytest.fixture
     def rng(self, request: pytest.FixtureRequest) -> np.random.Generator:
