@@ -645,3 +645,23 @@ def test_an_extension_stays_until_a_roster_takes_it_back_and_each_line_names_its
         f"1 later commit not graded).\n")
     with sqlite3.connect(out / "store.sqlite") as db:
         assert db.execute("select count(*) from extensions").fetchone() == (0,)
+
+
+def test_the_feedback_pages_of_an_id_taken_off_the_roster_leave_the_feedback_folder(course, tmp_path):
+    """(audit F6) nnia, a typo for nina, corrected in the roster: feedback/nnia.html and .md stayed
+    in the folder an instructor uploads whole, a stale page beside the class's."""
+    repo, out = _repo(tmp_path, "nina", {"vector_add.py": STUB}), tmp_path / "hw"
+    typo = _batch(course, _roster(tmp_path, [("nnia", str(repo))]), out)
+    assert typo.returncode == 0 and (out / "feedback" / "nnia.md").is_file(), typo.stdout + typo.stderr
+    page = (out / "feedback" / "nnia.html").read_text()
+    corrected = _batch(course, _roster(tmp_path, [("nina", str(tmp_path / "repos" / "moved.git"))]), out)
+    assert corrected.returncode == 1, corrected.stdout + corrected.stderr  # (nina's fetch fails: no grading here)
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["nina.html", "nina.md"]
+    assert (out / "feedback-off-roster" / "nnia.html").read_text() == page
+    assert (f"moved the feedback pages of 1 student(s) not on the roster {tmp_path / 'roster.csv'} from "
+            f"{out / 'feedback'} to {out / 'feedback-off-roster'} (not to be handed out): nnia") in corrected.stderr
+    # on the roster again: already graded, so no page is written; the one set aside comes back
+    again = _batch(course, _roster(tmp_path, [("nnia", str(repo))]), out)
+    assert _counts(again) == (0, 1, 0) and "back into" in again.stderr, again.stdout + again.stderr
+    assert (out / "feedback" / "nnia.html").read_text() == page
+    assert sorted(p.name for p in (out / "feedback-off-roster").iterdir()) == ["nina.html", "nina.md"]

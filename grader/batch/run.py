@@ -38,6 +38,9 @@ GRADES_CSV = "grades.csv"
 SUMMARY = "summary.html"
 STORE_FILE = "store.sqlite"
 FEEDBACK = "feedback"
+# the feedback pages of students no longer on the roster (a typo'd id corrected, a student who
+# dropped): beside feedback/, never in it, so a folder handed out or uploaded whole holds no stale page
+OFF_ROSTER = "feedback-off-roster"
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,13 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         raise
     if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
         batch.store.record_roster(batch.assignment, everyone)
+        moved, back = set_aside_pages(batch.out / FEEDBACK, batch.out / OFF_ROSTER, everyone)
+        if moved and on_notice is not None:
+            on_notice(f"moved the feedback pages of {len(moved)} student(s) not on the roster {roster} from "
+                      f"{batch.out / FEEDBACK} to {batch.out / OFF_ROSTER} (not to be handed out): {listed(moved)}")
+        if back and on_notice is not None:
+            on_notice(f"moved the feedback pages of {len(back)} student(s) on the roster again back into "
+                      f"{batch.out / FEEDBACK}: {listed(back)}")
     entries, kept = batch.own_deadlines(entries)
     if kept and on_notice is not None:
         # an extension this roster does not show still chooses their commit: said, never a surprise
@@ -420,6 +430,33 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         if shared is not None:
             shared.cleanup()
     return summary
+
+
+PAGE_SUFFIXES = (".html", ".md")
+
+
+def set_aside_pages(feedback: Path, aside: Path, roster: list[str]) -> tuple[list[str], list[str]]:
+    """Move the feedback pages in `feedback` of students not on `roster` into `aside`, and those in
+    `aside` of students on it again (whose stored row the batch skips: no page would be written)
+    back where `feedback` has none. Returns the ids moved aside and those moved back."""
+    on = set(roster)
+
+    def pages(folder: Path) -> dict[str, list[Path]]:
+        found: dict[str, list[Path]] = {}
+        for path in sorted(folder.glob("*")) if folder.is_dir() else ():
+            sid = next((path.name[:-len(s)] for s in PAGE_SUFFIXES if path.name.endswith(s)), "")
+            if sid and path.is_file():
+                found.setdefault(sid, []).append(path)
+        return found
+
+    moved = {sid: paths for sid, paths in pages(feedback).items() if sid not in on}
+    back = {sid: paths for sid, paths in pages(aside).items()
+            if sid in on and not any((feedback / p.name).exists() for p in paths)}
+    for target, chosen in ((aside, moved), (feedback, back)):
+        for path in (p for paths in chosen.values() for p in paths):
+            target.mkdir(exist_ok=True)
+            os.replace(path, target / path.name)  # a page set aside before is replaced by the newer
+    return sorted(moved), sorted(back)
 
 
 def regrade_names(names: list[str], entries: list[Entry], course: Course) -> tuple[list[str], list[str]]:
