@@ -541,6 +541,23 @@ def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_n
     assert (out / "grades.csv").read_text().splitlines()[0] == csv_before.splitlines()[0]
 
 
+def test_a_first_batch_that_graded_nobody_leaves_the_folder_s_exercises_open(course_of_two, tmp_path):
+    """(audit F5) Its fetches all failed, yet it fixed the folder's exercises: the corrected batch,
+    naming the homework's one exercise, was refused, and the folder had to be deleted."""
+    roster = _roster(tmp_path, [("alice", str(tmp_path / "repos" / "not-pushed-yet.git"))])
+    out = tmp_path / "hw1"
+    first = _batch(course_of_two, roster, out)  # vector_add forgotten: all exercises
+    assert first.returncode == 1 and _counts(first) == (0, 0, 1), first.stdout + first.stderr
+    _repo(tmp_path, "not-pushed-yet", {"vector_add.py": SOLUTION})
+    corrected = _batch(course_of_two, roster, out, "vector_add")
+    assert corrected.returncode == 0, corrected.stdout + corrected.stderr
+    assert f"{out} is graded on vector_add now, not on vector_add, matmul as its first batch chose" in corrected.stderr
+    grades = _grades(out)["alice"]
+    assert float(grades["score"]) == float(grades["max"]) > 0 and "matmul" not in grades
+    other = _batch(course_of_two, roster, out, "matmul")  # a grade is stored: the folder keeps vector_add
+    assert other.returncode == 2 and "graded on vector_add, not on matmul" in other.stderr, other.stderr
+
+
 def _push(tmp: Path, name: str, files: dict[str, str], date: str) -> str:
     """Another commit of `files` to `name`'s repository, committed at `date`; returns its id."""
     work = tmp / "work" / name

@@ -54,6 +54,22 @@ def test_another_selection_is_refused_saying_what_the_folder_holds_and_stores_no
     assert _dump(tmp_path / "store.sqlite") == before
 
 
+def test_exercises_a_first_batch_graded_nobody_on_are_replaced_by_the_next_batch_s(store, tmp_path):
+    """(audit F5) A first batch that forgot `vector_add`, killed before its first grade (or whose
+    fetches all failed): the folder was 'all exercises' for good, the corrected batch refused."""
+    assert for_batch(store, "hw", [], COURSE, tmp_path) == COURSE.exercises()
+    store.put(Key("bob", "hw", "", "g", "c"), None, status="error", reason="repository not found")  # no grade
+    said = []
+    assert for_batch(store, "hw", ["vector_add"], COURSE, tmp_path, said.append) == ["vector_add"]
+    assert store.selection("hw") == ["vector_add"] and said == [
+        f"{tmp_path} is graded on vector_add now, not on vector_add, matmul, reduction, allreduce as its first batch "
+        f"chose: that batch stored no grade"]
+    _graded(store, "alice")  # now the folder's exercises are fixed
+    with pytest.raises(UsageError, match=r"graded on vector_add, not on matmul"):
+        for_batch(store, "hw", ["matmul"], COURSE, tmp_path, said.append)
+    assert store.selection("hw") == ["vector_add"] and len(said) == 1
+
+
 def test_an_unknown_exercise_is_a_usage_error_naming_the_course_s(store, tmp_path):
     with pytest.raises(UsageError, match=r"unknown exercise 'matmull' \(this course has: vector_add, matmul, "
                                          r"reduction, allreduce\)"):

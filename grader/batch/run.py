@@ -190,13 +190,14 @@ class Batch:
         self.exercises = course.exercises()
         self.course_version = ""  # of the exercises graded: select() settles both
 
-    def select(self, named: list[str]) -> list[str]:
+    def select(self, named: list[str], on_notice: Callable[[str], None] | None = None) -> list[str]:
         """Grade on the folder's selection of exercises, recorded now by its first batch (`named`,
-        none meaning all); naming others than it holds is a usage error, with nothing stored."""
+        none meaning all); naming others than it holds is a usage error, with nothing stored, once a
+        grade is stored on them (grader.batch.selection)."""
         from .selection import for_batch
         from .store import course_version
 
-        self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
+        self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out, on_notice)
         self.course_version = course_version(self.course.root, self.exercises)  # of these exercises only
         return self.exercises
 
@@ -353,7 +354,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
             raise UsageError(f"{out} holds no grades of assignment {batch.assignment!r} (it holds: "
                              f"{', '.join(batch.store.assignments()) or 'none'}): regrade grades students a batch "
                              f"graded; name the assignment with --assignment")
-        options = replace(options, exercises=tuple(batch.select(list(options.exercises))),
+        options = replace(options, exercises=tuple(batch.select(list(options.exercises), on_notice)),
                           deadline=batch.choose_deadline(options.deadline, new))
     except BaseException:
         batch.close()

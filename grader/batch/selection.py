@@ -35,12 +35,22 @@ def graded_on(store: Store, assignment: str, all_exercises: Callable[[], list[st
     return recorded
 
 
-def for_batch(store: Store, assignment: str, named: list[str], course: Course, folder: Path) -> list[str]:
+def for_batch(store: Store, assignment: str, named: list[str], course: Course, folder: Path,
+              on_notice: Callable[[str], None] | None = None) -> list[str]:
     """The exercises a batch of `assignment` grades: those `named` (checked against the course; none
     named means all) where the assignment is new, recorded now; else its selection, which `named`
-    must match (a usage error otherwise, with nothing stored)."""
+    must match (a usage error otherwise, with nothing stored). A selection nothing was graded on
+    yet (a first batch whose fetches all failed, or killed before its first grade) is no folder's
+    choice: `named` replaces it, said through `on_notice`."""
     wanted = _in_course_order(course, course.select(named)) if named else None
     recorded = store.selection(assignment)
+    if recorded is not None and wanted is not None and set(wanted) != set(recorded) \
+            and not store.has_grades(assignment):
+        store.replace_selection(assignment, wanted)
+        if on_notice is not None:
+            on_notice(f"{folder} is graded on {', '.join(wanted)} now, not on {', '.join(recorded)} as its first "
+                      f"batch chose: that batch stored no grade")
+        recorded = wanted
     if recorded is None and assignment not in store.assignments():
         # the first batch of the assignment records its selection (or, where another batch recorded
         # one an instant before, gets that one, checked below as any recorded selection is)
