@@ -209,12 +209,13 @@ class Batch:
         """No batch graded this assignment in this folder yet."""
         return self.assignment not in self.store.assignments() and self.store.selection(self.assignment) is None
 
-    def choose_deadline(self, given: datetime | None, new: bool) -> datetime | None:
+    def choose_deadline(self, given: datetime | None, new: bool,
+                        on_notice: Callable[[str], None] | None = None) -> datetime | None:
         """The deadline commits are chosen by: the folder's, recorded by its first batch (`new`),
-        which `given` must match (grader.batch.selection)."""
+        which `given` must match once a grade is stored (grader.batch.selection)."""
         from .selection import deadline_for_batch
 
-        return deadline_for_batch(self.store, self.assignment, given, self.out, new)
+        return deadline_for_batch(self.store, self.assignment, given, self.out, new, on_notice)
 
     def own_deadlines(self, entries: list[Entry]) -> tuple[list[Entry], dict[str, datetime]]:
         """Record the extensions the roster gives (and takes back: `none`), for choosing commits and
@@ -355,7 +356,7 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
                              f"{', '.join(batch.store.assignments()) or 'none'}): regrade grades students a batch "
                              f"graded; name the assignment with --assignment")
         options = replace(options, exercises=tuple(batch.select(list(options.exercises), on_notice)),
-                          deadline=batch.choose_deadline(options.deadline, new))
+                          deadline=batch.choose_deadline(options.deadline, new, on_notice))
     except BaseException:
         batch.close()
         raise

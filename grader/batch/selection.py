@@ -86,16 +86,24 @@ def assignment_name(store: Store, default: str, legacy_default: str, folder: Pat
 
 
 def deadline_for_batch(store: Store, assignment: str, given: datetime | None, folder: Path,
-                       new: bool) -> datetime | None:
+                       new: bool, on_notice: Callable[[str], None] | None = None) -> datetime | None:
     """The deadline a batch of `assignment` chooses commits by: `given` where the assignment is
     `new`, recorded now (None: the latest commits); else the recorded one, which `given` (None:
-    not given) must match (a usage error otherwise). An assignment graded before deadlines were
+    not given) must match (a usage error otherwise) once a grade is stored: before, `given`
+    replaces it, as `for_batch` does the exercises. An assignment graded before deadlines were
     recorded takes `given` and records it, where one is given."""
     recorded = store.deadline(assignment)
     if recorded is NOT_RECORDED:
         if not new and given is None:
             return None  # as it was graded: nothing says it had a deadline
         recorded = store.record_deadline(assignment, given)
+    if given is not None and given != recorded and not store.has_grades(assignment):
+        store.replace_deadline(assignment, given)
+        if on_notice is not None:
+            was = "none (the latest commits)" if recorded is None else recorded.isoformat()
+            on_notice(f"{folder} chooses commits by the deadline {given.isoformat()} now, not by {was} as its first "
+                      f"batch chose: that batch stored no grade")
+        return given
     if given is not None and given != recorded:
         held = ("each student's latest commit (its first batch had no --deadline)" if recorded is None
                 else f"the last commits at or before {recorded.isoformat()} (its first batch's --deadline)")

@@ -298,6 +298,11 @@ class Store:
             if not conn.execute(update(table).where(table.c.assignment == assignment).values(**values)).rowcount:
                 conn.execute(insert(table).values(assignment=assignment, **values))
 
+    def replace_deadline(self, assignment: str, deadline: datetime | None) -> None:
+        """Record the deadline of `assignment` in place of the recorded one (chosen by a first batch
+        that graded nobody)."""
+        self._replace(deadlines, assignment, deadline=None if deadline is None else _utc_text(deadline))
+
     def _record_once(self, table: Table, **values) -> None:
         """A row of `table` (keyed by its assignment) unless one is there: the first record stands."""
         try:
