@@ -122,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
                         "first batch, which a later batch names again or not at all")
     b.add_argument("--force", action="store_true",
                    help="grade again what the store already holds (each row replaced once its regrade is recorded)")
+    b.add_argument("--keep-other-grader-grades", action="store_true",
+                   help="keep a stored grade of the same commit and course made by another version of the grader "
+                        "(any change under grader/ is one) rather than grade it again; said on the output, and "
+                        "grades.csv's grader_version column and export say which grader made each grade")
 
     rg = sub.add_parser("regrade", help="grade some students of a batch again (even on a commit already graded)",
                         epilog=batch_exit)
@@ -310,6 +314,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
                                 # regrade: the named students again, even where their commit is stored
                                 jobs=args.jobs, dask=args.dask, force=regrading,
                                 only=getattr(args, "students", None), on_progress=on_progress,
+                                keep_other_grader=getattr(args, "keep_other_grader_grades", False),
                                 on_notice=lambda text: print(f"gpugrade: {text}", file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         # the store and grades.csv hold every submission recorded before the interrupt; the ones
@@ -417,8 +422,8 @@ def _export(args) -> int:
         assignment = _graded_assignment(store, folder, args.assignment)
         rows, gone = store.on_roster(assignment)
         if gone:
-            print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and are left "
-                  f"out: {listed(gone)}", file=sys.stderr)
+            print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and "
+                  f"are left out: {listed(gone)}", file=sys.stderr)
         rows, unreached = export.with_unreached(rows, store.roster(assignment), assignment)
         if unreached:
             print(f"gpugrade: WARNING: {len(unreached)} student(s) of the roster have no grade yet (the batch did not "
@@ -427,6 +432,12 @@ def _export(args) -> int:
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
         recorded, extensions = store.deadline(assignment), store.extensions(assignment)
+    from .batch.store import grader_version
+
+    other = export.other_graders(rows, grader_version())
+    if other:  # kept by batch --keep-other-grader-grades, or stored before this grader was installed
+        print(f"gpugrade: {len(other)} student(s)' grades were made by another version of the grader than this one "
+              f"({grader_version()}); the CSV's grader_version column says each: {listed(other, 10)}", file=sys.stderr)
     policy = _late_policy(args, folder, recorded, extensions)
     extended = sorted(set(extensions) & {r.key.student_id for r in rows})
     if policy.deadline is not None and extended:

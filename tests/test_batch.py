@@ -682,3 +682,30 @@ def test_the_feedback_pages_of_an_id_taken_off_the_roster_leave_the_feedback_fol
     assert _counts(again) == (0, 1, 0) and "back into" in again.stderr, again.stdout + again.stderr
     assert (out / "feedback" / "nnia.html").read_text() == page
     assert sorted(p.name for p in (out / "feedback-off-roster").iterdir()) == ["nina.html", "nina.md"]
+
+
+def test_grades_of_another_grader_version_are_kept_only_when_asked_and_said_everywhere(course, tmp_path):
+    """(audit F3) Any change under grader/ (a pull of a fix, an edit in a shared checkout) regraded
+    the whole class on the next resume, with no way to keep the stored grades."""
+    repo, out = _repo(tmp_path, "alice", {"vector_add.py": SOLUTION}), tmp_path / "hw"
+    roster = _roster(tmp_path, [("alice", str(repo))])
+    assert _batch(course, roster, out).returncode == 0
+    with sqlite3.connect(out / "store.sqlite") as db:  # as an older grader made it
+        db.execute("update graded set grader_version = '0.0.9+older'")
+    kept = _batch(course, roster, out, "--keep-other-grader-grades")
+    assert kept.returncode == 0 and _counts(kept) == (0, 1, 0), kept.stdout + kept.stderr
+    assert "1 student(s) keep grades made by another version of the grader than this one (" in kept.stderr
+    assert "as --keep-other-grader-grades asks" in kept.stderr and "alice (0.0.9+older)" in kept.stderr, kept.stderr
+    assert _grades(out)["alice"]["grader_version"] == "0.0.9+older"
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv")],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr
+    assert "1 student(s)' grades were made by another version of the grader than this one" in exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        assert next(csv.DictReader(f))["grader_version"] == "0.0.9+older"
+    refused = _batch(course, roster, out, "--keep-other-grader-grades", "--force")
+    assert refused.returncode == 2 and "neither --force nor regrade" in refused.stderr, refused.stderr
+    # asked for on that run only: the next batch without it grades again, as before
+    again = _batch(course, roster, out)
+    assert again.returncode == 0 and _counts(again) == (1, 0, 0) and "graded again now" in again.stderr, again.stderr
+    assert _grades(out)["alice"]["grader_version"] not in ("", "0.0.9+older")

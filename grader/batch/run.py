@@ -233,19 +233,30 @@ class Batch:
 
         return Key(student_id, self.assignment, commit or "", self.grader_version, self.course_version)
 
-    def graded(self, entries: list[Entry]) -> frozenset[tuple[str, str]]:
-        """(student, commit) of this assignment already in the store for this grader and course."""
+    def graded(self, entries: list[Entry], keep_other_grader: bool = False) -> frozenset[tuple[str, str]]:
+        """(student, commit) of this assignment already in the store for this grader and course
+        (`keep_other_grader`: for this course, whichever grader version made the grade)."""
         return frozenset((row.key.student_id, row.key.commit) for row in self.store.latest(self.assignment)
-                         if row.key.grader_version == self.grader_version
+                         if (keep_other_grader or row.key.grader_version == self.grader_version)
                          and row.key.course_version == self.course_version and row.status == "graded")
 
-    def changed_since_graded(self, entries: list[Entry]) -> int:
-        """Students of `entries` whose stored grade another grader or course version made: the
-        batch grades them again (a new key), which a course edit should not do unannounced."""
+    def changed_since_graded(self, entries: list[Entry], keep_other_grader: bool = False) -> int:
+        """Students of `entries` whose stored grade another grader (unless `keep_other_grader`) or
+        course version made: the batch grades them again (a new key), which a course edit should not
+        do unannounced."""
         ids = {e.student_id for e in entries}
         return sum(1 for row in self.store.latest(self.assignment) if row.key.student_id in ids
-                   and row.status == "graded" and (row.key.grader_version, row.key.course_version)
-                   != (self.grader_version, self.course_version))
+                   and row.status == "graded" and (row.key.course_version != self.course_version
+                                                   or not keep_other_grader
+                                                   and row.key.grader_version != self.grader_version))
+
+    def kept_of_other_grader(self, entries: list[Entry]) -> list[str]:
+        """`student (grader version)` of each student of `entries` whose stored grade, of this course,
+        another version of the grader made: what --keep-other-grader-grades keeps."""
+        ids = {e.student_id for e in entries}
+        return [f"{row.key.student_id} ({row.key.grader_version})" for row in self.store.latest(self.assignment)
+                if row.key.student_id in ids and row.status == "graded"
+                and row.key.course_version == self.course_version and row.key.grader_version != self.grader_version]
 
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""
@@ -322,12 +333,16 @@ class Batch:
 
 def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
+              keep_other_grader: bool = False,
               on_progress: Callable[[Outcome, int, int], None] | None = None,
               on_notice: Callable[[str], None] | None = None) -> Summary:
     """Grade every roster entry not yet graded on the folder's exercises (`options.exercises` where
     its first batch, else the recorded ones, which those named must be); the store, pages and
     grades.csv are in `out`. `force`: grade again what is stored (each row replaced once its regrade
-    is recorded); `only`: just these students (`gpugrade regrade`)."""
+    is recorded); `only`: just these students (`gpugrade regrade`); `keep_other_grader`: a stored grade of
+    the same commit and course made by another version of the grader counts as graded (said)."""
+    if keep_other_grader and (force or only):
+        raise UsageError("--keep-other-grader-grades keeps stored grades: it goes with neither --force nor regrade")
     entries = read_roster(roster)
     everyone = [e.student_id for e in entries]  # (a regrade grades some of them)
     if only:
@@ -383,12 +398,18 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
                       f"{listed(gone)}")
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
-    graded = frozenset() if force else batch.graded(entries)
+    graded = frozenset() if force else batch.graded(entries, keep_other_grader)
     if not force and on_notice is not None:
-        changed = batch.changed_since_graded(entries)
+        changed = batch.changed_since_graded(entries, keep_other_grader)
         if changed:
-            on_notice(f"{changed} student(s)' stored grades were made by another version of the grader or of this "
-                      f"folder's exercises (their tests, solutions or course.toml): graded again now")
+            on_notice(f"{changed} student(s)' stored grades were made by another version of the "
+                      f"{'' if keep_other_grader else 'grader or of this '}folder's exercises (their tests, solutions "
+                      f"or course.toml): graded again now")
+        kept_other = batch.kept_of_other_grader(entries) if keep_other_grader else []
+        if kept_other:
+            on_notice(f"{len(kept_other)} student(s) keep grades made by another version of the grader than this one "
+                      f"({batch.grader_version}), as --keep-other-grader-grades asks (grades.csv's grader_version "
+                      f"column and every export say so): {listed(kept_other)}")
     summary = Summary()
     started = time.monotonic()
     done = 0

@@ -75,9 +75,10 @@ def as_text(found: StudentResult) -> str:
     if not found.on_roster:
         lines.append("NOT ON THE ROSTER of the latest batch: left out of grades.csv, the summary and every export")
     if row.key.commit:
-        lines.append(f"Graded: commit {row.key.commit[:12]} of {_when(row.committed_at)}, graded "
-                     f"{_when(row.graded_at)} (attempt {row.attempt})" if row.committed_at else
-                     f"Graded: folder {row.key.commit[:19]}, graded {_when(row.graded_at)} (attempt {row.attempt})")
+        what = (f"commit {row.key.commit[:12]} of {_when(row.committed_at)}" if row.committed_at
+                else f"folder {row.key.commit[:19]}")  # a folder's "sha256:<hex>" has no date
+        lines.append(f"Graded: {what}, graded {_when(row.graded_at)} by grader {row.key.grader_version} "
+                     f"(attempt {row.attempt})")
     lines.append(_deadline_line(found))
     if row.status == "graded":
         days, penalty = policy.days_late(row.committed_at), policy.penalty(row.committed_at)
