@@ -86,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="the zip grades only these exercises (a Gradescope assignment of one homework: its "
                           "maximum is theirs); default: all of the course's")
 
+    def late_options(cmd: argparse.ArgumentParser, default: str = "") -> None:
+        cmd.add_argument("--deadline", default=None,
+                         help="late penalties from commit time (ISO 8601 with its time zone: 2026-12-01T23:59:00+01:00)"
+                              + (f" {default}" if default else ""))
+        cmd.add_argument("--late-per-day", type=float, default=0.0,
+                         help="fraction of the score off per started day late (needs --deadline)")
+        cmd.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off (needs --deadline)")
+
     def batch_options(cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("roster", help="CSV with student_id, repo[, ref] (a folder, a git path or URL, repo@ref)")
         cmd.add_argument("--out", required=True, help="the batch folder: results store, feedback pages, grades.csv")
@@ -114,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
                         "first batch, which a later batch names again or not at all")
     b.add_argument("--force", action="store_true",
                    help="grade again what the store already holds (each row replaced once its regrade is recorded)")
+    b.add_argument("--keep-other-grader-grades", action="store_true",
+                   help="keep a stored grade of the same commit and course made by another version of the grader "
+                        "(any change under grader/ is one) rather than grade it again; said on the output, and "
+                        "grades.csv's grader_version column and export say which grader made each grade")
 
     rg = sub.add_parser("regrade", help="grade some students of a batch again (even on a commit already graded)",
                         epilog=batch_exit)
@@ -130,12 +142,19 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--nbgrader", help="an nbgrader gradebook database URL (sqlite:///gradebook.db)")
     ex.add_argument("--nbgrader-assignment", metavar="NAME",
                     help="the assignment's name in the nbgrader gradebook (default: its name in the store)")
-    ex.add_argument("--deadline", default=None,
-                    help="late penalties from commit time (ISO 8601 with its time zone: 2026-12-01T23:59:00+01:00)")
-    ex.add_argument("--late-per-day", type=float, default=0.0,
-                    help="fraction of the score off per started day late (needs --deadline)")
-    ex.add_argument("--late-cap", type=float, default=1.0, help="at most this fraction off (needs --deadline)")
+    late_options(ex)
     ex.add_argument("--course", help="course folder (default: found from the current folder upwards)")
+
+    fb = sub.add_parser("feedback", help="one student's latest graded result in a batch folder (answering their email)",
+                        description="The student's stored grade, read from the batch folder's store (nothing is "
+                                    "graded): the commit graded and when, the deadline that chose it, days late and "
+                                    "the penalty an export with the same options charges, every test's score and "
+                                    "message, and where their feedback page is.")
+    fb.add_argument("folder", help="the batch's --out folder")
+    fb.add_argument("student", help="the student's id in the roster")
+    fb.add_argument("--assignment", default="", help="the assignment (default: the only one in the store)")
+    fb.add_argument("--format", choices=("text", "json"), default="text")
+    late_options(fb, "(default: the folder's deadline, no penalty)")
 
     sub.add_parser("doctor", help="what this machine offers: GPU, toolchain, docker")
 
@@ -295,6 +314,7 @@ def _batch(args, course: Course, backend: Kind) -> int:
                                 # regrade: the named students again, even where their commit is stored
                                 jobs=args.jobs, dask=args.dask, force=regrading,
                                 only=getattr(args, "students", None), on_progress=on_progress,
+                                keep_other_grader=getattr(args, "keep_other_grader_grades", False),
                                 on_notice=lambda text: print(f"gpugrade: {text}", file=sys.stderr, flush=True))
     except KeyboardInterrupt:
         # the store and grades.csv hold every submission recorded before the interrupt; the ones
@@ -330,32 +350,80 @@ def _terminate_as_interrupt():
         signal.signal(signal.SIGTERM, before)
 
 
-def _export(args) -> int:
+def _open_store(folder: Path):
+    """The store of a batch folder (the batch extra needed): a usage error where no batch made one."""
     _need_batch_extra()
-    from .batch import export
-    from .batch.selection import graded_on
     from .batch.store import Store
 
-    folder = Path(args.folder)
-    store_path = folder / "store.sqlite"
-    if not store_path.is_file():
+    if not (folder / "store.sqlite").is_file():
         raise UsageError(f"{folder} is not a batch folder (no store.sqlite): run gpugrade batch ... --out {folder}")
-    with Store(store_path) as store:
-        # a batch killed before its first grade has recorded its roster: its assignment is there
-        held = sorted({*store.assignments(), *store.rostered()})
-        assignment = args.assignment or _only_assignment(held, folder)
-        if assignment not in held:  # an export of nothing would look like one of a class
-            raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
-                             f"{', '.join(held) or 'none'}); --assignment names the store's assignment, "
-                             f"--nbgrader-assignment the gradebook's")
-        if assignment not in store.assignments():
-            raise UsageError(f"the batch of {folder} has graded nobody of assignment {assignment!r} yet (its roster "
-                             f"has {len(store.roster(assignment) or [])} students): run gpugrade batch again with "
-                             f"the same --out to grade them, then export")
+    return Store(folder / "store.sqlite")
+
+
+def _graded_assignment(store, folder: Path, named: str) -> str:
+    """The assignment of the folder an export or a lookup reads: `named`, or the only one; a usage
+    error where it is not there, or where its batch graded nobody yet."""
+    # a batch killed before its first grade has recorded its roster: its assignment is there
+    held = sorted({*store.assignments(), *store.rostered()})
+    assignment = named or _only_assignment(held, folder)
+    if assignment not in held:  # an export of nothing would look like one of a class
+        raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
+                         f"{', '.join(held) or 'none'}); --assignment names the store's assignment, "
+                         f"--nbgrader-assignment the gradebook's")
+    if assignment not in store.assignments():
+        raise UsageError(f"the batch of {folder} has graded nobody of assignment {assignment!r} yet (its roster "
+                         f"has {len(store.roster(assignment) or [])} students): run gpugrade batch again with "
+                         f"the same --out to grade them, then export")
+    return assignment
+
+
+def _late_policy(args, folder: Path, recorded, extensions, default=None):
+    """The late policy of --deadline, --late-per-day and --late-cap (`default` the deadline where
+    none is given), as every export applies it."""
+    from .batch import export
+
+    deadline = _deadline(args.deadline)
+    if deadline is None and (args.late_per_day or args.late_cap != 1.0):
+        # without a deadline nobody is late: the penalty would silently be nothing
+        raise UsageError("--late-per-day and --late-cap need --deadline (the time from which a day late counts)")
+    if deadline is not None and isinstance(recorded, datetime) and recorded != deadline:
+        print(f"gpugrade: --deadline {deadline.isoformat()} is not the deadline {folder} chose commits by "
+              f"({recorded.isoformat()}): days late count from --deadline", file=sys.stderr)
+    try:
+        return export.LatePolicy(deadline or default, args.late_per_day, args.late_cap, extensions)
+    except ValueError as exc:
+        raise UsageError(f"late penalty: {exc}") from None
+
+
+def _feedback(args) -> int:
+    from .batch.student import as_dict, as_text, folder_deadline, look_up
+
+    folder = Path(args.folder)
+    with _open_store(folder) as store:
+        assignment = _graded_assignment(store, folder, args.assignment)
+        recorded = folder_deadline(store, assignment)
+        policy = _late_policy(args, folder, recorded, store.extensions(assignment), default=recorded)
+        found = look_up(store, folder, assignment, args.student, policy, folder / "feedback")
+    if args.format == "json":
+        import json
+
+        _emit(json.dumps(as_dict(found), indent=1), None)
+    else:
+        _emit(as_text(found), None)
+    return 0
+
+
+def _export(args) -> int:
+    from .batch import export
+    from .batch.selection import graded_on
+
+    folder = Path(args.folder)
+    with _open_store(folder) as store:
+        assignment = _graded_assignment(store, folder, args.assignment)
         rows, gone = store.on_roster(assignment)
         if gone:
-            print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and are left "
-                  f"out: {listed(gone)}", file=sys.stderr)
+            print(f"gpugrade: {len(gone)} student(s) with stored grades are not on the latest batch's roster, and "
+                  f"are left out: {listed(gone)}", file=sys.stderr)
         rows, unreached = export.with_unreached(rows, store.roster(assignment), assignment)
         if unreached:
             print(f"gpugrade: WARNING: {len(unreached)} student(s) of the roster have no grade yet (the batch did not "
@@ -364,21 +432,17 @@ def _export(args) -> int:
         # the exercises the folder grades (a folder stored before selections were: the course's, all)
         exercises = graded_on(store, assignment, lambda: _course(args).exercises()) or []
         recorded, extensions = store.deadline(assignment), store.extensions(assignment)
-    deadline = _deadline(args.deadline)
-    if deadline is None and (args.late_per_day or args.late_cap != 1.0):
-        # without a deadline nobody is late: the penalty would silently be nothing
-        raise UsageError("--late-per-day and --late-cap need --deadline (the time from which a day late counts)")
-    if deadline is not None and isinstance(recorded, datetime) and recorded != deadline:
-        print(f"gpugrade: --deadline {deadline.isoformat()} is not the deadline {folder} chose commits by "
-              f"({recorded.isoformat()}): days late count from --deadline", file=sys.stderr)
+    from .batch.store import grader_version
+
+    other = export.other_graders(rows, grader_version())
+    if other:  # kept by batch --keep-other-grader-grades, or stored before this grader was installed
+        print(f"gpugrade: {len(other)} student(s)' grades were made by another version of the grader than this one "
+              f"({grader_version()}); the CSV's grader_version column says each: {listed(other, 10)}", file=sys.stderr)
+    policy = _late_policy(args, folder, recorded, extensions)
     extended = sorted(set(extensions) & {r.key.student_id for r in rows})
-    if deadline is not None and extended:
+    if policy.deadline is not None and extended:
         print(f"gpugrade: {len(extended)} student(s) have their own deadline in the roster, days late count from "
               f"it: {listed(extended)}", file=sys.stderr)
-    try:
-        policy = export.LatePolicy(deadline, args.late_per_day, args.late_cap, extensions)
-    except ValueError as exc:
-        raise UsageError(f"late penalty: {exc}") from None
     if not (args.csv or args.gradescope or args.nbgrader):
         raise UsageError("say what to export: --csv FILE, --gradescope DIR or --nbgrader DB_URL")
     if args.nbgrader_assignment and not args.nbgrader:
@@ -466,6 +530,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "export":
         return _export(args)
+    if args.command == "feedback":
+        return _feedback(args)
     if args.command == "run":
         from .run_script import run as run_script
 

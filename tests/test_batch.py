@@ -541,6 +541,23 @@ def test_a_folder_keeps_its_exercises_another_selection_is_refused_and_changes_n
     assert (out / "grades.csv").read_text().splitlines()[0] == csv_before.splitlines()[0]
 
 
+def test_a_first_batch_that_graded_nobody_leaves_the_folder_s_exercises_open(course_of_two, tmp_path):
+    """(audit F5) Its fetches all failed, yet it fixed the folder's exercises: the corrected batch,
+    naming the homework's one exercise, was refused, and the folder had to be deleted."""
+    roster = _roster(tmp_path, [("alice", str(tmp_path / "repos" / "not-pushed-yet.git"))])
+    out = tmp_path / "hw1"
+    first = _batch(course_of_two, roster, out)  # vector_add forgotten: all exercises
+    assert first.returncode == 1 and _counts(first) == (0, 0, 1), first.stdout + first.stderr
+    _repo(tmp_path, "not-pushed-yet", {"vector_add.py": SOLUTION})
+    corrected = _batch(course_of_two, roster, out, "vector_add")
+    assert corrected.returncode == 0, corrected.stdout + corrected.stderr
+    assert f"{out} is graded on vector_add now, not on vector_add, matmul as its first batch chose" in corrected.stderr
+    grades = _grades(out)["alice"]
+    assert float(grades["score"]) == float(grades["max"]) > 0 and "matmul" not in grades
+    other = _batch(course_of_two, roster, out, "matmul")  # a grade is stored: the folder keeps vector_add
+    assert other.returncode == 2 and "graded on vector_add, not on matmul" in other.stderr, other.stderr
+
+
 def _push(tmp: Path, name: str, files: dict[str, str], date: str) -> str:
     """Another commit of `files` to `name`'s repository, committed at `date`; returns its id."""
     work = tmp / "work" / name
@@ -645,3 +662,50 @@ def test_an_extension_stays_until_a_roster_takes_it_back_and_each_line_names_its
         f"1 later commit not graded).\n")
     with sqlite3.connect(out / "store.sqlite") as db:
         assert db.execute("select count(*) from extensions").fetchone() == (0,)
+
+
+def test_the_feedback_pages_of_an_id_taken_off_the_roster_leave_the_feedback_folder(course, tmp_path):
+    """(audit F6) nnia, a typo for nina, corrected in the roster: feedback/nnia.html and .md stayed
+    in the folder an instructor uploads whole, a stale page beside the class's."""
+    repo, out = _repo(tmp_path, "nina", {"vector_add.py": STUB}), tmp_path / "hw"
+    typo = _batch(course, _roster(tmp_path, [("nnia", str(repo))]), out)
+    assert typo.returncode == 0 and (out / "feedback" / "nnia.md").is_file(), typo.stdout + typo.stderr
+    page = (out / "feedback" / "nnia.html").read_text()
+    corrected = _batch(course, _roster(tmp_path, [("nina", str(tmp_path / "repos" / "moved.git"))]), out)
+    assert corrected.returncode == 1, corrected.stdout + corrected.stderr  # (nina's fetch fails: no grading here)
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["nina.html", "nina.md"]
+    assert (out / "feedback-off-roster" / "nnia.html").read_text() == page
+    assert (f"moved the feedback pages of 1 student(s) not on the roster {tmp_path / 'roster.csv'} from "
+            f"{out / 'feedback'} to {out / 'feedback-off-roster'} (not to be handed out): nnia") in corrected.stderr
+    # on the roster again: already graded, so no page is written; the one set aside comes back
+    again = _batch(course, _roster(tmp_path, [("nnia", str(repo))]), out)
+    assert _counts(again) == (0, 1, 0) and "back into" in again.stderr, again.stdout + again.stderr
+    assert (out / "feedback" / "nnia.html").read_text() == page
+    assert sorted(p.name for p in (out / "feedback-off-roster").iterdir()) == ["nina.html", "nina.md"]
+
+
+def test_grades_of_another_grader_version_are_kept_only_when_asked_and_said_everywhere(course, tmp_path):
+    """(audit F3) Any change under grader/ (a pull of a fix, an edit in a shared checkout) regraded
+    the whole class on the next resume, with no way to keep the stored grades."""
+    repo, out = _repo(tmp_path, "alice", {"vector_add.py": SOLUTION}), tmp_path / "hw"
+    roster = _roster(tmp_path, [("alice", str(repo))])
+    assert _batch(course, roster, out).returncode == 0
+    with sqlite3.connect(out / "store.sqlite") as db:  # as an older grader made it
+        db.execute("update graded set grader_version = '0.0.9+older'")
+    kept = _batch(course, roster, out, "--keep-other-grader-grades")
+    assert kept.returncode == 0 and _counts(kept) == (0, 1, 0), kept.stdout + kept.stderr
+    assert "1 student(s) keep grades made by another version of the grader than this one (" in kept.stderr
+    assert "as --keep-other-grader-grades asks" in kept.stderr and "alice (0.0.9+older)" in kept.stderr, kept.stderr
+    assert _grades(out)["alice"]["grader_version"] == "0.0.9+older"
+    exported = subprocess.run([sys.executable, "-m", "grader", "export", str(out), "--csv", str(tmp_path / "x.csv")],
+                              cwd=course, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr
+    assert "1 student(s)' grades were made by another version of the grader than this one" in exported.stderr
+    with open(tmp_path / "x.csv", newline="") as f:
+        assert next(csv.DictReader(f))["grader_version"] == "0.0.9+older"
+    refused = _batch(course, roster, out, "--keep-other-grader-grades", "--force")
+    assert refused.returncode == 2 and "neither --force nor regrade" in refused.stderr, refused.stderr
+    # asked for on that run only: the next batch without it grades again, as before
+    again = _batch(course, roster, out)
+    assert again.returncode == 0 and _counts(again) == (1, 0, 0) and "graded again now" in again.stderr, again.stderr
+    assert _grades(out)["alice"]["grader_version"] not in ("", "0.0.9+older")

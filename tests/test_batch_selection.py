@@ -54,6 +54,22 @@ def test_another_selection_is_refused_saying_what_the_folder_holds_and_stores_no
     assert _dump(tmp_path / "store.sqlite") == before
 
 
+def test_exercises_a_first_batch_graded_nobody_on_are_replaced_by_the_next_batch_s(store, tmp_path):
+    """(audit F5) A first batch that forgot `vector_add`, killed before its first grade (or whose
+    fetches all failed): the folder was 'all exercises' for good, the corrected batch refused."""
+    assert for_batch(store, "hw", [], COURSE, tmp_path) == COURSE.exercises()
+    store.put(Key("bob", "hw", "", "g", "c"), None, status="error", reason="repository not found")  # no grade
+    said = []
+    assert for_batch(store, "hw", ["vector_add"], COURSE, tmp_path, said.append) == ["vector_add"]
+    assert store.selection("hw") == ["vector_add"] and said == [
+        f"{tmp_path} is graded on vector_add now, not on vector_add, matmul, reduction, allreduce as its first batch "
+        f"chose: that batch stored no grade"]
+    _graded(store, "alice")  # now the folder's exercises are fixed
+    with pytest.raises(UsageError, match=r"graded on vector_add, not on matmul"):
+        for_batch(store, "hw", ["matmul"], COURSE, tmp_path, said.append)
+    assert store.selection("hw") == ["vector_add"] and len(said) == 1
+
+
 def test_an_unknown_exercise_is_a_usage_error_naming_the_course_s(store, tmp_path):
     with pytest.raises(UsageError, match=r"unknown exercise 'matmull' \(this course has: vector_add, matmul, "
                                          r"reduction, allreduce\)"):
@@ -94,6 +110,7 @@ def test_the_first_batch_records_its_deadline_and_later_ones_choose_by_it(store,
     assert deadline_for_batch(store, "hw", None, tmp_path, new=False) == DEADLINE
     same_instant = DEADLINE.astimezone(timezone(timedelta(hours=1)))  # 2026-01-16T00:59+01:00
     assert deadline_for_batch(store, "hw", same_instant, tmp_path, new=False) == DEADLINE
+    _graded(store, "alice")  # (a grade stored on it fixes it)
     with pytest.raises(UsageError, match=r"on the last commits at or before 2026-01-15T23:59:00\+00:00 .*not by "
                                          r"--deadline 2026-01-20.*extension in a deadline column of the roster"):
         deadline_for_batch(store, "hw", DEADLINE + timedelta(days=5), tmp_path, new=False)
@@ -104,8 +121,24 @@ def test_a_folder_graded_on_the_latest_commits_refuses_a_deadline_later(store, t
     assert deadline_for_batch(store, "hw", None, tmp_path, new=True) is None
     assert store.deadline("hw") is None  # recorded: no deadline
     assert deadline_for_batch(store, "hw", None, tmp_path, new=False) is None
+    _graded(store, "alice")
     with pytest.raises(UsageError, match=r"on each student's latest commit \(its first batch had no --deadline\)"):
         deadline_for_batch(store, "hw", DEADLINE, tmp_path, new=False)
+
+
+def test_a_deadline_a_first_batch_graded_nobody_by_is_replaced_by_the_next_batch_s(store, tmp_path):
+    """(audit F5, as for the exercises) A first batch with a typo'd --deadline, killed before its first
+    grade, fixed the folder's deadline: the corrected one was refused."""
+    typo, said = DEADLINE + timedelta(days=365), []
+    assert deadline_for_batch(store, "hw", typo, tmp_path, new=True, on_notice=said.append) == typo
+    assert deadline_for_batch(store, "hw", DEADLINE, tmp_path, new=False, on_notice=said.append) == DEADLINE
+    assert store.deadline("hw") == DEADLINE and said == [
+        f"{tmp_path} chooses commits by the deadline 2026-01-15T23:59:00+00:00 now, not by 2027-01-15T23:59:00+00:00 "
+        f"as its first batch chose: that batch stored no grade"]
+    _graded(store, "alice")
+    with pytest.raises(UsageError, match="keeps its deadline"):
+        deadline_for_batch(store, "hw", typo, tmp_path, new=False, on_notice=said.append)
+    assert store.deadline("hw") == DEADLINE and len(said) == 1
 
 
 def test_an_assignment_graded_before_deadlines_were_recorded_takes_the_one_given(store, tmp_path):

@@ -340,7 +340,8 @@ def test_csv_has_a_line_per_student_with_exercises_and_the_penalty(store, tmp_pa
     with out.open(newline="") as f:
         lines = list(csv.DictReader(f))
     assert list(lines[0]) == ["student_id", "score", "max", "vector_add", "matmul", "status", "reason",
-                              "first_failure", "commit", "committed_at", "late_days", "penalty", "final"]
+                              "first_failure", "commit", "committed_at", "late_days", "penalty", "final",
+                              "grader_version"]
     alice, bob, carol = lines
     assert (alice["score"], alice["max"], alice["vector_add"], alice["matmul"], alice["final"]) == ("5", "7", "2", "3", "5")
     assert alice["committed_at"] == "2025-03-01T22:59:00+00:00" and alice["late_days"] == "0"

@@ -140,7 +140,8 @@ def first_failure(row: Row) -> str:
 
 def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], policy: LatePolicy = ON_TIME) -> None:
     """One line per student: id, score, max, each exercise's score, status, reason, the first
-    failing test, commit, commit time, days late, penalty (a fraction) and the final score. A row
+    failing test, commit, commit time, days late, penalty (a fraction), the final score and the
+    version of the grader that made the row (a batch may keep another version's: docs/BATCH.md). A row
     that could not be graded scores 0 of the assignment's maximum (its graded rows'), each exercise
     0, so a gradebook's percentages hold on every line."""
     rows = list(rows)
@@ -148,7 +149,7 @@ def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], polic
     with _atomic(Path(path)) as f:
         out = csv.writer(f)
         out.writerow(["student_id", "score", "max", *exercises, "status", "reason", "first_failure", "commit",
-                      "committed_at", "late_days", "penalty", "final"])
+                      "committed_at", "late_days", "penalty", "final", "grader_version"])
         for row in rows:
             score = _score(row)
             graded = row.status == "graded"
@@ -160,8 +161,14 @@ def write_csv(rows: Iterable[Row], path: str | Path, exercises: list[str], polic
                 row.status, reason(row), first_failure(row), row.key.commit,
                 row.committed_at.isoformat() if row.committed_at else "",
                 late.days_late(row.committed_at), _number(late.penalty(row.committed_at)),
-                _number(late.final(score, row.committed_at)),
+                _number(late.final(score, row.committed_at)), row.key.grader_version,
             ])
+
+
+def other_graders(rows: Iterable[Row], current: str) -> list[str]:
+    """`student (version)` of each graded row another version of the grader than `current` made."""
+    return [f"{r.key.student_id} ({r.key.grader_version})" for r in rows
+            if r.status == "graded" and r.key.grader_version != current]
 
 
 def _folder_name(student_id: str) -> str:

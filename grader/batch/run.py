@@ -38,6 +38,9 @@ GRADES_CSV = "grades.csv"
 SUMMARY = "summary.html"
 STORE_FILE = "store.sqlite"
 FEEDBACK = "feedback"
+# the feedback pages of students no longer on the roster (a typo'd id corrected, a student who
+# dropped): beside feedback/, never in it, so a folder handed out or uploaded whole holds no stale page
+OFF_ROSTER = "feedback-off-roster"
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,14 @@ class Batch:
         self.exercises = course.exercises()
         self.course_version = ""  # of the exercises graded: select() settles both
 
-    def select(self, named: list[str]) -> list[str]:
+    def select(self, named: list[str], on_notice: Callable[[str], None] | None = None) -> list[str]:
         """Grade on the folder's selection of exercises, recorded now by its first batch (`named`,
-        none meaning all); naming others than it holds is a usage error, with nothing stored."""
+        none meaning all); naming others than it holds is a usage error, with nothing stored, once a
+        grade is stored on them (grader.batch.selection)."""
         from .selection import for_batch
         from .store import course_version
 
-        self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out)
+        self.exercises = for_batch(self.store, self.assignment, named, self.course, self.out, on_notice)
         self.course_version = course_version(self.course.root, self.exercises)  # of these exercises only
         return self.exercises
 
@@ -205,12 +209,13 @@ class Batch:
         """No batch graded this assignment in this folder yet."""
         return self.assignment not in self.store.assignments() and self.store.selection(self.assignment) is None
 
-    def choose_deadline(self, given: datetime | None, new: bool) -> datetime | None:
+    def choose_deadline(self, given: datetime | None, new: bool,
+                        on_notice: Callable[[str], None] | None = None) -> datetime | None:
         """The deadline commits are chosen by: the folder's, recorded by its first batch (`new`),
-        which `given` must match (grader.batch.selection)."""
+        which `given` must match once a grade is stored (grader.batch.selection)."""
         from .selection import deadline_for_batch
 
-        return deadline_for_batch(self.store, self.assignment, given, self.out, new)
+        return deadline_for_batch(self.store, self.assignment, given, self.out, new, on_notice)
 
     def own_deadlines(self, entries: list[Entry]) -> tuple[list[Entry], dict[str, datetime]]:
         """Record the extensions the roster gives (and takes back: `none`), for choosing commits and
@@ -228,19 +233,30 @@ class Batch:
 
         return Key(student_id, self.assignment, commit or "", self.grader_version, self.course_version)
 
-    def graded(self, entries: list[Entry]) -> frozenset[tuple[str, str]]:
-        """(student, commit) of this assignment already in the store for this grader and course."""
+    def graded(self, entries: list[Entry], keep_other_grader: bool = False) -> frozenset[tuple[str, str]]:
+        """(student, commit) of this assignment already in the store for this grader and course
+        (`keep_other_grader`: for this course, whichever grader version made the grade)."""
         return frozenset((row.key.student_id, row.key.commit) for row in self.store.latest(self.assignment)
-                         if row.key.grader_version == self.grader_version
+                         if (keep_other_grader or row.key.grader_version == self.grader_version)
                          and row.key.course_version == self.course_version and row.status == "graded")
 
-    def changed_since_graded(self, entries: list[Entry]) -> int:
-        """Students of `entries` whose stored grade another grader or course version made: the
-        batch grades them again (a new key), which a course edit should not do unannounced."""
+    def changed_since_graded(self, entries: list[Entry], keep_other_grader: bool = False) -> int:
+        """Students of `entries` whose stored grade another grader (unless `keep_other_grader`) or
+        course version made: the batch grades them again (a new key), which a course edit should not
+        do unannounced."""
         ids = {e.student_id for e in entries}
         return sum(1 for row in self.store.latest(self.assignment) if row.key.student_id in ids
-                   and row.status == "graded" and (row.key.grader_version, row.key.course_version)
-                   != (self.grader_version, self.course_version))
+                   and row.status == "graded" and (row.key.course_version != self.course_version
+                                                   or not keep_other_grader
+                                                   and row.key.grader_version != self.grader_version))
+
+    def kept_of_other_grader(self, entries: list[Entry]) -> list[str]:
+        """`student (grader version)` of each student of `entries` whose stored grade, of this course,
+        another version of the grader made: what --keep-other-grader-grades keeps."""
+        ids = {e.student_id for e in entries}
+        return [f"{row.key.student_id} ({row.key.grader_version})" for row in self.store.latest(self.assignment)
+                if row.key.student_id in ids and row.status == "graded"
+                and row.key.course_version == self.course_version and row.key.grader_version != self.grader_version]
 
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""
@@ -317,12 +333,16 @@ class Batch:
 
 def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assignment: str = "",
               jobs: int = 1, dask: str | None = None, force: bool = False, only: list[str] | None = None,
+              keep_other_grader: bool = False,
               on_progress: Callable[[Outcome, int, int], None] | None = None,
               on_notice: Callable[[str], None] | None = None) -> Summary:
     """Grade every roster entry not yet graded on the folder's exercises (`options.exercises` where
     its first batch, else the recorded ones, which those named must be); the store, pages and
     grades.csv are in `out`. `force`: grade again what is stored (each row replaced once its regrade
-    is recorded); `only`: just these students (`gpugrade regrade`)."""
+    is recorded); `only`: just these students (`gpugrade regrade`); `keep_other_grader`: a stored grade of
+    the same commit and course made by another version of the grader counts as graded (said)."""
+    if keep_other_grader and (force or only):
+        raise UsageError("--keep-other-grader-grades keeps stored grades: it goes with neither --force nor regrade")
     entries = read_roster(roster)
     everyone = [e.student_id for e in entries]  # (a regrade grades some of them)
     if only:
@@ -350,13 +370,20 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
             raise UsageError(f"{out} holds no grades of assignment {batch.assignment!r} (it holds: "
                              f"{', '.join(batch.store.assignments()) or 'none'}): regrade grades students a batch "
                              f"graded; name the assignment with --assignment")
-        options = replace(options, exercises=tuple(batch.select(list(options.exercises))),
-                          deadline=batch.choose_deadline(options.deadline, new))
+        options = replace(options, exercises=tuple(batch.select(list(options.exercises), on_notice)),
+                          deadline=batch.choose_deadline(options.deadline, new, on_notice))
     except BaseException:
         batch.close()
         raise
     if not only:  # a batch's roster is the class (a regrade's may be a list of some students)
         batch.store.record_roster(batch.assignment, everyone)
+        moved, back = set_aside_pages(batch.out / FEEDBACK, batch.out / OFF_ROSTER, everyone)
+        if moved and on_notice is not None:
+            on_notice(f"moved the feedback pages of {len(moved)} student(s) not on the roster {roster} from "
+                      f"{batch.out / FEEDBACK} to {batch.out / OFF_ROSTER} (not to be handed out): {listed(moved)}")
+        if back and on_notice is not None:
+            on_notice(f"moved the feedback pages of {len(back)} student(s) on the roster again back into "
+                      f"{batch.out / FEEDBACK}: {listed(back)}")
     entries, kept = batch.own_deadlines(entries)
     if kept and on_notice is not None:
         # an extension this roster does not show still chooses their commit: said, never a surprise
@@ -371,12 +398,18 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
                       f"{listed(gone)}")
     # `force`: nothing counts as graded; each stored row is replaced only when its regrade is
     # recorded (put updates in place), so a crash midway loses only the submissions in flight
-    graded = frozenset() if force else batch.graded(entries)
+    graded = frozenset() if force else batch.graded(entries, keep_other_grader)
     if not force and on_notice is not None:
-        changed = batch.changed_since_graded(entries)
+        changed = batch.changed_since_graded(entries, keep_other_grader)
         if changed:
-            on_notice(f"{changed} student(s)' stored grades were made by another version of the grader or of this "
-                      f"folder's exercises (their tests, solutions or course.toml): graded again now")
+            on_notice(f"{changed} student(s)' stored grades were made by another version of the "
+                      f"{'' if keep_other_grader else 'grader or of this '}folder's exercises (their tests, solutions "
+                      f"or course.toml): graded again now")
+        kept_other = batch.kept_of_other_grader(entries) if keep_other_grader else []
+        if kept_other:
+            on_notice(f"{len(kept_other)} student(s) keep grades made by another version of the grader than this one "
+                      f"({batch.grader_version}), as --keep-other-grader-grades asks (grades.csv's grader_version "
+                      f"column and every export say so): {listed(kept_other)}")
     summary = Summary()
     started = time.monotonic()
     done = 0
@@ -420,6 +453,33 @@ def run_batch(roster: Path, out: Path, course: Course, options: Options, *, assi
         if shared is not None:
             shared.cleanup()
     return summary
+
+
+PAGE_SUFFIXES = (".html", ".md")
+
+
+def set_aside_pages(feedback: Path, aside: Path, roster: list[str]) -> tuple[list[str], list[str]]:
+    """Move the feedback pages in `feedback` of students not on `roster` into `aside`, and those in
+    `aside` of students on it again (whose stored row the batch skips: no page would be written)
+    back where `feedback` has none. Returns the ids moved aside and those moved back."""
+    on = set(roster)
+
+    def pages(folder: Path) -> dict[str, list[Path]]:
+        found: dict[str, list[Path]] = {}
+        for path in sorted(folder.glob("*")) if folder.is_dir() else ():
+            sid = next((path.name[:-len(s)] for s in PAGE_SUFFIXES if path.name.endswith(s)), "")
+            if sid and path.is_file():
+                found.setdefault(sid, []).append(path)
+        return found
+
+    moved = {sid: paths for sid, paths in pages(feedback).items() if sid not in on}
+    back = {sid: paths for sid, paths in pages(aside).items()
+            if sid in on and not any((feedback / p.name).exists() for p in paths)}
+    for target, chosen in ((aside, moved), (feedback, back)):
+        for path in (p for paths in chosen.values() for p in paths):
+            target.mkdir(exist_ok=True)
+            os.replace(path, target / path.name)  # a page set aside before is replaced by the newer
+    return sorted(moved), sorted(back)
 
 
 def regrade_names(names: list[str], entries: list[Entry], course: Course) -> tuple[list[str], list[str]]:

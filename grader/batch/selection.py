@@ -35,12 +35,22 @@ def graded_on(store: Store, assignment: str, all_exercises: Callable[[], list[st
     return recorded
 
 
-def for_batch(store: Store, assignment: str, named: list[str], course: Course, folder: Path) -> list[str]:
+def for_batch(store: Store, assignment: str, named: list[str], course: Course, folder: Path,
+              on_notice: Callable[[str], None] | None = None) -> list[str]:
     """The exercises a batch of `assignment` grades: those `named` (checked against the course; none
     named means all) where the assignment is new, recorded now; else its selection, which `named`
-    must match (a usage error otherwise, with nothing stored)."""
+    must match (a usage error otherwise, with nothing stored). A selection nothing was graded on
+    yet (a first batch whose fetches all failed, or killed before its first grade) is no folder's
+    choice: `named` replaces it, said through `on_notice`."""
     wanted = _in_course_order(course, course.select(named)) if named else None
     recorded = store.selection(assignment)
+    if recorded is not None and wanted is not None and set(wanted) != set(recorded) \
+            and not store.has_grades(assignment):
+        store.replace_selection(assignment, wanted)
+        if on_notice is not None:
+            on_notice(f"{folder} is graded on {', '.join(wanted)} now, not on {', '.join(recorded)} as its first "
+                      f"batch chose: that batch stored no grade")
+        recorded = wanted
     if recorded is None and assignment not in store.assignments():
         # the first batch of the assignment records its selection (or, where another batch recorded
         # one an instant before, gets that one, checked below as any recorded selection is)
@@ -76,16 +86,24 @@ def assignment_name(store: Store, default: str, legacy_default: str, folder: Pat
 
 
 def deadline_for_batch(store: Store, assignment: str, given: datetime | None, folder: Path,
-                       new: bool) -> datetime | None:
+                       new: bool, on_notice: Callable[[str], None] | None = None) -> datetime | None:
     """The deadline a batch of `assignment` chooses commits by: `given` where the assignment is
     `new`, recorded now (None: the latest commits); else the recorded one, which `given` (None:
-    not given) must match (a usage error otherwise). An assignment graded before deadlines were
+    not given) must match (a usage error otherwise) once a grade is stored: before, `given`
+    replaces it, as `for_batch` does the exercises. An assignment graded before deadlines were
     recorded takes `given` and records it, where one is given."""
     recorded = store.deadline(assignment)
     if recorded is NOT_RECORDED:
         if not new and given is None:
             return None  # as it was graded: nothing says it had a deadline
         recorded = store.record_deadline(assignment, given)
+    if given is not None and given != recorded and not store.has_grades(assignment):
+        store.replace_deadline(assignment, given)
+        if on_notice is not None:
+            was = "none (the latest commits)" if recorded is None else recorded.isoformat()
+            on_notice(f"{folder} chooses commits by the deadline {given.isoformat()} now, not by {was} as its first "
+                      f"batch chose: that batch stored no grade")
+        return given
     if given is not None and given != recorded:
         held = ("each student's latest commit (its first batch had no --deadline)" if recorded is None
                 else f"the last commits at or before {recorded.isoformat()} (its first batch's --deadline)")

@@ -280,6 +280,29 @@ class Store:
         self._record_once(deadlines, assignment=assignment, deadline=None if deadline is None else _utc_text(deadline))
         return self.deadline(assignment)
 
+    def replace_selection(self, assignment: str, exercises: list[str]) -> None:
+        """Record the exercises of `assignment` in place of those recorded (a first batch that graded
+        nobody chose them: nothing is graded on them yet)."""
+        self._replace(selections, assignment, exercises=list(exercises))
+
+    def has_grades(self, assignment: str) -> bool:
+        """Whether a grade of `assignment` is stored (an error row is none: nothing was graded)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(graded.c.id).where(graded.c.assignment == assignment,
+                                                          graded.c.status == "graded").limit(1)).first() is not None
+
+    def _replace(self, table: Table, assignment: str, **values) -> None:
+        """The row of `table` keyed by `assignment` set to `values` (inserted where there is none)."""
+        values["recorded_at"] = _utc_text(datetime.now(timezone.utc))
+        with self.engine.begin() as conn:
+            if not conn.execute(update(table).where(table.c.assignment == assignment).values(**values)).rowcount:
+                conn.execute(insert(table).values(assignment=assignment, **values))
+
+    def replace_deadline(self, assignment: str, deadline: datetime | None) -> None:
+        """Record the deadline of `assignment` in place of the recorded one (chosen by a first batch
+        that graded nobody)."""
+        self._replace(deadlines, assignment, deadline=None if deadline is None else _utc_text(deadline))
+
     def _record_once(self, table: Table, **values) -> None:
         """A row of `table` (keyed by its assignment) unless one is there: the first record stands."""
         try:
@@ -302,10 +325,7 @@ class Store:
 
     def record_roster(self, assignment: str, students: list[str]) -> None:
         """Record (replace) the student ids of the roster of `assignment`."""
-        values = {"students": list(students), "recorded_at": _utc_text(datetime.now(timezone.utc))}
-        with self.engine.begin() as conn:
-            if not conn.execute(update(rosters).where(rosters.c.assignment == assignment).values(**values)).rowcount:
-                conn.execute(insert(rosters).values(assignment=assignment, **values))
+        self._replace(rosters, assignment, students=list(students))
 
     def extensions(self, assignment: str) -> dict[str, datetime]:
         """Each student's own deadline for `assignment` (the roster's deadline column), by id."""
