@@ -360,20 +360,20 @@ def _open_store(folder: Path):
     return Store(folder / "store.sqlite")
 
 
-def _graded_assignment(store, folder: Path, named: str) -> str:
+def _graded_assignment(store, folder: Path, named: str, then: str = "export") -> str:
     """The assignment of the folder an export or a lookup reads: `named`, or the only one; a usage
-    error where it is not there, or where its batch graded nobody yet."""
+    error where it is not there, or where its batch graded nobody yet (`then`: what to run after)."""
     # a batch killed before its first grade has recorded its roster: its assignment is there
     held = sorted({*store.assignments(), *store.rostered()})
     assignment = named or _only_assignment(held, folder)
     if assignment not in held:  # an export of nothing would look like one of a class
         raise UsageError(f"{folder} holds no assignment {assignment!r} (it holds: "
-                         f"{', '.join(held) or 'none'}); --assignment names the store's assignment, "
-                         f"--nbgrader-assignment the gradebook's")
+                         f"{', '.join(held) or 'none'}); --assignment names the store's assignment"
+                         + (", --nbgrader-assignment the gradebook's" if then == "export" else ""))
     if assignment not in store.assignments():
         raise UsageError(f"the batch of {folder} has graded nobody of assignment {assignment!r} yet (its roster "
                          f"has {len(store.roster(assignment) or [])} students): run gpugrade batch again with "
-                         f"the same --out to grade them, then export")
+                         f"the same --out to grade them, then {then}")
     return assignment
 
 
@@ -400,7 +400,7 @@ def _feedback(args) -> int:
 
     folder = Path(args.folder)
     with _open_store(folder) as store:
-        assignment = _graded_assignment(store, folder, args.assignment)
+        assignment = _graded_assignment(store, folder, args.assignment, then="gpugrade feedback again")
         recorded = folder_deadline(store, assignment)
         policy = _late_policy(args, folder, recorded, store.extensions(assignment), default=recorded)
         found = look_up(store, folder, assignment, args.student, policy, folder / "feedback")
