@@ -210,6 +210,29 @@ def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     return WrongAnswer(str(wrong).replace(EDGE_MISSED, note, 1), wrong.wrong, None, wrong.right_corner)
 
 
+def expect_inputs_unchanged(call: str, given: dict[str, np.ndarray], after) -> None:
+    """Raise WrongAnswer unless each input array is as it was passed: `given` maps each input's
+    name to it as sent, `after` is them as the call left them, in the same order. The message
+    names each changed input and its first changed element, so the student can find the store."""
+    changed = []
+    for (name, before), now in zip(given.items(), after):
+        now = np.asarray(now)
+        if now.shape != before.shape or now.dtype != before.dtype:
+            changed.append(f"{name}: now {now.dtype}{list(now.shape)}, was {before.dtype}{list(before.shape)}")
+            continue
+        # (equal_nan: an input holding NaN on purpose is unchanged when its NaN are still there)
+        diff = ~((now == before) | (np.isnan(now) & np.isnan(before))) if before.dtype.kind in "fc" else now != before
+        if diff.any():
+            first = tuple(int(i) for i in np.argwhere(diff)[0])
+            index = first[0] if len(first) == 1 else ", ".join(map(str, first))
+            changed.append(f"{name}: {int(np.count_nonzero(diff))} of {before.size} elements, first {name}[{index}]: "
+                           f"was {_fmt(before[first])}, now {_fmt(now[first])}")
+    if changed:
+        raise WrongAnswer(f"{call} changed its input{'s' if len(changed) > 1 else ''} {' and '.join(changed)} "
+                          f"(a kernel or the host wrote into it: inputs must only be read; write the result into "
+                          f"an array of its own, e.g. cuda.device_array_like)")
+
+
 def reduction_rtol(n: int, eps: float = float(np.finfo(np.float32).eps)) -> float:
     """Relative tolerance for a float32 sum of n terms: grows with sqrt(n) as rounding errors do."""
     return max(1e-5, 4 * eps * float(np.sqrt(max(n, 1))))
