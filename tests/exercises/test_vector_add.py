@@ -86,6 +86,7 @@ def test_special_values(student, backend, rng):
     a[:3] = [np.inf, -np.inf, np.nan]
     result = student.call("vector_add", a, b, returns=Returns.like(a))
     require_kernel_launch(result, backend, check=lambda args, got: _expect_ieee_sum(got, *args))
+    expect_inputs_unchanged("vector_add(a, b) with inf and nan inputs", {"a": a, "b": b}, result.args)
 
 
 def _expect_ieee_sum(got, a, b):
