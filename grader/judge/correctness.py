@@ -192,7 +192,7 @@ def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
 def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     """`short_grid` for a matrix: a one-thread-per-element 2-D launch (x counting columns, as
     cuda.grid(2) gives (x, y)) whose threads reach exactly the right corner: its grid is rounded
-    down, or its x and y are swapped."""
+    down, or its x and y are swapped; or whose grid covers C but whose kernel takes the row from x."""
     if len(launches) != 1 or EDGE_MISSED not in str(wrong):
         return wrong
     grid, block = launches[0].get("grid") or [], launches[0].get("block") or []
@@ -200,6 +200,16 @@ def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
         return wrong
     (gx, gy), (bx, by) = (int(d) for d in grid[:2]), (int(d) for d in block[:2])
     rows, cols = wrong.wrong["shape"]
+    if (wrong.right_corner == (min(gx * bx, rows), min(gy * by, cols)) and gx * bx >= cols and gy * by >= rows
+            and wrong.right_corner != (rows, cols)):
+        # the grid covers C, yet exactly as many rows as x reaches and columns as y reaches are right: a kernel
+        # that takes its row from x (row, col = cuda.grid(2)), not a missed tile
+        r, c = wrong.right_corner
+        note = (f": the launch's {gx} x {gy} blocks of {bx} x {by} threads cover all {rows} x {cols} elements, yet "
+                f"only rows 0..{r - 1} (as many as x reaches) and columns 0..{c - 1} (as many as y reaches) are "
+                f"right: does the kernel take the row from x? cuda.grid(2) gives (x, y), x counting columns: "
+                f"col, row = cuda.grid(2)")
+        return WrongAnswer(str(wrong).replace(EDGE_MISSED, note, 1), wrong.wrong, None, wrong.right_corner)
     if wrong.right_corner != (min(gy * by, rows), min(gx * bx, cols)):
         return wrong
     fix = f"grid = ((N + {bx} - 1) // {bx}, (M + {by} - 1) // {by}) for an M x N output"
