@@ -235,3 +235,18 @@ def test_a_wrong_end_of_a_vector_is_told_from_the_calls_one_launch():
            "guard or a loop's bound stop short of n?" in str(guard), str(guard)
     assert "yet the last 2 are wrong" in str(short_grid(wrong_end(1000, 998), launch(4, 256)))
     assert guard.size == 1000 and guard.right_prefix == 999
+
+
+def test_a_changed_input_is_named_with_its_first_changed_index():
+    """Audit F15: 'changed its inputs' named neither the input nor where it changed."""
+    from grader.judge.correctness import expect_inputs_unchanged
+
+    a, b = np.array([0.5, np.nan, 2.0], np.float32), np.array([1.0, 1.0, 1.0], np.float32)
+    expect_inputs_unchanged("f(a, b)", {"a": a, "b": b}, [a.copy(), b.copy()])  # NaN stays NaN: unchanged
+    after = a.copy()
+    after[2] = 3.0
+    with pytest.raises(WrongAnswer, match=r"f\(a, b\) changed its input a: 1 of 3 elements, first a\[2\]: "
+                                          r"was 2, now 3 \(.*must only be read"):
+        expect_inputs_unchanged("f(a, b)", {"a": a, "b": b}, [after, b.copy()])
+    with pytest.raises(WrongAnswer, match=r"changed its inputs a: .* and b: 3 of 3 elements, first b\[0\]"):
+        expect_inputs_unchanged("f(a, b)", {"a": a, "b": b}, [after, b + 1])

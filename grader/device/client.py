@@ -27,7 +27,7 @@ from ..sim.devices import Devices, GpuList
 from ..sim.eager import Signatures
 from ..sim.host import HostAPI, SimEvent, SimStream, _as_dtype
 from ..sim.sites import launch_site, launch_stack
-from .package import NotPackable, pack
+from .package import NotCompilable, NotPackable, pack
 
 BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 
@@ -329,6 +329,10 @@ class RemoteDevice(LaunchTarget):
             return {"id": known}
         try:
             package = pack(dispatcher, self.signatures.declared)
+        except NotCompilable as exc:  # (as the compile check says it at a launch: the kernel, the student's line)
+            name = dispatcher.py_func.__name__
+            raise sim_errors.CompileError(f"kernel {name!r} would not compile for a GPU: {exc.report.message}",
+                                          kernel=name, filename=exc.report.filename, line=exc.report.lineno) from None
         except NotPackable as exc:
             raise sim_errors.NotSimulatedError(str(exc)) from None
         self._packages[dispatcher] = package["id"]

@@ -33,6 +33,7 @@ import numpy as np
 from ..sim import patching
 from ..wire.messages import is_number
 from ..wire.digests import text_digest
+from ..sim.compile_check.explain import plain_function_use
 from ..sim.kernel_graph import code_names, is_cuda_dispatcher, is_numba_dispatcher
 
 MODULES = {"numba": "numba", "numba.cuda": "numba.cuda", "math": "math", "cmath": "cmath", "numpy": "numpy",
@@ -44,6 +45,15 @@ OPTIONS = ("device", "fastmath", "debug", "lineinfo", "opt", "inline", "cache", 
 
 class NotPackable(Exception):
     """A kernel refers to something that cannot reach a GPU."""
+
+
+class NotCompilable(NotPackable):
+    """A kernel refers to something numba would refuse to compile for a GPU (a plain Python
+    function): `report` is the compile check's, with the student's line."""
+
+    def __init__(self, report):
+        super().__init__(report.message)
+        self.report = report
 
 
 # ------------------------------------------------------------------ the runner's side
@@ -74,13 +84,13 @@ def pack(dispatcher, declared=lambda dispatcher: ()) -> dict:
         values = {}
         for name in code_names(fn.__code__):
             if name in fn.__globals__:
-                values[name] = _encode(fn.__globals__[name], fn.__name__, name, pending, key_of)
+                values[name] = _encode(fn.__globals__[name], fn, name, pending, key_of)
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
                 contents = cell.cell_contents
             except ValueError:
                 raise NotPackable(f"{fn.__name__!r}: the closure variable {name!r} is not set") from None
-            values[name] = _encode(contents, fn.__name__, name, pending, key_of)
+            values[name] = _encode(contents, fn, name, pending, key_of)
         options = {k: v for k, v in (getattr(disp, "targetoptions", {}) or {}).items()
                    if k in OPTIONS and isinstance(v, (bool, int, str))}
         if not is_cuda_dispatcher(disp):  # a CPU-jitted helper: numba-cuda compiles it as a device function
@@ -112,7 +122,7 @@ def _identity(package: dict) -> Any:
     return strip(package)
 
 
-def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
+def _encode(value: Any, fn: types.FunctionType, name: str, pending: list, key_of) -> dict:
     attr = _module_attribute(value)  # numba's own (numba.cuda.random's generators): by name
     if attr is not None and is_numba_dispatcher(value):
         return {"attribute": attr}
@@ -124,7 +134,7 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
             return {"module": value.__name__}
         if value is patching.cuda_module():
             return {"module": "numba.cuda"}
-        raise NotPackable(f"kernel {fn!r} uses the module {name!r} ({value.__name__}): only numba, numba.cuda "
+        raise NotPackable(f"kernel {fn.__name__!r} uses the module {name!r} ({value.__name__}): only numba, numba.cuda "
                           f"(its fp16, random and cg), math, cmath and numpy reach a GPU")
     if value is None or isinstance(value, (bool, int, float, complex, str)):
         if isinstance(value, complex):
@@ -132,7 +142,7 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
         return {"value": value}
     if isinstance(value, (np.generic, np.ndarray)):
         if isinstance(value, np.ndarray) and value.dtype.kind not in "biufc":
-            raise NotPackable(f"kernel {fn!r}: the global array {name!r} has dtype {value.dtype}")
+            raise NotPackable(f"kernel {fn.__name__!r}: the global array {name!r} has dtype {value.dtype}")
         return {"value": value}
     if isinstance(value, tuple):
         return {"tuple": [_encode(v, fn, name, pending, key_of) for v in value]}
@@ -146,7 +156,9 @@ def _encode(value: Any, fn: str, name: str, pending: list, key_of) -> dict:
     numba_type = _numba_type(value)
     if numba_type is not None:
         return {"numba_type": numba_type}
-    raise NotPackable(f"kernel {fn!r} uses the global {name!r}, a {type(value).__name__}: only numbers, NumPy "
+    if isinstance(value, types.FunctionType):  # numba's typing would refuse it too: say so as it would, with the line
+        raise NotCompilable(plain_function_use(fn, name, value))
+    raise NotPackable(f"kernel {fn.__name__!r} uses the global {name!r}, a {type(value).__name__}: only numbers, NumPy "
                       f"arrays and dtypes, numba types, the modules numba, numpy and math, and device "
                       f"functions reach a GPU")
 

@@ -192,7 +192,7 @@ def short_grid(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
 def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     """`short_grid` for a matrix: a one-thread-per-element 2-D launch (x counting columns, as
     cuda.grid(2) gives (x, y)) whose threads reach exactly the right corner: its grid is rounded
-    down, or its x and y are swapped."""
+    down, or its x and y are swapped; or whose grid covers C but whose kernel takes the row from x."""
     if len(launches) != 1 or EDGE_MISSED not in str(wrong):
         return wrong
     grid, block = launches[0].get("grid") or [], launches[0].get("block") or []
@@ -200,6 +200,16 @@ def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
         return wrong
     (gx, gy), (bx, by) = (int(d) for d in grid[:2]), (int(d) for d in block[:2])
     rows, cols = wrong.wrong["shape"]
+    if (wrong.right_corner == (min(gx * bx, rows), min(gy * by, cols)) and gx * bx >= cols and gy * by >= rows
+            and wrong.right_corner != (rows, cols)):
+        # the grid covers C, yet exactly as many rows as x reaches and columns as y reaches are right: a kernel
+        # that takes its row from x (row, col = cuda.grid(2)), not a missed tile
+        r, c = wrong.right_corner
+        note = (f": the launch's {gx} x {gy} blocks of {bx} x {by} threads cover all {rows} x {cols} elements, yet "
+                f"only rows 0..{r - 1} (as many as x reaches) and columns 0..{c - 1} (as many as y reaches) are "
+                f"right: does the kernel take the row from x? cuda.grid(2) gives (x, y), x counting columns: "
+                f"col, row = cuda.grid(2)")
+        return WrongAnswer(str(wrong).replace(EDGE_MISSED, note, 1), wrong.wrong, None, wrong.right_corner)
     if wrong.right_corner != (min(gy * by, rows), min(gx * bx, cols)):
         return wrong
     fix = f"grid = ((N + {bx} - 1) // {bx}, (M + {by} - 1) // {by}) for an M x N output"
@@ -208,6 +218,29 @@ def _short_grid_2d(wrong: WrongAnswer, launches: list[dict]) -> WrongAnswer:
     note = (f": the launch's {gx} x {gy} blocks of {bx} x {by} threads reach {gy * by} rows and {gx * bx} columns "
             f"of the {rows} x {cols} output, x counting columns as cuda.grid(2) gives (x, y); {why}")
     return WrongAnswer(str(wrong).replace(EDGE_MISSED, note, 1), wrong.wrong, None, wrong.right_corner)
+
+
+def expect_inputs_unchanged(call: str, given: dict[str, np.ndarray], after) -> None:
+    """Raise WrongAnswer unless each input array is as it was passed: `given` maps each input's
+    name to it as sent, `after` is them as the call left them, in the same order. The message
+    names each changed input and its first changed element, so the student can find the store."""
+    changed = []
+    for (name, before), now in zip(given.items(), after):
+        now = np.asarray(now)
+        if now.shape != before.shape or now.dtype != before.dtype:
+            changed.append(f"{name}: now {now.dtype}{list(now.shape)}, was {before.dtype}{list(before.shape)}")
+            continue
+        # (equal_nan: an input holding NaN on purpose is unchanged when its NaN are still there)
+        diff = ~((now == before) | (np.isnan(now) & np.isnan(before))) if before.dtype.kind in "fc" else now != before
+        if diff.any():
+            first = tuple(int(i) for i in np.argwhere(diff)[0])
+            index = first[0] if len(first) == 1 else ", ".join(map(str, first))
+            changed.append(f"{name}: {int(np.count_nonzero(diff))} of {before.size} elements, first {name}[{index}]: "
+                           f"was {_fmt(before[first])}, now {_fmt(now[first])}")
+    if changed:
+        raise WrongAnswer(f"{call} changed its input{'s' if len(changed) > 1 else ''} {' and '.join(changed)} "
+                          f"(a kernel or the host wrote into it: inputs must only be read; write the result into "
+                          f"an array of its own, e.g. cuda.device_array_like)")
 
 
 def reduction_rtol(n: int, eps: float = float(np.finfo(np.float32).eps)) -> float:

@@ -38,7 +38,7 @@ def _expect_product(got, A, B, what):
     try:
         expect_close(got, expected, rtol=1e-5, atol=1e-5 * scale + 1e-6, what=f"{what} with A {A.shape}, B {B.shape}")
     except WrongAnswer as wrong:
-        note = _part_of_k(got, A, B, scale) if "elements wrong" in str(wrong) else ""
+        note = (_part_of_k(got, A, B, scale) or _swapped_roles(got, A, B)) if "elements wrong" in str(wrong) else ""
         if not note:
             raise
         raise WrongAnswer(str(wrong) + note, wrong.wrong, wrong.right_prefix, wrong.right_corner, wrong.size) from None
@@ -74,6 +74,28 @@ def _part_of_k(got, A, B, scale) -> str:
             return (f"; that is exactly A[:, {k}:] @ B[{k}:, :], the last tile's products only: the earlier "
                     f"tiles' sums are lost: are the accumulators set to 0 inside the tile loop? (set them once, "
                     f"before it)")
+    return ""
+
+
+def _swapped_roles(got, A, B) -> str:
+    """What a square product is when it is A @ B transposed (row and col swapped in an index) or
+    B @ A (A and B swapped): said plainly, not read as a missed tile (non-square shapes go out of
+    bounds or leave rows unwritten instead, which the simulator and short_grid tell)."""
+    (M, K), N = A.shape, B.shape[1]
+    if M != N or M < 2 or not isinstance(got, np.ndarray) or got.shape != (M, N):
+        return ""
+    A64, B64, value = A.astype(np.float64), B.astype(np.float64), got.astype(np.float64)
+    swap = ("are row and col swapped in an index? C[row, col] is the sum over k of A[row, k] * B[k, col], and "
+            "cuda.grid(2) gives (x, y) = (col, row)")
+    candidates = [((A64 @ B64).T, (np.abs(A64) @ np.abs(B64)).T, f"the transpose of A @ B: {swap}")]
+    if K == M:  # (B @ A has C's shape only when all three are equal)
+        operands = "are A and B swapped? C[row, col] is the sum over k of A[row, k] * B[k, col]"
+        candidates += [(B64 @ A64, np.abs(B64) @ np.abs(A64), f"B @ A: {operands}"),
+                       ((B64 @ A64).T, (np.abs(B64) @ np.abs(A64)).T,
+                        f"the transpose of B @ A: {operands}, and {swap}")]
+    for candidate, scale, what in candidates:
+        if np.all(np.abs(value - candidate) <= 1e-5 * np.abs(candidate) + 1e-5 * scale + 1e-6):
+            return f"; that is exactly {what}"
     return ""
 
 

@@ -36,7 +36,7 @@ def generator_use(py, dispatchers) -> CompileReport | None:
         if inspect.isgeneratorfunction(fn):
             what = "kernel" if fn is py else "device function"
             code = fn.__code__
-            lineno = _first_yield_line(fn) or code.co_firstlineno
+            lineno = _first_line(fn, lambda ins: ins.opname in ("YIELD_VALUE", "YIELD_FROM")) or code.co_firstlineno
             return CompileReport(
                 ok=False, stage="typing",
                 filename=os.path.abspath(code.co_filename), lineno=lineno,
@@ -47,14 +47,36 @@ def generator_use(py, dispatchers) -> CompileReport | None:
     return None
 
 
-def _first_yield_line(fn) -> int | None:
+def plain_function_use(py, name: str, obj) -> CompileReport:
+    """The failure of kernel or device function `py` naming `name`, a plain Python function
+    `obj` (no @cuda.jit): a GPU cannot call it. Told before numba types the kernel (the device
+    process refuses it at packing), so the line is found here: where `py` loads the name."""
+    code = py.__code__
+    lineno = _first_line(py, lambda ins: ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME")
+                         and ins.argval == name) or def_line(py)
+    return CompileReport(ok=False, stage="typing", filename=os.path.abspath(code.co_filename), lineno=lineno,
+                         source_line=_source_line(code.co_filename, lineno),
+                         message=f"{_rel(code.co_filename)}:{lineno}: {_plain_function_hint(name, obj)}",
+                         detail=f"numba cannot type the global {name!r}, a plain Python function")
+
+
+def _plain_function_hint(name: str, obj) -> str:
+    if inspect.isgeneratorfunction(obj):
+        return f"{name!r} is a Python generator: generators cannot run on the GPU"
+    return (f"{name!r} is a plain Python function: a kernel can call only @cuda.jit(device=True) functions "
+            f"(decorate {name} with @cuda.jit(device=True), or write its code inline in the kernel), math "
+            f"functions and the numpy functions numba supports")
+
+
+def _first_line(fn, match) -> int | None:
+    """The line of the first instruction of `fn` that `match(instruction)` accepts."""
     import bisect
     import dis
 
     # (an instruction's own line is `positions` from Python 3.11 on; before, the line it lies in)
     starts = [(offset, line) for offset, line in dis.findlinestarts(fn.__code__) if line]
     for ins in dis.get_instructions(fn):
-        if ins.opname in ("YIELD_VALUE", "YIELD_FROM"):
+        if match(ins):
             positions = getattr(ins, "positions", None)
             if positions is not None and positions.lineno:
                 return positions.lineno
@@ -259,11 +281,7 @@ def _hint(text: str, py, summary: str) -> str | None:
         name, kind = m.groups()
         obj = py.__globals__.get(name)
         if kind == "function":
-            if inspect.isgeneratorfunction(obj):
-                return (f"{name!r} is a Python generator: generators cannot run on the GPU")
-            return (f"{name!r} is a plain Python function: a kernel can only call "
-                    f"@cuda.jit(device=True) functions, math functions and the numpy functions "
-                    f"numba supports")
+            return _plain_function_hint(name, obj)
         return f"{name!r} (a {kind}) cannot be used inside a CUDA kernel"
     # (before the allocation's hint: an f-string or str() also needs NRT, but the string is the mistake)
     if "Literal[str]" in text or "unicode_type" in text or "Function(<class 'str'>)" in text:
