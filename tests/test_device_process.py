@@ -440,6 +440,38 @@ def test_a_kernel_that_never_ends_is_named_by_its_launch_line_and_its_own(device
                      r"\(does a loop in the kernel never end\?\)$", str(info.value)), str(info.value)
 
 
+def test_a_host_loop_that_launches_kernels_without_end_is_not_blamed_on_the_kernel(device_student):
+    """A while loop on the host whose step is never taken launches a short kernel forever: the
+    runner is caught at a launch, but the device ran no kernel then and had launched many, so
+    the timeout asks about the host's loop, naming the caller where it is (the audit's ring)."""
+    s = device_student("""
+        @cuda.jit
+        def add_one(out):
+            out[0] += 1.0
+
+
+        def add_on(d_out):
+            add_one[1, 1](d_out)
+
+
+        def run():
+            d_out = cuda.to_device(np.zeros(4, np.float32))
+            step = 0
+            while step < 3:
+                add_on(d_out)
+            return d_out.copy_to_host()
+    """)
+    with pytest.raises(RunnerError) as info:
+        s.call("run", timeout=8)
+    text = str(info.value)
+    if "no kernel was running" not in text:  # (the watch caught a launch: rare; the kernel is named then)
+        assert "which was at ex.py:13 in add_one" in text, text
+        return
+    assert re.search(r"^run\(\) timed out after 8 s: it was at ex\.py:17 in add_on \(called from ex\.py:24 in "
+                     r"run\), launching a kernel or copying, but no kernel was running then \([\d,]+ launched in "
+                     r"this call, each of which ended\): a loop in the host code that never ends\?", text), text
+
+
 def test_a_kernel_whose_threads_each_loop_over_the_whole_input_says_how_long_their_loop_is(device_student):
     """A loop that ends, but runs as often as the input is long in every thread (a grid-stride loop
     stepping by 1): the timeout says how many iterations a thread has to run, not "never ends"."""

@@ -451,3 +451,23 @@ def test_the_process_sandboxs_probe_shows_the_system_folders_not_the_whole_root(
     [probe] = seen
     binds = [tuple(probe[i + 1:i + 3]) for i, a in enumerate(probe) if a == "--ro-bind"]
     assert ("/", "/") not in binds and ("/usr", "/usr") in binds, probe
+
+
+def test_a_kernel_running_after_many_launches_of_the_call_points_at_the_host_loop():
+    """The watch may catch the kernel of a host loop running: after MANY_LAUNCHES of the call's
+    kernels ended, the loop to look at is the host's, with the caller that runs it."""
+    from grader.judge.stuck import MANY_LAUNCHES, timeout_message
+
+    dump = ("Timeout (0:00:06)!\nThread 0x00007f00 (most recent call first):\n"
+            '  File "/opt/grader/device/client.py", line 10 in request\n'
+            '  File "/w/ex.py", line 17 in add_on\n  File "/w/ex.py", line 24 in run\n'
+            '  File "/opt/grader/runner/serve.py", line 5 in serve\n')
+    running = "ex.py:13 in add_one; launches before it in this call: "
+    text = timeout_message("run", "timed out after 8 s", dump, {"ex.py"}, running + str(MANY_LAUNCHES * 30))
+    assert text == ("run() timed out after 8 s: it was at ex.py:17 in add_on (called from ex.py:24 in run), waiting "
+                    "for a kernel launched there, which was at ex.py:13 in add_one, after 3,000 others of this call, "
+                    "each of which ended: a loop in the host code that never ends? (a while loop whose condition "
+                    "never changes)")
+    # a few launches before it: the kernel's own loop is the question, as before
+    assert timeout_message("run", "timed out after 8 s", dump, {"ex.py"}, running + "2").endswith(
+        "which was at ex.py:13 in add_one (does a loop in the kernel never end?)")

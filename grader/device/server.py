@@ -37,7 +37,7 @@ from . import replay
 from .host_bytes import HostBytes, is_neutral
 from .kernel_output import KernelOutput
 from .package import Builder, NotPackable
-from .watch import Watch
+from .watch import AFTER, IDLE, Watch
 
 RUNNER_BOUNDS = wire.Bounds(json_bytes=16 << 20, frame_bytes=2 << 30)
 JUDGE_BOUNDS = wire.Bounds(json_bytes=1 << 20, frame_bytes=1 << 30)  # (a replay's substitutions)
@@ -202,8 +202,10 @@ class Device:
         return {}
 
     def _where_running(self, frame) -> str:
-        """Where the kernel this process runs now is (the serving thread's `frame`), or ""."""
-        return self._kernel_at(frame, self.workspace)
+        """Where the kernel this process runs now is (the serving thread's `frame`), or, where none
+        runs, IDLE and how many the call launched (a host loop launching kernels without end)."""
+        where, launched = self._kernel_at(frame, self.workspace), len(self.log.launches)
+        return f"{where}{AFTER}{launched}" if where else f"{IDLE}, {launched} launched in this call"
 
     def _begun(self, request: dict) -> None:
         self.script, self.last_script = replay.Script(self.log.call), None

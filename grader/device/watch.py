@@ -16,6 +16,9 @@ from collections.abc import Callable
 from types import FrameType
 
 MARK = "gpugrade-device-watch"
+# said where no kernel runs at that moment (grader/judge/stuck.py reads it): the host is looping
+IDLE = "no kernel running"
+AFTER = "; launches before it in this call: "  # after where a kernel is: a host loop launching it again
 MAX_TEXT = 500
 
 

@@ -19,6 +19,12 @@ THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call fi
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)$')
 WAITING_FOR_DEVICE = ("/grader/device/client.py", "/grader/sim/")
 KERNEL_AT = re.compile(r"^gpugrade-device-watch call (\d+): (.{1,500})$", re.M)  # (grader.device.watch.MARK)
+# the simulated GPU ran no kernel then: "no kernel running, N launched in this call" (grader.device.watch.IDLE)
+IDLE = re.compile(r"^no kernel running, (\d+) launched in this call$")
+# where a kernel was, and how many the call launched before it (grader.device.watch.AFTER)
+AFTER = re.compile(r"^(?P<where>.*); launches before it in this call: (?P<launched>\d+)$")
+# a call that launched this many kernels before the one running is looping on the host, not in it
+MANY_LAUNCHES = 100
 
 
 def watch_after(limit: float) -> float:
@@ -35,6 +41,13 @@ def split_dump(output: str) -> tuple[str, str]:
 def stuck_at(dump: str, student_files: set[str]) -> tuple[str, bool]:
     """("file.py:LINE in function", waiting for the device) of the first thread whose stack holds
     a frame of the student's files (by name), the innermost such frame; ("", False) if none."""
+    chain, waiting = _student_frames(dump, student_files)
+    return (chain[0], waiting) if chain else ("", False)
+
+
+def _student_frames(dump: str, student_files: set[str]) -> tuple[list[str], bool]:
+    """Every frame of the student's files ("file.py:LINE in function", innermost first) of the
+    first thread that has one, and whether it was waiting for the device there."""
     frames: list[tuple[str, int, str]] = []
     blocks: list[list[tuple[str, int, str]]] = []
     for line in dump.splitlines():
@@ -44,11 +57,12 @@ def stuck_at(dump: str, student_files: set[str]) -> tuple[str, bool]:
         elif (match := FRAME.match(line)) and blocks:
             frames.append((match["path"], int(match["line"]), match["name"]))
     for block in blocks:
-        for depth, (path, line, name) in enumerate(block):  # most recent call first
+        for depth, (path, _, _) in enumerate(block):  # most recent call first
             if os.path.basename(path) in student_files:
                 waiting = any(marker in inner for inner, _, _ in block[:depth] for marker in WAITING_FOR_DEVICE)
-                return f"{os.path.basename(path)}:{line} in {name}", waiting
-    return "", False
+                return [f"{os.path.basename(p)}:{n} in {f}" for p, n, f in block[depth:]
+                        if os.path.basename(p) in student_files], waiting
+    return [], False
 
 
 def kernel_at(device_output: str, call: int) -> str:
@@ -66,6 +80,18 @@ def timeout_message(function: str, reason: str, dump: str, student_files: set[st
     text = f"{function}() {reason}"
     if not where:
         return text + " (a loop that never ends, in its host code or in a kernel?)"
+    idle, after = IDLE.match(kernel), AFTER.match(kernel)
+    kernel, launched = (after["where"], int(after["launched"])) if after else (kernel, 0)
+    if waiting and (idle or launched >= MANY_LAUNCHES):
+        # the kernels it launched end: the host keeps launching them (a while loop whose step is never taken)
+        chain, _ = _student_frames(dump, student_files)
+        called = f" (called from {', from '.join(chain[1:4])})" if len(chain) > 1 else ""
+        state = (f"launching a kernel or copying, but no kernel was running then ({int(idle[1]):,} launched in this "
+                 f"call, each of which ended)" if idle else
+                 f"waiting for a kernel launched there, which was at {kernel}, after {launched:,} others of this "
+                 f"call, each of which ended")
+        return text + (f": it was at {where}{called}, {state}: a loop in the host code that never ends? (a while loop "
+                       f"whose condition never changes)")
     if waiting and kernel:
         bounded = " of up to " in kernel  # (a range() loop: it ends, after that many iterations)
         question = "does each thread need that many?" if bounded else "does a loop in the kernel never end?"
