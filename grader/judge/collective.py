@@ -175,6 +175,8 @@ class Traffic:
     ranks: int
     links: dict[tuple[int, int], Link] = field(default_factory=dict)
     host_bytes: int = 0      # between host and GPUs, in both directions
+    # (copy name, where the student's code issued it) of the first host copies that were the student's
+    host_sites: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, result, ranks: int, required: bool = True) -> "Traffic | None":
@@ -191,6 +193,8 @@ class Traffic:
                 continue
             if HOST in (op.src, op.dst):
                 traffic.host_bytes += op.nbytes
+                if op.site and len(traffic.host_sites) < 3:  # (the grader's own uploads have no site of theirs)
+                    traffic.host_sites.append((op.name, op.site))
             elif op.src != op.dst:
                 link = traffic.links.setdefault((op.src, op.dst), Link())
                 link.bytes += op.nbytes
@@ -251,10 +255,13 @@ def expect_no_host_traffic(traffic: Traffic | None, buffer_bytes: int) -> None:
         return
     extra = traffic.host_bytes - 2 * traffic.ranks * buffer_bytes
     if extra > 0:
+        # (the audit: a copy_to_host staged through the host was told only about kernels' arguments)
+        where = " and ".join(f"the {name} {site}" for name, site in traffic.host_sites)
         raise PerformanceShortfall(
             f"{extra:,} bytes went between the host and the GPUs during the all-reduce (beyond the grader's "
-            f"upload and download of each rank's buffer): keep the data on the GPUs: scratch memory comes from "
-            f"r.device_array(...), and kernels take device arrays, not NumPy arrays")
+            f"upload and download of each rank's buffer){f', among them {where}' if where else ''}. Keep the data "
+            f"on the GPUs: ranks.copy(dst, src) moves it from rank to rank with no host in between, scratch memory "
+            f"comes from r.device_array(...), and kernels take device arrays, not NumPy arrays")
 
 
 def expect_total_traffic(traffic: Traffic, buffer_bytes: int) -> None:
