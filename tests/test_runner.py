@@ -90,6 +90,18 @@ def test_missing_function_is_reported(make_student):
         s.call("f")
 
 
+
+def test_a_function_renamed_a_little_is_named_as_the_likely_one(make_student):
+    """(the all-reduce audit: allreduce_pipeline written for allreduce_pipelined said only "has no function")"""
+    s = make_student("def allreduce_pipeline(ranks, bufs):\n    pass\n\n\ndef add_on(r, a, b):\n    pass\n")
+    with pytest.raises(StudentCodeError, match=r"ex.py has no function allreduce_pipelined\(\): is "
+                                               r"allreduce_pipeline\(\) it, renamed\? the tests call "
+                                               r"allreduce_pipelined\(\)$"):
+        s.call("allreduce_pipelined")
+    with pytest.raises(StudentCodeError, match=r"ex.py has no function total\(\)$"):  # nothing close
+        s.call("total")
+
+
 def test_infinite_loop_times_out_and_the_next_call_gets_a_fresh_runner(make_student):
     s = make_student("""
         def spin():
