@@ -78,8 +78,9 @@ class _Stream:
     clock: dict[int, int] = field(default_factory=dict)  # what its next operation is ordered after
     waited: list[int] = field(default_factory=list)  # the streams of the events it waited for (the last few)
     recorded: tuple[int, str] | None = None  # the last event recorded on it: (its tick then, where)
-    # its last waits: (the event, how many times it had been recorded then, where the wait was issued)
-    waits: list[tuple[object, int, str]] = field(default_factory=list)
+    # its last waits: (the event, how many times it had been recorded then, where the wait was issued,
+    # the record waited for: (its stream's tick then, where it was issued), or None)
+    waits: list[tuple[object, int, str, tuple[int, str] | None]] = field(default_factory=list)
     made: str = ""  # where the student's code made it ("made at f.py:160"), or the grader's name ("r.stream ...")
 
 
@@ -252,7 +253,7 @@ class StreamOrder:
             event.order_clock = dict(s.clock)
             event.recorded_on = ident
             event.records = getattr(event, "records", 0) + 1
-            s.recorded = (s.tick, called_at(launch_stack()))
+            s.recorded = event.recorded_at = (s.tick, called_at(launch_stack()))
 
     def wait(self, event, stream, current: int) -> None:
         with self._lock:
@@ -263,7 +264,8 @@ class StreamOrder:
                 s.clock = _join(s.clock, clock)
             if getattr(event, "recorded_on", None) is not None:
                 s.waited = [*s.waited[-(WAITS_KEPT - 1):], event.recorded_on]
-            s.waits = [*s.waits[-(WAITS_KEPT - 1):], (event, getattr(event, "records", 0), called_at(launch_stack()))]
+            s.waits = [*s.waits[-(WAITS_KEPT - 1):], (event, getattr(event, "records", 0), called_at(launch_stack()),
+                                                       getattr(event, "recorded_at", None))]
 
     def sync_event(self, event) -> None:
         with self._lock:
@@ -335,7 +337,7 @@ class StreamOrder:
         if other is not None and other.recorded is not None and other.recorded[0] >= prior.tick \
                 and (not waited or prior.stream in waited):
             site = f" ({other.recorded[1]})" if other.recorded[1] else ""
-            early = next((where for event, records, where in reversed(s.waits if s else [])
+            early = next((where for event, records, where, _ in reversed(s.waits if s else [])
                           if getattr(event, "recorded_on", None) == prior.stream
                           and getattr(event, "records", 0) > records), None)
             if early is not None:  # the wait came first: it waited for the record before (or none)
@@ -344,16 +346,44 @@ class StreamOrder:
                         f"recorded on {self.stream_label(prior.stream)} after the "
                         f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}: a wait orders after the record "
                         f"already issued (an earlier one, or none), so record the event first, then wait for it")
-            return (f". An event was recorded on {self.stream_label(prior.stream)} after the "
-                    f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}, but {self.stream_label(op.stream)} "
-                    f"had not waited for it when this was issued: a wait orders only the work issued after it, so "
-                    f"call e.wait(stream) before the launch or copy it is to order")
+            recorded = (f". An event was recorded on {self.stream_label(prior.stream)} after the "
+                        f"{'kernel' if prior.kind == 'kernel' else prior.name}{site.replace(' (at ', ' (recorded at ')}")
+            elsewhere = self._waiter_of(prior.stream, op.stream)
+            if elsewhere is not None:  # (the audit: `e.wait(sends[q])`, rank q's copy stream, for q's adds)
+                waiter, where = elsewhere
+                return (f"{recorded}, and {self.stream_label(waiter)} waited for it ({where}), but not "
+                        f"{self.stream_label(op.stream)}, on which this runs: a wait orders only its own stream's "
+                        f"later work, so wait on the stream of the work it is to order")
+            return (f"{recorded}, but {self.stream_label(op.stream)} had not waited for it when this was issued: a wait "
+                    f"orders only the work issued after it, so call e.wait(stream) before the launch or copy it is to "
+                    f"order")
+        before = next(((where, at) for event, _, where, at in reversed(s.waits if s else [])
+                       if getattr(event, "recorded_on", None) == prior.stream and at is not None and at[0] < prior.tick),
+                      None)
+        if before is not None:  # (the audit: `arrived.record(sends)` issued above the copy it was to follow)
+            where, (_, recorded) = before
+            return (f". {self.stream_label(op.stream)[0].upper()}{self.stream_label(op.stream)[1:]} waited for an "
+                    f"event ({where}) recorded on {self.stream_label(prior.stream)}{f' (recorded {recorded})' if recorded else ''}"
+                    f" before the {'kernel' if prior.kind == 'kernel' else prior.name} was issued there, and no event "
+                    f"was recorded after it: an event marks the work issued before its record, so record it after "
+                    f"the {'kernel' if prior.kind == 'kernel' else prior.name}, then wait for it")
         if not waited or prior.stream in waited:
             return ""
         where = ", ".join(self.stream_label(w) for w in dict.fromkeys(waited))
         return (f". Its stream did wait for events, recorded on {where}, but none on "
                 f"{self.stream_label(prior.stream)}, where the {'kernel' if prior.kind == 'kernel' else prior.name} "
                 f"runs: record the event on that stream, after it")
+
+    def _waiter_of(self, recorded_on: int, not_by: int) -> tuple[int, str] | None:
+        """(a stream, where it waited) that waited for an event recorded on `recorded_on`, other than
+        `not_by` (the stream that should have): the wait was issued on the wrong stream."""
+        for ident, other in self._streams.items():
+            if ident in (not_by, recorded_on):
+                continue
+            for event, _, where, _ in reversed(other.waits):
+                if getattr(event, "recorded_on", None) == recorded_on:
+                    return ident, where
+        return None
 
     # -- the report -----------------------------------------------------------------------------
     def take_log(self) -> tuple[list[dict], bool]:

@@ -1,6 +1,7 @@
 """Stream order on the simulated GPUs (grader/sim/streams.py): what CUDA's streams and events
 order, and the races where nothing does, although the simulator runs everything in issue order."""
 
+import re
 import sys
 
 import numpy as np
@@ -119,6 +120,46 @@ def test_a_wait_issued_after_the_launch_it_was_to_order_is_named(gpus):
             add[1, 64, adds](b, scratch)
     assert "An event was recorded on stream" in str(found.value) and "had not waited for it when this was issued: " \
         "a wait orders only the work issued after it" in str(found.value), str(found.value)
+
+
+def test_a_wait_issued_on_another_stream_than_the_readers_is_named(gpus):
+    """(all-reduce audit) `arrived.wait(sends[q])`, the receiver's copy stream, where its adds run on
+    q.stream: the message said to call the wait before the launch, which the student had done; it
+    now names the stream that waited, and the record by its own line."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        other = cuda.stream()
+        scratch.copy_to_device(a, stream=copies)
+        arrived = cuda.event()
+        arrived.record(copies)
+        arrived.wait(other)  # the wrong stream: the add runs on `adds`
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    text = str(found.value)
+    assert re.search(r"An event was recorded on stream \d+ of device 1 \(made at [^)]*\) after the copy device 0 -> "
+                     r"device 1 \(recorded at \S*test_streams\.py:\d+ in test_a_wait_issued_on_another[^)]*\), and stream "
+                     r"\d+ of device 1 \(made at \S*test_streams\.py:\d+\) waited for it \(at \S*test_streams\.py:\d+ in "
+                     r"[^)]*\), but not stream \d+ of device 1 \(made at [^)]*\), on which this runs: a wait orders only "
+                     r"its own stream's later work", text), text
+    assert "call e.wait(stream) before the launch" not in text
+
+
+def test_an_event_recorded_before_the_copy_it_was_to_follow_is_named(gpus):
+    """(all-reduce audit) `arrived.record(copies)` issued above the copy: the add waited for it, and
+    the race was told only in general; the message now says the record came before the copy."""
+    a, b, scratch, copies, adds = _arrays()
+    with cuda.gpus[1]:
+        arrived = cuda.event()
+        arrived.record(copies)
+        arrived.wait(adds)
+        scratch.copy_to_device(a, stream=copies)
+        with pytest.raises(sim.StreamRaceError) as found:
+            add[1, 64, adds](b, scratch)
+    text = str(found.value)
+    assert re.search(r"waited for an event \(at \S*test_streams\.py:\d+ in [^)]*\) recorded on stream \d+ of device 1 "
+                     r"\(made at [^)]*\) \(recorded at \S*test_streams\.py:\d+ in [^)]*\) before the copy device 0 -> "
+                     r"device 1 was issued there, and no event was recorded after it: an event marks the work issued "
+                     r"before its record, so record it after the copy device 0 -> device 1, then wait for it", text), text
 
 
 def test_a_wait_issued_before_the_record_it_was_to_wait_for_is_named(gpus):
