@@ -401,12 +401,31 @@ def _what_bounds(mine: Timeline, reference: Timeline, g) -> str:
         return (f"host-bound: the host issues {ops} copies and kernels one after another, about "
                 f"{g.host_issue_us:g} us each from Python, and the GPUs wait for it (the reference issues {theirs}): "
                 f"fewer, larger pieces keep the links busier than more, smaller ones")
+    slow_adds = _slow_adds(mine, reference)
+    if slow_adds:
+        return slow_adds
     if mine.overlap_s() < reference.overlap_s():
         return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
                 f"{reference.overlap_s() * 1e6:.0f} us): while slice k is added, slice k + 1 should already be on "
                 f"the wire; {_why_less_overlap(mine, reference)}")
     return (f"copies and adds overlap {mine.overlap_s() * 1e6:.0f} us (the reference's: "
             f"{reference.overlap_s() * 1e6:.0f} us)")
+
+
+def _slow_adds(mine: Timeline, reference: Timeline, factor: float = 1.5) -> str:
+    """Where the adds themselves take `factor` times the reference's kernel time in all (the same
+    elements added, in whatever pieces): the kernel, by its slowest launch's line (the audit: a
+    grid-stride add on 32 blocks, told only its overlap); "" where they do not."""
+    kernels = [s for s in mine.spans if s.kind == "kernel"]
+    ours, theirs = (sum(s.end_s - s.start_s for s in t.spans if s.kind == "kernel") for t in (mine, reference))
+    if not kernels or theirs <= 0 or ours < factor * theirs:
+        return ""
+    slowest = max(kernels, key=lambda s: s.end_s - s.start_s)
+    return (f"its adds run {ours * 1e6:,.0f} us of kernel time in all, {ours / theirs:.1f}x the reference's "
+            f"{theirs * 1e6:,.0f} us for the same elements: kernel {slowest.name!r}"
+            f"{f' (launched {slowest.site})' if slowest.site else ''} is the slow part; a launch with a block of "
+            f"threads per 256 or so elements of its piece fills the GPU, a fixed few blocks (32, with a grid-stride "
+            f"loop) do not")
 
 
 def _why_less_overlap(mine: Timeline, reference: Timeline) -> str:
