@@ -22,6 +22,22 @@ def test_totals_recompute_ratios_from_sums():
     assert totals([STRIDED, COALESCED])["sectors_per_request"] == (36 * 32 + 256) / 128
 
 
+def test_extra_stores_name_first_the_kernel_the_reference_does_without():
+    """(all-reduce audit) a copy kernel beside the adds doubled the stores: the add kernel's line,
+    as busy as the copy's, was named; the kernel the reference does not launch comes first now."""
+    def stores(kernel, line):
+        return {"kernel": kernel, "counters": {}, "lines": [
+            {"line": line, "space": "global", "kind": "store", "requests": 32, "sectors": 128}]}
+
+    found = hotspots([stores("add_kernel", 87), stores("copy_kernel", 94)], ["global_stores"],
+                     [stores("add_kernel", 80)])
+    assert found == [("global stores", 94, "store", "global stores by line (share of warp requests): line 94 of "
+                      "kernel 'copy_kernel' (50%), line 87 of kernel 'add_kernel' (50%); kernel 'copy_kernel' is one "
+                      "the reference does without: are its stores needed?")]
+    assert hotspots([stores("add_kernel", 87)], ["global_stores"], [stores("add_kernel", 80)])[0][3].endswith(
+        "line 87 of kernel 'add_kernel' (100%)")
+
+
 def test_hotspot_names_the_worst_line_of_the_missed_criterion():
     assert hotspots([STRIDED], ["sectors_per_request"]) == [
         ("global", 8, "load", "uncoalesced access at line 8 of kernel 'k' (load): 32.0 sectors per request "
