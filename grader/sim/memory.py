@@ -146,6 +146,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         lanes store (a vector over them, or one scalar for all), for the silent-store rule."""
         last, self._last = self._last, None
         if space in ("local", "const"):
+            if space == "local" and self.uninit:
+                self._local_vec(handle, kind, flat, block, thread, line, filename)
             return
         flat = np.asarray(flat, np.int64)
         if lanes is None:
@@ -198,6 +200,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 filename=None, value=None) -> None:
         """Scalar twin of `access` for one lane (`value`: what a store stores, optional)."""
         if space == "local" or space == "const":
+            if space == "local" and self.uninit:
+                self._local1(handle, kind, flat, block, thread, line, filename)
             return
         # no race rule for an array nothing writes (its loads), nor for a silent store
         unraced = space == "global" and handle.buffer_id in self.unwritten
@@ -298,7 +302,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         """The checkers of one scalar access, nothing counted: `check(flat, g, frame,
         value=None)` (see `scalar_recorder`; `frame` needs `f_lineno` and
         `f_code.co_filename`, read only to report). None when neither the race nor the
-        uninitialised-read checker is on, and for local and constant arrays."""
+        uninitialised-read checker is on, and for constant arrays; for a local array, its
+        uninitialised-read check (`local_checkers`) when that checker is on."""
+        if space == "local" and self.uninit:
+            return self.local_checkers(handle)[kind != "load"]
         if space == "local" or space == "const" or not (self.races or self.uninit):
             return None
         store = kind != "load"

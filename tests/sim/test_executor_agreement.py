@@ -437,6 +437,69 @@ def test_uninitialised_shared_read():
     assert_same_finding(errors, sim.UninitialisedReadError, "out[t] = tile[t]")
 
 
+@cuda.jit
+def reads_unwritten_local(x, y):
+    loc = cuda.local.array(4, float32)
+    i = cuda.grid(1)
+    for j in range(3):  # loc[3] is never written
+        loc[j] = x[i] * j
+    y[i] = loc[0] + loc[1] + loc[2] + loc[3]
+
+
+@cuda.jit
+def reads_another_threads_local(out):
+    spare = cuda.local.array(2, int32)  # same shape and type: its own name and flags
+    loc = cuda.local.array(2, int32)
+    i = cuda.grid(1)
+    spare[0] = i
+    if i == 0:
+        loc[0] = 7  # thread 0's copy only
+    out[i] = loc[0] + spare[0]
+
+
+@cuda.jit
+def writes_local_before_reading(x, y):
+    loc = cuda.local.array((2, 3), float32)
+    i = cuda.grid(1)
+    for r in range(2):
+        for c in range(3):
+            loc[r, c] = x[i] + r * c
+    y[i] = loc[1, 2] + loc[0, 0]
+
+
+@pytest.mark.parametrize("checks", [None, sim.Checks(off={"races"})])
+def test_uninitialised_local_read(checks):
+    """The simulator zero-fills a local array; a GPU does not: a read of an element the thread
+    never wrote is reported by both executors (compiled per-thread accesses included), naming
+    the array, the index and what to do."""
+    errors = {}
+    for executor in EXECUTORS:
+        with sim.installed(executor=executor, checks=checks), pytest.raises(sim.UninitialisedReadError) as info:
+            reads_unwritten_local[1, 32](cuda.to_device(np.ones(32, np.float32)),
+                                         cuda.device_array(32, np.float32))
+        errors[executor] = info.value
+    assert_same_finding(errors, sim.UninitialisedReadError, "loc[3]")
+    for err in errors.values():
+        assert "local array 'loc' at index 3" in str(err) and "set every element of 'loc'" in str(err)
+
+
+def test_uninitialised_local_read_is_per_thread():
+    """Each thread has its own local array: thread 0's store leaves thread 1's unwritten."""
+    errors = raised_by_both(reads_another_threads_local, 1, 32, lambda: [cuda.device_array(32, np.int32)],
+                            compiled=False)
+    assert_same_finding(errors, sim.UninitialisedReadError, "out[i] = loc[0]")
+    for err in errors.values():
+        assert "local array 'loc' at index 0" in str(err) and err.thread == (1, 0, 0)
+
+
+def test_local_array_written_before_read_is_no_finding():
+    results = run_both(writes_local_before_reading, 2, 32, lambda: [
+        cuda.to_device(np.arange(64, dtype=np.float32)), cuda.device_array(64, np.float32)])
+    assert_agree(results)
+    np.testing.assert_array_equal(results["simt"][0][1], 2 * np.arange(64) + 2)
+    assert not results["simt"][1].warnings and not results["thread"][1].warnings
+
+
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
