@@ -600,6 +600,42 @@ def test_shuffle_reading_an_exited_lane():
 
 
 @cuda.jit
+def shuffle_in_a_guard(x, out):
+    i = cuda.grid(1)
+    if i < x.size:  # lanes past the end skip the full-mask shuffle
+        v = x[i]
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+        if cuda.laneid == 0:
+            out[i // 32] = v
+
+
+@cuda.jit
+def shuffle_with_the_value_guarded(x, out):
+    i = cuda.grid(1)
+    v = x[i] if i < x.size else float32(0.0)  # every lane reaches the shuffle
+    v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+    if cuda.laneid == 0:
+        out[i // 32] = v
+
+
+def test_a_shuffle_reading_a_lane_that_does_not_take_part_says_what_to_do():
+    """Audit M5: the finding said the value is undefined, not how to fix it."""
+    errors = raised_by_both(shuffle_in_a_guard, 1, 64, lambda: [
+        dev(np.ones(40, np.float32)), cuda.device_array(2, np.float32)])
+    assert_same_finding(errors, sim.WarpOpError, "shfl_down_sync(0xFFFFFFFF, v, 16)")
+    errors.update(raised_by_both(shuffle_from_exited_lane, 1, 32, lambda: [cuda.device_array(32, np.int64)]))
+    for err in errors.values():
+        msg = str(err)
+        assert "outside the `if` and guard the value, not the call" in msg, msg
+        assert "full mask 0xFFFFFFFF only when all 32 lanes" in msg, msg
+    results = run_both(shuffle_with_the_value_guarded, 1, 64, lambda: [
+        dev(np.ones(40, np.float32)), cuda.device_array(2, np.float32)])
+    assert_agree(results)
+    np.testing.assert_array_equal(results["simt"][0][1], [2, 1])
+    assert not results["simt"][1].warnings and not results["thread"][1].warnings
+
+
+@cuda.jit
 def shuffle_mask_without_caller(out):
     t = cuda.threadIdx.x
     out[t] = cuda.shfl_sync(0x0000FFFF, t, 0)

@@ -98,3 +98,13 @@ def different_barriers(first: str, second: str) -> str:
     return (f"threads of the block wait at different syncthreads() calls ({first} and "
             f"{second}): undefined behaviour in CUDA; a GPU may hang, or count both calls as "
             f"one barrier so the threads pass at different points of the kernel, unordered")
+
+
+def unreadable_lane_hint() -> str:
+    """What to do when a shuffle reads a lane that does not take part in it (diverged, exited,
+    outside the mask, past a partial warp): said by both executors (thread/block.py,
+    simt/collective.py)."""
+    return ("; every lane a shuffle reads must reach that same shuffle and be named in its mask: keep the "
+            "shuffle outside the `if` and guard the value, not the call (lanes past the end pass a neutral value "
+            "such as 0), use the full mask 0xFFFFFFFF only when all 32 lanes of the warp run it, and with a "
+            "smaller mask read only lanes it names")
