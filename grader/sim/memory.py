@@ -67,6 +67,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self.unwritten: frozenset[int] = frozenset()
         self.settled: frozenset[int] = frozenset()
         self.quiet: frozenset[int] = frozenset()
+        # allocations passed as two or more arguments: buffer id -> what a race on it adds
+        # ("x and out are the same array, passed twice at line 9"); set by `expect`
+        self.aliases: dict[int, str] = {}
         self._init_bounds()
         self._init_ordering(nb)
         self._init_races()
@@ -74,10 +77,12 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self._init_access_log()
         self._init_lines()
 
-    def expect(self, unwritten, settled) -> None:
+    def expect(self, unwritten, settled, aliases=None) -> None:
         """What the launch knows of its global arrays before it runs: the allocations no thread
-        can write (read_only.py) and those initialised throughout (buffer ids). Kept only for
-        a checker that is on."""
+        can write (read_only.py) and those initialised throughout (buffer ids), kept only for
+        a checker that is on; `aliases`: the allocations passed as several arguments (buffer id
+        -> the note a race on it ends with)."""
+        self.aliases = dict(aliases or {})
         self.unwritten = frozenset(unwritten) if self.races else frozenset()
         self.settled = frozenset(settled) if self.uninit else frozenset()
         if self.races and self.uninit:

@@ -500,6 +500,45 @@ def test_local_array_written_before_read_is_no_finding():
     assert not results["simt"][1].warnings and not results["thread"][1].warnings
 
 
+@cuda.jit
+def shift_into(src, dst):
+    i = cuda.grid(1)
+    if i + 1 < dst.size:
+        dst[i + 1] = src[i] * 2
+
+
+@cuda.jit
+def double_in_place(src, dst):
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i] * 2
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_race_through_one_array_passed_twice_names_both_parameters(executor):
+    """Audit M4: `k(x, x)` raced on 'dst' with a load the message never tied to `src`."""
+    with sim.installed(executor=executor):
+        x = dev(np.arange(64, dtype=np.float32))
+        with pytest.raises(sim.RaceError) as info:
+            shift_into[2, 32](x, x)
+        launched = line_of_call("shift_into[2, 32](x, x)")
+        assert f"src and dst are the same array, passed twice at line {launched}" in str(info.value)
+        y = dev(np.arange(64, dtype=np.float32))
+        double_in_place[2, 32](y, y)  # in place, each thread its own element: no race, no note
+        np.testing.assert_array_equal(y.copy_to_host()[:3], [0, 2, 4])
+        a, b = dev(np.arange(64, dtype=np.float32)), cuda.device_array(64, np.float32)
+        shift_into[2, 32](a, b)  # separate arrays: no finding
+        with pytest.raises(sim.RaceError) as info:
+            shift_into[2, 32](x[:32], x[16:48])
+        assert "src and dst are views of one array" in str(info.value)
+
+
+def line_of_call(text):
+    """Line of this file holding `text` (a launch in a test)."""
+    with open(__file__) as f:
+        return next(k for k, src in enumerate(f, 1) if text in src and "line_of_call" not in src)
+
+
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")

@@ -212,7 +212,8 @@ class RaceChecks:
                    f"{' (another block)' if ob != block else ''}: that store wrote the value the element already "
                    f"held, so here it changed nothing, but on a GPU it may land after this atomic and undo it. "
                    f"Resetting an accumulator in the kernel that adds into it? Set it before the launch (on the "
-                   f"host, or in a kernel of its own)", block, thread, line, filename, handle.name,
+                   f"host, or in a kernel of its own){self._alias_note(space, handle)}", block, thread, line,
+                   filename, handle.name,
                    self._index_of(handle, flat))
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
@@ -267,8 +268,14 @@ class RaceChecks:
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
                    f"{self._index_of(handle, flat)}: {kind} conflicts with {'an' if other_kind == 'atomic' else 'a'} "
-                   f"{other_kind}{at} by {who} {hint}", block, thread, line, filename, handle.name,
-                   self._index_of(handle, flat))
+                   f"{other_kind}{at} by {who}{self._alias_note(space, handle)} {hint}", block, thread, line,
+                   filename, handle.name, self._index_of(handle, flat))
+
+    def _alias_note(self, space, handle) -> str:
+        """Where the raced array was passed as two arguments (`k[g, b](a, a)`), what a message
+        adds: the two names are one memory, the likely cause; "" otherwise."""
+        note = self.aliases.get(handle.buffer_id) if space == "global" else None
+        return f" ({note})" if note else ""
 
     def _race1(self, space, handle, kind, flat, block, g, line, filename):
         if self._stale1:
