@@ -539,6 +539,45 @@ def line_of_call(text):
         return next(k for k, src in enumerate(f, 1) if text in src and "line_of_call" not in src)
 
 
+@cuda.jit
+def check_then_store_max(x, out):
+    i = cuda.grid(1)
+    v = x[i]
+    if out[0] < v:
+        out[0] = v
+
+
+@cuda.jit
+def check_then_store_min(x, out):
+    i = cuda.grid(1)
+    v = x[i]
+    if v < out[0]:
+        out[0] = v
+
+
+@cuda.jit
+def atomic_max(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.max(out, 0, x[i])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_check_then_store_race_in_one_block_advises_an_atomic(executor):
+    """Audit M3: `if out[0] < v: out[0] = v` by a block's threads was told to add a barrier,
+    which cannot make the check and the store one step."""
+    x = np.random.default_rng(1).random(128).astype(np.float32)
+    with sim.installed(executor=executor):
+        for kernel, start, call in ((check_then_store_max, 0, "cuda.atomic.max(out, 0, v)"),
+                                    (check_then_store_min, 2, "cuda.atomic.min(out, 0, v)")):
+            with pytest.raises(sim.RaceError) as info:
+                kernel[1, 128](dev(x), dev(np.full(1, start, np.float32)))
+            msg = str(info.value)
+            assert "check-then-store" in msg and call in msg and "syncthreads" not in msg, msg
+        out = dev(np.zeros(1, np.float32))
+        atomic_max[1, 128](dev(x), out)
+        assert out.copy_to_host()[0] == x.max()
+
+
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")

@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import RaceError
 from ..sites import in_library
 from ..geometry import WARP, Lanes
+from .findings import check_then_store
 from .silent_stores import quiet_lanes, same_bits_recorder
 from .uninitialised import flags_view
 
@@ -250,7 +251,14 @@ class RaceChecks:
             else "syncthreads()"
         why = (" (the threads of a warp are not in lockstep since Volta: warp-synchronous code needs "
                "cuda.syncwarp() between its steps)") if same_warp else ""
-        if not (space == "shared" or same_block):
+        atomic = None
+        if {kind, other_kind} == {"load", "store"} and other_line and line and other_line != line:
+            store_line, load_line = (line, other_line) if kind == "store" else (other_line, line)
+            atomic = check_then_store(filename or self.filename, store_line, load_line)
+        if atomic:  # `if a[i] < v: a[i] = v` by many threads: no barrier makes the check and store one step
+            hint = (f"in a check-then-store (line {load_line} checks, line {store_line} stores: another thread may "
+                    f"store in between); no barrier makes the two one step, an atomic does: {atomic}")
+        elif not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
         elif kind == other_kind == "store" and other_line == line:  # one statement: no barrier orders it
             hint = ("at the same line: no barrier orders two threads' stores of one statement, and the last one wins "
