@@ -256,7 +256,9 @@ class RaceChecks:
             store_line, load_line = (line, other_line) if kind == "store" else (other_line, line)
             atomic = check_then_store(filename or self.filename, store_line, load_line)
         if atomic:  # `if a[i] < v: a[i] = v` by many threads: no barrier makes the check and store one step
-            hint = (f"in a check-then-store (line {load_line} checks, line {store_line} stores: another thread may "
+            other_block = "" if space == "shared" or same_block else \
+                "from another block (use an atomic, or a separate launch) "
+            hint = (f"{other_block}in a check-then-store (line {load_line} checks, line {store_line} stores: another thread may "
                     f"store in between); no barrier makes the two one step, an atomic does: {atomic}")
         elif not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
