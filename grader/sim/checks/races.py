@@ -258,8 +258,9 @@ class RaceChecks:
         if atomic:  # `if a[i] < v: a[i] = v` by many threads: no barrier makes the check and store one step
             other_block = "" if space == "shared" or same_block else \
                 "from another block (use an atomic, or a separate launch) "
-            hint = (f"{other_block}in a check-then-store (line {load_line} checks, line {store_line} stores: another thread may "
-                    f"store in between); no barrier makes the two one step, an atomic does: {atomic}")
+            hint = (f"{other_block}in a check-then-store (line {load_line} checks, line {store_line} stores: "
+                    f"another thread may store in between); no barrier makes the two one step, an atomic does: "
+                    f"{atomic}")
         elif not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
         elif kind == other_kind == "store" and other_line == line:  # one statement: no barrier orders it
