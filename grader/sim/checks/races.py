@@ -214,8 +214,7 @@ class RaceChecks:
                    f"held, so here it changed nothing, but on a GPU it may land after this atomic and undo it. "
                    f"Resetting an accumulator in the kernel that adds into it? Set it before the launch (on the "
                    f"host, or in a kernel of its own){self._alias_note(space, handle)}", block, thread, line,
-                   filename, handle.name,
-                   self._index_of(handle, flat))
+                   filename, handle.name, self._index_of(handle, flat))
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
                   filename, other_line=0, warp_only=None):

@@ -38,7 +38,6 @@ class UninitialisedReads:
                       f"{written}" if written else ""),
                    block, thread, line, filename, handle.name, self._index_of(handle, flat))
 
-
     def _local_vec(self, handle, kind, flat, block, thread, line, filename) -> None:
         """A SIMT access of a local array by the active lanes (`flat`: positions in the lanes'
         copies, one copy of `handle.size` elements per lane)."""
