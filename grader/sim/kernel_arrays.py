@@ -167,6 +167,7 @@ class LocalArray:
     def __init__(self, name: str, shape, dtype):
         self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
         self.flat = np.zeros(int(np.prod(self.shape, dtype=np.int64)), self.dtype)
+        self.initialised = np.zeros(self.flat.size, bool)  # (checks/uninitialised.py)
         self.offset = 0
         self.estrides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
         self.buffer_id = 0
@@ -176,4 +177,5 @@ class LocalArray:
         new = object.__new__(LocalArray)
         new.__dict__.update(self.__dict__)
         new.flat = np.zeros(self.flat.size, self.dtype)  # (zeros_like: 10x the time)
+        new.initialised = np.zeros(self.flat.size, bool)
         return new

@@ -297,10 +297,11 @@ def _run(sim, dispatcher, griddim, blockdim, stream, sharedmem, args) -> None:
     except WrongDeviceError as exc:
         raise _at_launch_site(exc, kernel.name) from None
     unwritten, settled = _expected(sim.checks, kernel, bound)
+    aliases = _aliases(bound) if sim.checks.enabled("races") else {}
     reason = typing_note = None
     for name in _executor_order(sim):
         inst = Instrument(kernel.name, kernel.filename, config, sim.checks)
-        inst.expect(unwritten, settled)
+        inst.expect(unwritten, settled, aliases)
         launch = Launch(kernel, config, bound, inst, sim.checks, device.limits, sim.seed,
                         cooperative)
         if name == "simt":
@@ -379,6 +380,31 @@ def _expected(checks, kernel: KernelSource, bound: list) -> tuple[set[int], set[
     settled = {b.buffer_id for b in device_buffers(bound) if b.initialised.all()} \
         if checks.enabled("uninitialised") else set()
     return unwritten, settled
+
+
+def _aliases(bound: list) -> dict[int, str]:
+    """Allocations given as two or more array arguments (`k[g, b](a, a)`): buffer id -> the
+    note a race on it adds, naming the parameters and the launch line (the same array, or
+    views of one array whose elements may overlap)."""
+    by_id: dict[int, list] = {}
+    for buf in bound:
+        if isinstance(buf, DeviceBuffer):
+            by_id.setdefault(buf.buffer_id, []).append(buf)
+    shared = {k: bufs for k, bufs in by_id.items() if len(bufs) > 1}
+    if not shared:
+        return {}
+    site = launch_site()
+    at = f" at line {site[1]}" if site and site[1] else ""
+    notes = {}
+    for k, bufs in shared.items():
+        names = ", ".join(b.name for b in bufs[:-1]) + f" and {bufs[-1].name}"
+        first = bufs[0]
+        same = all((b.offset, b.shape, b.estrides) == (first.offset, first.shape, first.estrides) for b in bufs)
+        notes[k] = (f"{names} are the same array, passed {'twice' if len(bufs) == 2 else f'{len(bufs)} times'}{at}: "
+                    f"threads read what others write; give the kernel a separate output array") if same else \
+            (f"{names} are views of one array, passed{at}: their elements may overlap; give the kernel a separate "
+             f"output array")
+    return notes
 
 
 def _order_kernel(sim, config: LaunchConfig, device: int, name: str, bound: list, inst: Instrument,

@@ -67,6 +67,9 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self.unwritten: frozenset[int] = frozenset()
         self.settled: frozenset[int] = frozenset()
         self.quiet: frozenset[int] = frozenset()
+        # allocations passed as two or more arguments: buffer id -> what a race on it adds
+        # ("x and out are the same array, passed twice at line 9"); set by `expect`
+        self.aliases: dict[int, str] = {}
         self._init_bounds()
         self._init_ordering(nb)
         self._init_races()
@@ -74,10 +77,12 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         self._init_access_log()
         self._init_lines()
 
-    def expect(self, unwritten, settled) -> None:
+    def expect(self, unwritten, settled, aliases=None) -> None:
         """What the launch knows of its global arrays before it runs: the allocations no thread
-        can write (read_only.py) and those initialised throughout (buffer ids). Kept only for
-        a checker that is on."""
+        can write (read_only.py) and those initialised throughout (buffer ids), kept only for
+        a checker that is on; `aliases`: the allocations passed as several arguments (buffer id
+        -> the note a race on it ends with)."""
+        self.aliases = dict(aliases or {})
         self.unwritten = frozenset(unwritten) if self.races else frozenset()
         self.settled = frozenset(settled) if self.uninit else frozenset()
         if self.races and self.uninit:
@@ -146,6 +151,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         lanes store (a vector over them, or one scalar for all), for the silent-store rule."""
         last, self._last = self._last, None
         if space in ("local", "const"):
+            if space == "local" and self.uninit:
+                self._local_vec(handle, kind, flat, block, thread, line, filename)
             return
         flat = np.asarray(flat, np.int64)
         if lanes is None:
@@ -198,6 +205,8 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
                 filename=None, value=None) -> None:
         """Scalar twin of `access` for one lane (`value`: what a store stores, optional)."""
         if space == "local" or space == "const":
+            if space == "local" and self.uninit:
+                self._local1(handle, kind, flat, block, thread, line, filename)
             return
         # no race rule for an array nothing writes (its loads), nor for a silent store
         unraced = space == "global" and handle.buffer_id in self.unwritten
@@ -298,7 +307,10 @@ class Instrument(Findings, BoundsChecks, UninitialisedReads, Ordering, RaceCheck
         """The checkers of one scalar access, nothing counted: `check(flat, g, frame,
         value=None)` (see `scalar_recorder`; `frame` needs `f_lineno` and
         `f_code.co_filename`, read only to report). None when neither the race nor the
-        uninitialised-read checker is on, and for local and constant arrays."""
+        uninitialised-read checker is on, and for constant arrays; for a local array, its
+        uninitialised-read check (`local_checkers`) when that checker is on."""
+        if space == "local" and self.uninit:
+            return self.local_checkers(handle)[kind != "load"]
         if space == "local" or space == "const" or not (self.races or self.uninit):
             return None
         store = kind != "load"

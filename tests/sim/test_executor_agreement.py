@@ -437,6 +437,147 @@ def test_uninitialised_shared_read():
     assert_same_finding(errors, sim.UninitialisedReadError, "out[t] = tile[t]")
 
 
+@cuda.jit
+def reads_unwritten_local(x, y):
+    loc = cuda.local.array(4, float32)
+    i = cuda.grid(1)
+    for j in range(3):  # loc[3] is never written
+        loc[j] = x[i] * j
+    y[i] = loc[0] + loc[1] + loc[2] + loc[3]
+
+
+@cuda.jit
+def reads_another_threads_local(out):
+    spare = cuda.local.array(2, int32)  # same shape and type: its own name and flags
+    loc = cuda.local.array(2, int32)
+    i = cuda.grid(1)
+    spare[0] = i
+    if i == 0:
+        loc[0] = 7  # thread 0's copy only
+    out[i] = loc[0] + spare[0]
+
+
+@cuda.jit
+def writes_local_before_reading(x, y):
+    loc = cuda.local.array((2, 3), float32)
+    i = cuda.grid(1)
+    for r in range(2):
+        for c in range(3):
+            loc[r, c] = x[i] + r * c
+    y[i] = loc[1, 2] + loc[0, 0]
+
+
+@pytest.mark.parametrize("checks", [None, sim.Checks(off={"races"})])
+def test_uninitialised_local_read(checks):
+    """The simulator zero-fills a local array; a GPU does not: a read of an element the thread
+    never wrote is reported by both executors (compiled per-thread accesses included), naming
+    the array, the index and what to do."""
+    errors = {}
+    for executor in EXECUTORS:
+        with sim.installed(executor=executor, checks=checks), pytest.raises(sim.UninitialisedReadError) as info:
+            reads_unwritten_local[1, 32](cuda.to_device(np.ones(32, np.float32)),
+                                         cuda.device_array(32, np.float32))
+        errors[executor] = info.value
+    assert_same_finding(errors, sim.UninitialisedReadError, "loc[3]")
+    for err in errors.values():
+        assert "local array 'loc' at index 3" in str(err) and "set every element of 'loc'" in str(err)
+
+
+def test_uninitialised_local_read_is_per_thread():
+    """Each thread has its own local array: thread 0's store leaves thread 1's unwritten."""
+    errors = raised_by_both(reads_another_threads_local, 1, 32, lambda: [cuda.device_array(32, np.int32)],
+                            compiled=False)
+    assert_same_finding(errors, sim.UninitialisedReadError, "out[i] = loc[0]")
+    for err in errors.values():
+        assert "local array 'loc' at index 0" in str(err) and err.thread == (1, 0, 0)
+
+
+def test_local_array_written_before_read_is_no_finding():
+    results = run_both(writes_local_before_reading, 2, 32, lambda: [
+        cuda.to_device(np.arange(64, dtype=np.float32)), cuda.device_array(64, np.float32)])
+    assert_agree(results)
+    np.testing.assert_array_equal(results["simt"][0][1], 2 * np.arange(64) + 2)
+    assert not results["simt"][1].warnings and not results["thread"][1].warnings
+
+
+@cuda.jit
+def shift_into(src, dst):
+    i = cuda.grid(1)
+    if i + 1 < dst.size:
+        dst[i + 1] = src[i] * 2
+
+
+@cuda.jit
+def double_in_place(src, dst):
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i] * 2
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_race_through_one_array_passed_twice_names_both_parameters(executor):
+    """Audit M4: `k(x, x)` raced on 'dst' with a load the message never tied to `src`."""
+    with sim.installed(executor=executor):
+        x = dev(np.arange(64, dtype=np.float32))
+        with pytest.raises(sim.RaceError) as info:
+            shift_into[2, 32](x, x)
+        launched = line_of_call("shift_into[2, 32](x, x)")
+        assert f"src and dst are the same array, passed twice at line {launched}" in str(info.value)
+        y = dev(np.arange(64, dtype=np.float32))
+        double_in_place[2, 32](y, y)  # in place, each thread its own element: no race, no note
+        np.testing.assert_array_equal(y.copy_to_host()[:3], [0, 2, 4])
+        a, b = dev(np.arange(64, dtype=np.float32)), cuda.device_array(64, np.float32)
+        shift_into[2, 32](a, b)  # separate arrays: no finding
+        with pytest.raises(sim.RaceError) as info:
+            shift_into[2, 32](x[:32], x[16:48])
+        assert "src and dst are views of one array" in str(info.value)
+
+
+def line_of_call(text):
+    """Line of this file holding `text` (a launch in a test)."""
+    with open(__file__) as f:
+        return next(k for k, src in enumerate(f, 1) if text in src and "line_of_call" not in src)
+
+
+@cuda.jit
+def check_then_store_max(x, out):
+    i = cuda.grid(1)
+    v = x[i]
+    if out[0] < v:
+        out[0] = v
+
+
+@cuda.jit
+def check_then_store_min(x, out):
+    i = cuda.grid(1)
+    v = x[i]
+    if v < out[0]:
+        out[0] = v
+
+
+@cuda.jit
+def atomic_max(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.max(out, 0, x[i])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_check_then_store_race_in_one_block_advises_an_atomic(executor):
+    """Audit M3: `if out[0] < v: out[0] = v` by a block's threads was told to add a barrier,
+    which cannot make the check and the store one step."""
+    x = np.random.default_rng(1).random(128).astype(np.float32)
+    with sim.installed(executor=executor):
+        for kernel, start, call in ((check_then_store_max, 0, "cuda.atomic.max(out, 0, v)"),
+                                    (check_then_store_min, 2, "cuda.atomic.min(out, 0, v)")):
+            with pytest.raises(sim.RaceError) as info:
+                kernel[1, 128](dev(x), dev(np.full(1, start, np.float32)))
+            msg = str(info.value)
+            assert "check-then-store" in msg and call in msg and "syncthreads" not in msg, msg
+        out = dev(np.zeros(1, np.float32))
+        atomic_max[1, 128](dev(x), out)
+        assert out.copy_to_host()[0] == x.max()
+
+
 def test_barrier_divergence():
     errors = raised_by_both(barrier_in_branch, 1, 32, lambda: [cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.BarrierDivergenceError, "cuda.syncthreads()")
@@ -534,6 +675,42 @@ def test_shuffle_reading_an_exited_lane():
     errors = raised_by_both(shuffle_from_exited_lane, 1, 32, lambda: [
         cuda.device_array(32, np.int64)])
     assert_same_finding(errors, sim.WarpOpError, "shfl_down_sync(0xFFFF, t, 8)")
+
+
+@cuda.jit
+def shuffle_in_a_guard(x, out):
+    i = cuda.grid(1)
+    if i < x.size:  # lanes past the end skip the full-mask shuffle
+        v = x[i]
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+        if cuda.laneid == 0:
+            out[i // 32] = v
+
+
+@cuda.jit
+def shuffle_with_the_value_guarded(x, out):
+    i = cuda.grid(1)
+    v = x[i] if i < x.size else float32(0.0)  # every lane reaches the shuffle
+    v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+    if cuda.laneid == 0:
+        out[i // 32] = v
+
+
+def test_a_shuffle_reading_a_lane_that_does_not_take_part_says_what_to_do():
+    """Audit M5: the finding said the value is undefined, not how to fix it."""
+    errors = raised_by_both(shuffle_in_a_guard, 1, 64, lambda: [
+        dev(np.ones(40, np.float32)), cuda.device_array(2, np.float32)])
+    assert_same_finding(errors, sim.WarpOpError, "shfl_down_sync(0xFFFFFFFF, v, 16)")
+    errors.update(raised_by_both(shuffle_from_exited_lane, 1, 32, lambda: [cuda.device_array(32, np.int64)]))
+    for err in errors.values():
+        msg = str(err)
+        assert "outside the `if` and guard the value, not the call" in msg, msg
+        assert "full mask 0xFFFFFFFF only when all 32 lanes" in msg, msg
+    results = run_both(shuffle_with_the_value_guarded, 1, 64, lambda: [
+        dev(np.ones(40, np.float32)), cuda.device_array(2, np.float32)])
+    assert_agree(results)
+    np.testing.assert_array_equal(results["simt"][0][1], [2, 1])
+    assert not results["simt"][1].warnings and not results["thread"][1].warnings
 
 
 @cuda.jit

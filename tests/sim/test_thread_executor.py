@@ -300,6 +300,8 @@ def test_forall(thread_sim):
 def one_slot_of_a_local_array(out):
     i = cuda.grid(1)
     tmp = cuda.local.array(4, int32)
+    for k in range(4):  # (a GPU does not zero it; an unset element is an uninitialised read)
+        tmp[k] = 0
     tmp[i % 4] = i + 1
     out[i] = tmp[0] + tmp[1] + tmp[2] + tmp[3]
 

@@ -79,6 +79,47 @@ def _uncalled_barriers(filename: str, _length: int) -> tuple[tuple[int, str], ..
     return tuple(sorted(found))
 
 
+def check_then_store(filename: str, store_line: int, load_line: int) -> str | None:
+    """Where the store at `store_line` is `a[i] = v` inside an `if` at `load_line` whose test reads
+    `a[i]` (`if a[i] < v: a[i] = v`: a check-then-store, which no barrier can make one step), the
+    atomic to use instead ("cuda.atomic.max(a, i, v)"); else None."""
+    return _check_then_store(filename, len(linecache.getlines(filename)), store_line, load_line)
+
+
+_FLIPPED = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
+
+
+@lru_cache(maxsize=64)
+def _check_then_store(filename: str, _length: int, store_line: int, load_line: int) -> str | None:
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and node.test.lineno == load_line):
+            continue
+        for stmt in ast.walk(ast.Module(node.body, [])):
+            if isinstance(stmt, ast.Assign) and stmt.lineno == store_line and len(stmt.targets) == 1 and \
+                    isinstance(stmt.targets[0], ast.Subscript):
+                target = ast.unparse(stmt.targets[0])
+                tests = [c for c in ast.walk(node.test) if isinstance(c, ast.Compare) and len(c.ops) == 1]
+                if not any(ast.unparse(sub) == target for sub in ast.walk(node.test)
+                           if isinstance(sub, ast.Subscript)):
+                    continue
+                # `a[i] < v` (or `v > a[i]`) keeps the larger value: atomic.max; the other way, min
+                op = None
+                for c in tests:
+                    if ast.unparse(c.left) == target:
+                        op = type(c.ops[0])
+                    elif ast.unparse(c.comparators[0]) == target:
+                        op = _FLIPPED.get(type(c.ops[0]))
+                name = {ast.Lt: "max", ast.LtE: "max", ast.Gt: "min", ast.GtE: "min"}.get(op)
+                sub = stmt.targets[0]
+                call = f"({ast.unparse(sub.value)}, {ast.unparse(sub.slice)}, {ast.unparse(stmt.value)})"
+                return f"cuda.atomic.{name}{call}" if name else f"cuda.atomic.max{call} or cuda.atomic.min{call}"
+    return None
+
+
 # Barrier findings both executors report (grader/sim/thread/block.py, simt/collective.py), in
 # the terms of what a GPU does: since Volta, threads that have exited no longer count toward a
 # barrier, and every syncthreads() is the same hardware barrier (bar.sync 0).
@@ -98,3 +139,13 @@ def different_barriers(first: str, second: str) -> str:
     return (f"threads of the block wait at different syncthreads() calls ({first} and "
             f"{second}): undefined behaviour in CUDA; a GPU may hang, or count both calls as "
             f"one barrier so the threads pass at different points of the kernel, unordered")
+
+
+def unreadable_lane_hint() -> str:
+    """What to do when a shuffle reads a lane that does not take part in it (diverged, exited,
+    outside the mask, past a partial warp): said by both executors (thread/block.py,
+    simt/collective.py)."""
+    return ("; every lane a shuffle reads must reach that same shuffle and be named in its mask: keep the "
+            "shuffle outside the `if` and guard the value, not the call (lanes past the end pass a neutral value "
+            "such as 0), use the full mask 0xFFFFFFFF only when all 32 lanes of the warp run it, and with a "
+            "smaller mask read only lanes it names")

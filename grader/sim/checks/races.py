@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import RaceError
 from ..sites import in_library
 from ..geometry import WARP, Lanes
+from .findings import check_then_store
 from .silent_stores import quiet_lanes, same_bits_recorder
 from .uninitialised import flags_view
 
@@ -212,8 +213,8 @@ class RaceChecks:
                    f"{' (another block)' if ob != block else ''}: that store wrote the value the element already "
                    f"held, so here it changed nothing, but on a GPU it may land after this atomic and undo it. "
                    f"Resetting an accumulator in the kernel that adds into it? Set it before the launch (on the "
-                   f"host, or in a kernel of its own)", block, thread, line, filename, handle.name,
-                   self._index_of(handle, flat))
+                   f"host, or in a kernel of its own){self._alias_note(space, handle)}", block, thread, line,
+                   filename, handle.name, self._index_of(handle, flat))
 
     def _race_msg(self, space, handle, kind, flat, other, other_kind, block, thread, line,
                   filename, other_line=0, warp_only=None):
@@ -249,7 +250,17 @@ class RaceChecks:
             else "syncthreads()"
         why = (" (the threads of a warp are not in lockstep since Volta: warp-synchronous code needs "
                "cuda.syncwarp() between its steps)") if same_warp else ""
-        if not (space == "shared" or same_block):
+        atomic = None
+        if {kind, other_kind} == {"load", "store"} and other_line and line and other_line != line:
+            store_line, load_line = (line, other_line) if kind == "store" else (other_line, line)
+            atomic = check_then_store(filename or self.filename, store_line, load_line)
+        if atomic:  # `if a[i] < v: a[i] = v` by many threads: no barrier makes the check and store one step
+            other_block = "" if space == "shared" or same_block else \
+                "from another block (use an atomic, or a separate launch) "
+            hint = (f"{other_block}in a check-then-store (line {load_line} checks, line {store_line} stores: "
+                    f"another thread may store in between); no barrier makes the two one step, an atomic does: "
+                    f"{atomic}")
+        elif not (space == "shared" or same_block):
             hint = "from another block (use an atomic, or a separate launch)"
         elif kind == other_kind == "store" and other_line == line:  # one statement: no barrier orders it
             hint = ("at the same line: no barrier orders two threads' stores of one statement, and the last one wins "
@@ -267,8 +278,14 @@ class RaceChecks:
         self._fail(RaceError,
                    f"data race on {space} array {handle.name!r} at index "
                    f"{self._index_of(handle, flat)}: {kind} conflicts with {'an' if other_kind == 'atomic' else 'a'} "
-                   f"{other_kind}{at} by {who} {hint}", block, thread, line, filename, handle.name,
-                   self._index_of(handle, flat))
+                   f"{other_kind}{at} by {who}{self._alias_note(space, handle)} {hint}", block, thread, line,
+                   filename, handle.name, self._index_of(handle, flat))
+
+    def _alias_note(self, space, handle) -> str:
+        """Where the raced array was passed as two arguments (`k[g, b](a, a)`), what a message
+        adds: the two names are one memory, the likely cause; "" otherwise."""
+        note = self.aliases.get(handle.buffer_id) if space == "global" else None
+        return f" ({note})" if note else ""
 
     def _race1(self, space, handle, kind, flat, block, g, line, filename):
         if self._stale1:

@@ -421,6 +421,7 @@ class ArrayOps:
         shape, dtype = _shape_tuple(shape, self.line), _as_dtype(dtype)
         handle = _LocalHandle(name or self._array_name("local"), shape, dtype)
         flat = np.zeros(handle.size * self.n_blocks * self.tpb, dtype)  # every lane's copy
+        handle.initialised = np.zeros(flat.size, bool)  # per lane's copy (checks/uninitialised.py)
         array = SimtArray("local", handle, flat, shape, dtype)
         self._arrays[key] = array
         return array

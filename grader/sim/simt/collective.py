@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks.findings import different_barriers, exited_before_barrier
+from ..checks.findings import different_barriers, exited_before_barrier, unreadable_lane_hint
 from ..errors import BarrierDivergenceError, WarpOpError, where
 from .unsupported import SimtUnsupported
 
@@ -305,7 +305,8 @@ class CollectiveOps:
             self._report(WarpOpError,
                          f"{name} reads lane {int(src[lane])} of the warp, which is not "
                          "executing it (diverged, exited, or past the end of a partial warp): "
-                         "the value is undefined", lane // self.tpb, int(self.thread[lane]))
+                         "the value is undefined" + unreadable_lane_hint(), lane // self.tpb,
+                         int(self.thread[lane]))
         if not isinstance(value, np.ndarray) or value.ndim == 0:
             return value  # uniform: every lane holds it
         return value[safe]

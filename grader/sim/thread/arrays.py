@@ -89,9 +89,15 @@ class ThreadArray:
         new.shape, new.ndim, new.size, new.dtype = self.shape, self.ndim, self.size, self.dtype
         new._strides, new._off, new._bid = self._strides, self._off, None
         new._load1, new._store1 = self._load1, self._store1
-        # what compiled accesses unpack (AccessLogs.unpack): this one's, on the new storage
+        # what compiled accesses unpack (AccessLogs.unpack): this one's, on the new storage, with
+        # checkers of the new array's own initialised flags where the checker is on
         fast = self._unpacked
-        new._unpacked = None if fast is None else ((handle.flat, *fast[0][1:]), *fast[1:])
+        if fast is not None:
+            inst = self._ex.inst
+            checkers = inst.local_checkers(handle) if inst.uninit else fast[2]
+            new._unpacked = ((handle.flat, *fast[0][1:]), fast[1], checkers)
+        else:
+            new._unpacked = None
         return new
 
     def __len__(self):
@@ -421,7 +427,7 @@ class Spaces:
             return arr
         shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
         dtype = _as_dtype(dtype)
-        name = self._name_at(frame, "shared array")
+        name = self.name_at(frame, "shared array")
         if shape in ((0,), ()) or int(np.prod(shape)) == 0:
             handle = self._dynamic_shared(dtype, name)
         else:
@@ -479,6 +485,7 @@ class Spaces:
         return arr
 
     @staticmethod
-    def _name_at(frame, default):
+    def name_at(frame, default):
+        """The variable the statement at `frame` assigns (`s = cuda.shared.array(...)`), for messages."""
         m = _ASSIGN.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
         return m.group(1) if m else f"{default} at line {frame.f_lineno}"

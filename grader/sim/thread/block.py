@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks.findings import different_barriers, exited_before_barrier
+from ..checks.findings import different_barriers, exited_before_barrier, unreadable_lane_hint
 from ..errors import BarrierDivergenceError, DeadlockError, WarpOpError, where
 from ..memory import WARP
 
@@ -160,7 +160,7 @@ class Block:
             if src not in by_lane:
                 self.warp_error(st, None, f"{op} in lane {st.lane} reads lane {src}, which "
                                 f"does not take part (not in the mask, exited, or beyond the "
-                                f"block's last thread): the value would be undefined")
+                                f"block's last thread): the value would be undefined" + unreadable_lane_hint())
                 return st.wait[0][2]  # downgraded: an undefined value, here the lane's own
             return by_lane[src].wait[0][2]
 

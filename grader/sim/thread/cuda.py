@@ -18,7 +18,7 @@ from .. import device_math, patching
 from ..errors import NotSimulatedError, SimError, where
 from ..host import _as_dtype
 from ..memory import WARP, LocalArray
-from .arrays import ThreadArray
+from .arrays import Spaces, ThreadArray
 from .block import Dim3
 
 FULL_MASK = 0xFFFFFFFF
@@ -41,15 +41,18 @@ class _Local:
         self._first: dict = {}
 
     def array(self, shape, dtype):
-        key = (shape, dtype)
+        frame = sys._getframe(1)
+        # per declaration: each is named after its own variable (the uninitialised-read message)
+        key = (shape, dtype, id(frame.f_code), frame.f_lasti)
         try:
             first = self._first.get(key)
         except TypeError:  # a shape given as a list: made afresh each time
             first = key = None
         if first is not None:
             return first.fresh_local()
-        made = ThreadArray(LocalArray("local array", (shape,) if np.ndim(shape) == 0 else tuple(shape),
-                                      _as_dtype(dtype)), "local", self._ex)
+        made = ThreadArray(LocalArray(Spaces.name_at(frame, "local array"),
+                                      (shape,) if np.ndim(shape) == 0 else tuple(shape), _as_dtype(dtype)),
+                           "local", self._ex)
         if key is not None and made.__class__ is ThreadArray:  # (an array of records: made afresh)
             self._first[key] = made
         return made
