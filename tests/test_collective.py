@@ -357,6 +357,22 @@ def test_ranks_copy_into_a_slice_cut_short_by_its_arrays_end_says_the_array_is_t
             ranks.copy(scratch[:100], bufs[0][:101])
 
 
+def test_ranks_copy_on_a_stream_of_no_rank_says_whose_stream_it_is():
+    """(all-reduce audit) copies given cuda.default_stream() read only the rule; the message now
+    says that stream is no rank's, or which rank's it is."""
+    from numba import cuda
+
+    with sim.installed(devices=3):
+        ranks = Ranks(3, devices_for(3, 3))
+        bufs = ranks.upload([np.ones(8, np.float32)] * 3)
+        with pytest.raises(ValueError, match=r"must be one of rank 0's or rank 1's \(r\.stream or r\.new_stream\(\)\); "
+                                             r"that stream is no rank's \(cuda\.stream\(\) and "
+                                             r"cuda\.default_stream\(\) make none\)"):
+            ranks.copy(bufs[1], bufs[0], stream=cuda.default_stream())
+        with pytest.raises(ValueError, match=r"that stream is rank 2's, which this copy does not touch$"):
+            ranks.copy(bufs[1], bufs[0], stream=ranks[2].stream)
+
+
 def test_a_ring_that_runs_the_other_way_is_told_so(solution):
     """(audit) a consistent r -> r - 1 ring was told only as its off-ring links."""
     chunk = solution.chunk

@@ -204,8 +204,12 @@ class Ranks:
         else:
             owner = self._stream_owner.get(id(stream))
             if owner is None or owner not in (to, frm):
+                # (the audit: cuda.default_stream() or a cuda.stream() of the student's own was told only the rule)
+                given = (f"; that stream is rank {owner.id}'s, which this copy does not touch" if owner is not None
+                         else "; that stream is no rank's (cuda.stream() and cuda.default_stream() make none): "
+                              "stream=None copies synchronously")
                 raise ValueError(f"ranks.copy: the stream must be one of rank {frm.id}'s or rank {to.id}'s "
-                                 f"(r.stream or r.new_stream())")
+                                 f"(r.stream or r.new_stream()){given}")
             with owner:
                 dst.copy_to_device(src, stream=stream)
 
