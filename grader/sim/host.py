@@ -576,4 +576,5 @@ def check_device(array: SimDeviceArray, device: int, kernel: str, name: str) -> 
         raise WrongDeviceError(
             f"kernel {kernel!r}: argument {name!r} lives on device {array.device_id} but the "
             f"kernel is launched on device {device}: launch it on device {array.device_id}, or copy the "
-            f"data to device {device} first (in the all-reduce exercise: ranks.copy)", kernel=kernel, array=name)
+            f"data to device {device} first (in the all-reduce exercise: ranks.copy; cuda.to_device of a device "
+            f"array copies nothing, it returns that same array)", kernel=kernel, array=name)

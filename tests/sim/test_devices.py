@@ -57,6 +57,8 @@ def test_launch_with_array_of_another_device_fails(two_gpus):
         # the launch's own line, in the message and as the finding's (the feedback shows it)
         assert f"kernel 'scale' launched at {__file__}:{line}: " in str(refused.value)
         assert (refused.value.filename, refused.value.line) == (__file__, line)
+        # (all-reduce audit) `cuda.to_device(a0)` inside `with cuda.gpus[1]:` is a0 itself, as in numba: said
+        assert cuda.to_device(a0) is a0 and "cuda.to_device of a device array copies nothing" in str(refused.value)
         a1 = cuda.to_device(np.ones(8, np.float32))
         with sim.trace() as launches:
             scale[1, 8](a1, 3.0)
