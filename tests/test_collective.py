@@ -9,7 +9,7 @@ import pytest
 
 from grader import sim, wire
 from grader.backends.ranks import Ranks, devices_for
-from grader.judge.collective import (Traffic, expect_allreduced, expect_no_host_traffic, expect_pipelined,
+from grader.judge.collective import (Link, Traffic, expect_allreduced, expect_no_host_traffic, expect_pipelined,
                                      expect_ring_traffic, expect_total_traffic, rank_inputs, ring_bound, timeline_of)
 from grader.judge.correctness import WrongAnswer
 from grader.judge.perf import PartialCredit, PerformanceShortfall
@@ -355,6 +355,19 @@ def test_ranks_copy_into_a_slice_cut_short_by_its_arrays_end_says_the_array_is_t
             ranks.copy(scratch[:253], bufs[0])
         with pytest.raises(ValueError, match=r"\(slice both the same\)$"):  # a slice short of its array's end
             ranks.copy(scratch[:100], bufs[0][:101])
+
+
+def test_an_all_gather_by_direct_sends_is_told_as_such_not_as_48_links():
+    """(all-reduce audit) every rank sending its chunk to every other rank listed each link, and no cause."""
+    traffic = Traffic(4)
+    for src in range(4):
+        for dst in range(4):
+            if src != dst:
+                traffic.links[(src, dst)] = Link(bytes=1003, messages=1, largest=1003)
+    with pytest.raises(PerformanceShortfall, match=r"not a ring's traffic: bytes on links that are not the ring's "
+                                                   r"\(r -> r \+ 1\): all 8 others: ranks 0, 1, 2, 3 send to every "
+                                                   r"other rank directly; in a ring each rank sends only to r\.next"):
+        expect_ring_traffic(traffic, 1003, 4, messages_per_link=6)
 
 
 def test_ranks_copy_on_a_stream_of_no_rank_says_whose_stream_it_is():

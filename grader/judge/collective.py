@@ -304,9 +304,15 @@ def expect_ring_traffic(traffic: Traffic, n: int, itemsize: int, messages_per_li
     if off_ring:
         # (the audit: a consistent r -> r - 1 ring was told only as its links)
         backwards = set(off_ring) == {((r + 1) % count, r) for r in range(count)}
-        why = ": the ring runs the other way (each rank sends to r.prev, not r.next)" if backwards else ""
-        problems.append(f"bytes on links that are not the ring's (r -> r + 1): "
-                        f"{', '.join(f'{a} -> {b}' for a, b in off_ring)}{why}")
+        # (the audit: an all-gather by direct sends listed 48 links at N = 8, and no cause)
+        star = [r for r in range(count) if all((r, d) in traffic.links for d in range(count) if d != r)]
+        why = (": the ring runs the other way (each rank sends to r.prev, not r.next)" if backwards else
+               f": rank{'s' if len(star) > 1 else ''} {_names(star)} send{'' if len(star) > 1 else 's'} to every "
+               f"other rank directly; in a ring each rank sends only to r.next, which passes on what it received "
+               f"(in the all-gather, the chunk it got in the step before)" if star and count > 2 else "")
+        named = (f"all {len(off_ring)} others" if star and len(star) == count > 2 else
+                 ", ".join(f"{a} -> {b}" for a, b in off_ring))
+        problems.append(f"bytes on links that are not the ring's (r -> r + 1): {named}{why}")
     # chunks cut into pieces: each piece may move one element across a chunk's bound (n = 1003 in 16
     # pieces of 63 or 62 makes chunks of 252, 252, 251 and 248 where ceil(n / N) is 251)
     for (src, dst), link in sorted(traffic.links.items()):
