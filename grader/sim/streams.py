@@ -346,24 +346,26 @@ class StreamOrder:
                         f"recorded on {self.stream_label(prior.stream)} after the "
                         f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}: a wait orders after the record "
                         f"already issued (an earlier one, or none), so record the event first, then wait for it")
-            recorded = (f". An event was recorded on {self.stream_label(prior.stream)} after the "
-                        f"{'kernel' if prior.kind == 'kernel' else prior.name}{site.replace(' (at ', ' (recorded at ')}")
+            what = "kernel" if prior.kind == "kernel" else prior.name
+            recorded = (f". An event was recorded on {self.stream_label(prior.stream)} after the {what}"
+                        f"{site.replace(' (at ', ' (recorded at ')}")
             elsewhere = self._waiter_of(prior.stream, op.stream)
             if elsewhere is not None:  # (the audit: `e.wait(sends[q])`, rank q's copy stream, for q's adds)
                 waiter, where = elsewhere
                 return (f"{recorded}, and {self.stream_label(waiter)} waited for it ({where}), but not "
                         f"{self.stream_label(op.stream)}, on which this runs: a wait orders only its own stream's "
                         f"later work, so wait on the stream of the work it is to order")
-            return (f"{recorded}, but {self.stream_label(op.stream)} had not waited for it when this was issued: a wait "
-                    f"orders only the work issued after it, so call e.wait(stream) before the launch or copy it is to "
-                    f"order")
+            return (f"{recorded}, but {self.stream_label(op.stream)} had not waited for it when this was issued: "
+                    f"a wait orders only the work issued after it, so call e.wait(stream) before the launch or copy "
+                    f"it is to order")
         before = next(((where, at) for event, _, where, at in reversed(s.waits if s else [])
-                       if getattr(event, "recorded_on", None) == prior.stream and at is not None and at[0] < prior.tick),
-                      None)
+                       if getattr(event, "recorded_on", None) == prior.stream
+                       and at is not None and at[0] < prior.tick), None)
         if before is not None:  # (the audit: `arrived.record(sends)` issued above the copy it was to follow)
             where, (_, recorded) = before
-            return (f". {self.stream_label(op.stream)[0].upper()}{self.stream_label(op.stream)[1:]} waited for an "
-                    f"event ({where}) recorded on {self.stream_label(prior.stream)}{f' (recorded {recorded})' if recorded else ''}"
+            waiter = self.stream_label(op.stream)
+            return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({where}) recorded on "
+                    f"{self.stream_label(prior.stream)}{f' (recorded {recorded})' if recorded else ''}"
                     f" before the {'kernel' if prior.kind == 'kernel' else prior.name} was issued there, and no event "
                     f"was recorded after it: an event marks the work issued before its record, so record it after "
                     f"the {'kernel' if prior.kind == 'kernel' else prior.name}, then wait for it")

@@ -136,11 +136,11 @@ def test_a_wait_issued_on_another_stream_than_the_readers_is_named(gpus):
         with pytest.raises(sim.StreamRaceError) as found:
             add[1, 64, adds](b, scratch)
     text = str(found.value)
-    assert re.search(r"An event was recorded on stream \d+ of device 1 \(made at [^)]*\) after the copy device 0 -> "
-                     r"device 1 \(recorded at \S*test_streams\.py:\d+ in test_a_wait_issued_on_another[^)]*\), and stream "
-                     r"\d+ of device 1 \(made at \S*test_streams\.py:\d+\) waited for it \(at \S*test_streams\.py:\d+ in "
-                     r"[^)]*\), but not stream \d+ of device 1 \(made at [^)]*\), on which this runs: a wait orders only "
-                     r"its own stream's later work", text), text
+    assert re.search(r"An event was recorded on stream \d+ of device 1 \(made at [^)]*\) after the copy device "
+                     r"0 -> device 1 \(recorded at \S*test_streams\.py:\d+ in test_a_wait_issued_on_another[^)]*\), "
+                     r"and stream \d+ of device 1 \(made at \S*test_streams\.py:\d+\) waited for it \(at "
+                     r"\S*test_streams\.py:\d+ in [^)]*\), but not stream \d+ of device 1 \(made at [^)]*\), on "
+                     r"which this runs: a wait orders only its own stream's later work", text), text
     assert "call e.wait(stream) before the launch" not in text
 
 
@@ -156,10 +156,11 @@ def test_an_event_recorded_before_the_copy_it_was_to_follow_is_named(gpus):
         with pytest.raises(sim.StreamRaceError) as found:
             add[1, 64, adds](b, scratch)
     text = str(found.value)
-    assert re.search(r"waited for an event \(at \S*test_streams\.py:\d+ in [^)]*\) recorded on stream \d+ of device 1 "
-                     r"\(made at [^)]*\) \(recorded at \S*test_streams\.py:\d+ in [^)]*\) before the copy device 0 -> "
-                     r"device 1 was issued there, and no event was recorded after it: an event marks the work issued "
-                     r"before its record, so record it after the copy device 0 -> device 1, then wait for it", text), text
+    assert re.search(r"waited for an event \(at \S*test_streams\.py:\d+ in [^)]*\) recorded on stream \d+ of "
+                     r"device 1 \(made at [^)]*\) \(recorded at \S*test_streams\.py:\d+ in [^)]*\) before the copy "
+                     r"device 0 -> device 1 was issued there, and no event was recorded after it: an event marks the "
+                     r"work issued before its record, so record it after the copy device 0 -> device 1, then wait "
+                     r"for it", text), text
 
 
 def test_a_wait_issued_before_the_record_it_was_to_wait_for_is_named(gpus):
