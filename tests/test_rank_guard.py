@@ -61,7 +61,16 @@ STUDENT = textwrap.dedent("""
             add_first[1, 32](bufs[0][:2], (bufs[2][1:3], bufs[0][:2]))
 
     def on_another_ranks_stream(ranks, bufs):
-        add_kernel[1, 32, ranks[1].stream](bufs[0], bufs[0])
+        with ranks[1]:
+            add_kernel[1, 32, ranks[1].stream](bufs[0], bufs[0])
+
+    def outside_its_rank(ranks, bufs):
+        with cuda.gpus[0]:  # (the all-reduce audit: `with cuda.gpus[rank.id]:`, no cuda.gpus[1] on one GPU)
+            add_kernel[1, 32, ranks[0].stream](bufs[0], bufs[0])
+
+    def inside_another_rank(ranks, bufs):
+        with ranks[0]:
+            add_kernel[1, 32, ranks[1].stream](bufs[1], bufs[1])
 
     def no_rank_launches(ranks, bufs):
         add_kernel[1, 32](bufs[0], bufs[0])
@@ -70,12 +79,13 @@ STUDENT = textwrap.dedent("""
         bufs[0].copy_to_device(bufs[1])
 
     def own_memory_only(ranks, bufs):
-        # allowed: the stream's rank launches even inside another rank's `with`; a copy within a
-        # rank; a stream of the student's own inside `with r:`; then a correct all-reduce
+        # allowed: a copy within a rank; a stream of the student's own inside `with r:`; then a
+        # correct all-reduce
         scratch = ranks[1].device_array(bufs[1].size, bufs[1].dtype)
         scratch.copy_to_device(bufs[1])
-        with ranks[0]:
+        with ranks[1]:
             add_kernel[1, 32, ranks[1].stream](bufs[1], scratch)
+        with ranks[0]:
             mine = cuda.stream()
         with ranks[1]:
             add_kernel[1, 32, mine](bufs[1], scratch)  # bufs[1] is now 3 x its input
@@ -122,7 +132,7 @@ def test_kernels_given_another_ranks_memory_are_refused_with_who_and_where(tmp_p
     got = run_sim(tmp_path, """
         print(json.dumps({f: call("student", f, 3, 4) for f in (
             "read_other_rank", "read_other_rank_slice_in_a_tuple", "on_another_ranks_stream",
-            "no_rank_launches")}))
+            "no_rank_launches", "outside_its_rank", "inside_another_rank")}))
     """)
     refused = got["read_other_rank"]
     assert refused["type"] == "RankMemoryError", refused
@@ -136,6 +146,12 @@ def test_kernels_given_another_ranks_memory_are_refused_with_who_and_where(tmp_p
     stream_case = got["on_another_ranks_stream"]["message"]
     assert "memory of rank 0, but rank 1 launches it (on rank 1's stream)" in stream_case, stream_case
     assert "no rank launches it" in got["no_rank_launches"]["message"], got["no_rank_launches"]
+    # a launch on a rank's stream outside that rank's `with r:` runs differently by machine: refused on every one
+    assert got["outside_its_rank"]["message"].startswith(
+        "kernel add_kernel: launched on rank 0's stream outside every `with r:` (`with cuda.gpus[i]:` is not one"), got
+    assert got["inside_another_rank"]["message"].startswith(
+        "kernel add_kernel: launched on rank 1's stream inside `with ranks[0]:`, another rank's; launch a rank's "
+        "kernels inside `with r:` for that rank r"), got
 
 
 def test_a_direct_copy_between_ranks_is_refused_and_ranks_copy_still_works(tmp_path):
@@ -201,8 +217,10 @@ def test_real_numba_cuda_launches_and_copies_are_checked_before_they_reach_the_d
         before = (CUDADispatcher.configure, _LaunchConfiguration.__call__, DeviceNDArrayBase.copy_to_device)
         out = {}
         with rank_guard(ranks):
-            out["stream"] = attempt(lambda: add_kernel[1, 32, ranks[1].stream](a, b))
-            out["own"] = attempt(lambda: add_kernel[1, 32, ranks[1].stream](b[2:], b))
+            out["outside"] = attempt(lambda: add_kernel[1, 32, ranks[1].stream](b[2:], b))
+            with ranks[1]:
+                out["stream"] = attempt(lambda: add_kernel[1, 32, ranks[1].stream](a, b))
+                out["own"] = attempt(lambda: add_kernel[1, 32, ranks[1].stream](b[2:], b))
             with ranks[0]:
                 out["with"] = attempt(lambda: add_kernel[1, 32](a, (b,)))
             out["copy"] = attempt(lambda: DeviceNDArrayBase.copy_to_device(a, b))
@@ -219,6 +237,7 @@ def test_real_numba_cuda_launches_and_copies_are_checked_before_they_reach_the_d
     assert got["stream"].startswith("kernel add_kernel: argument 0 is memory of rank 0, but rank 1 launches it "
                                     "(on rank 1's stream)"), got["stream"]
     assert got["own"].startswith("passed"), got["own"]
+    assert got["outside"].startswith("kernel add_kernel: launched on rank 1's stream outside every `with r:`")
     assert "argument 1[0] is memory of rank 1, but rank 0 launches it (inside `with ranks[0]:`)" in got["with"]
     assert "copies memory of rank 1 into memory of rank 0 directly" in got["copy"], got["copy"]
     assert got["undone"]

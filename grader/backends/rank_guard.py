@@ -13,6 +13,10 @@ The launching rank is the rank of the launch's stream when it is one of the rank
 the innermost `with r:` (a launch on a stream of a GPU that is not the current one fails in CUDA
 itself, and on the simulator). This catches mistakes, not an adversary: on a GPU the student's
 code runs in this very process.
+
+On every backend (the simulator's too: `launches_inside_their_rank`) a launch on a rank's stream
+is made inside that rank's `with r:` (`inside_its_rank`): the one way that runs alike on N GPUs,
+on N ranks sharing one GPU, and on the simulator's virtual GPUs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,33 @@ def _arrays(args, prefix: str = ""):
             yield where, value
 
 
+def inside_its_rank(ranks, kernel: str, stream) -> None:
+    """A launch on a rank's stream is made inside that rank's `with r:`, on every backend: outside
+    it, `with cuda.gpus[i]:` runs on N GPUs and on the simulator's virtual ones, but where ranks
+    share one GPU there is no cuda.gpus[1] (and a launch on another rank's stream runs there, which
+    fails on N GPUs): the same code would score differently by machine (the all-reduce audit)."""
+    owner = ranks._stream_owner.get(id(stream))
+    current = ranks.current
+    if owner is None or current is owner:
+        return
+    where = (f"inside `with ranks[{current.id}]:`, another rank's" if current is not None else
+             "outside every `with r:` (`with cuda.gpus[i]:` is not one: where ranks share a GPU, rank i is not GPU i "
+             "and there is no cuda.gpus[1])")
+    raise RankMemoryError(f"kernel {kernel}: launched on rank {owner.id}'s stream {where}; launch a rank's kernels "
+                          f"inside `with r:` for that rank r (it makes r's GPU current on every machine), on r.stream "
+                          f"or another stream of r's")
+
+
+@contextlib.contextmanager
+def launches_inside_their_rank(ranks):
+    """For the block: `inside_its_rank` for every launch (the simulator's backend: its device
+    process checks memory itself, `rank_guard` does it all on a GPU)."""
+    from ..sim.patching import checking_launches
+
+    with checking_launches(lambda kernel, args, stream: inside_its_rank(ranks, kernel, stream)):
+        yield ranks
+
+
 @contextlib.contextmanager
 def rank_guard(ranks):
     """For the block: refuse launches and copies that cross the ranks of `ranks` (a `Ranks`)."""
@@ -51,6 +82,7 @@ def rank_guard(ranks):
             local.depth -= 1
 
     def on_launch(kernel, args, stream):
+        inside_its_rank(ranks, kernel, stream)
         by_stream = ranks._stream_owner.get(id(stream))
         launcher = by_stream or ranks.current
         for where, value in _arrays(args):
@@ -87,4 +119,4 @@ def rank_guard(ranks):
         vars(ranks).pop("copy", None)
 
 
-__all__ = ["RankMemoryError", "rank_guard"]
+__all__ = ["RankMemoryError", "inside_its_rank", "launches_inside_their_rank", "rank_guard"]

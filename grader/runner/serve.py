@@ -158,7 +158,7 @@ class Runner:
     def _call_ranks(self, function, buffers: list) -> dict:
         """`function(ranks, bufs)`: one buffer per rank (the all-reduce exercise), in place; the
         reply is every rank's buffer after the call (grader/backends/ranks.py)."""
-        from ..backends.rank_guard import rank_guard
+        from ..backends.rank_guard import launches_inside_their_rank, rank_guard
         from ..backends.ranks import Ranks, devices_for
 
         launches: list = []
@@ -171,7 +171,8 @@ class Runner:
                 bufs = ranks.upload(buffers)
                 # on a GPU nothing else stops a kernel reading another rank's memory (the simulator's
                 # device process refuses it itself)
-                with rank_guard(ranks) if self.backend.kind == Kind.GPU else contextlib.nullcontext():
+                # (and on every backend a launch on a rank's stream is inside its `with r:`)
+                with rank_guard(ranks) if self.backend.kind == Kind.GPU else launches_inside_their_rank(ranks):
                     function(ranks, list(bufs))
                 ranks.synchronize()
                 returned = [b.copy_to_host() for b in bufs]

@@ -478,10 +478,11 @@ def recording_launches(on_launch, after_launch=None):
 def checking_launches(check):
     """The rank guard's launch hook (grader/backends/rank_guard.py): for the block,
     `check(kernel, args, stream)` runs before every kernel launch of real numba-cuda (or of numba's
-    stock simulator) and refuses it by raising. `stream` is the object the caller configured the
-    launch with (`kernel[grid, block, stream]`, 0 for none): `recording_launches` does not carry it,
-    numba-cuda keeps only a cuda.core stream made from it and the stock simulator drops it, so it
-    is remembered here per launch configuration, from `configure` (or `__getitem__`) to the call."""
+    stock simulator, or of gpugrade's while installed) and refuses it by raising. `stream` is the
+    object the caller configured the launch with (`kernel[grid, block, stream]`, 0 for none):
+    `recording_launches` does not carry it, numba-cuda keeps only a cuda.core stream made from it
+    and the stock simulator drops it, so it is remembered here per launch configuration, from
+    `configure` (or `__getitem__`) to the call."""
     import weakref
 
     from numba.cuda import config
@@ -522,6 +523,17 @@ def checking_launches(check):
 
         scope.setattr(_LaunchConfiguration, "__call__", call)
     scope.setattr(cls, configure_name, configure)
+    # gpugrade's simulator, where installed (the runner's client of the device process): its own
+    # launch configuration carries the stream
+    from .launch import SimLaunchConfiguration
+
+    original_sim_call = SimLaunchConfiguration.__call__
+
+    def sim_call(self, *args):
+        check(self.dispatcher.py_func.__name__, args, self.stream)
+        return original_sim_call(self, *args)
+
+    scope.setattr(SimLaunchConfiguration, "__call__", sim_call)
     try:
         yield
     finally:
