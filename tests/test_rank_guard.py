@@ -147,6 +147,7 @@ def test_kernels_given_another_ranks_memory_are_refused_with_who_and_where(tmp_p
     assert "memory of rank 0, but rank 1 launches it (on rank 1's stream)" in stream_case, stream_case
     assert "no rank launches it" in got["no_rank_launches"]["message"], got["no_rank_launches"]
     # a launch on a rank's stream outside that rank's `with r:` runs differently by machine: refused on every one
+    assert got["outside_its_rank"]["type"] == got["inside_another_rank"]["type"] == "RankLaunchError", got
     assert got["outside_its_rank"]["message"].startswith(
         "kernel add_kernel: launched on rank 0's stream outside every `with r:` (`with cuda.gpus[i]:` is not one"), got
     assert got["inside_another_rank"]["message"].startswith(

@@ -29,6 +29,10 @@ class RankMemoryError(ValueError):
     """A kernel given another rank's memory, or a copy between ranks that bypasses ranks.copy."""
 
 
+class RankLaunchError(RankMemoryError):
+    """A kernel launched on a rank's stream outside that rank's `with r:` (`inside_its_rank`)."""
+
+
 def _arrays(args, prefix: str = ""):
     """(position, value) of each argument, tuple elements as "2[0]" (numba passes tuples whole)."""
     for i, value in enumerate(args):
@@ -51,7 +55,7 @@ def inside_its_rank(ranks, kernel: str, stream) -> None:
     where = (f"inside `with ranks[{current.id}]:`, another rank's" if current is not None else
              "outside every `with r:` (`with cuda.gpus[i]:` is not one: where ranks share a GPU, rank i is not GPU i "
              "and there is no cuda.gpus[1])")
-    raise RankMemoryError(f"kernel {kernel}: launched on rank {owner.id}'s stream {where}; launch a rank's kernels "
+    raise RankLaunchError(f"kernel {kernel}: launched on rank {owner.id}'s stream {where}; launch a rank's kernels "
                           f"inside `with r:` for that rank r (it makes r's GPU current on every machine), on r.stream "
                           f"or another stream of r's")
 
@@ -119,4 +123,4 @@ def rank_guard(ranks):
         vars(ranks).pop("copy", None)
 
 
-__all__ = ["RankMemoryError", "inside_its_rank", "launches_inside_their_rank", "rank_guard"]
+__all__ = ["RankLaunchError", "RankMemoryError", "inside_its_rank", "launches_inside_their_rank", "rank_guard"]
