@@ -436,8 +436,8 @@ def _criteria_met(stage: Stage) -> str:
     if not labels:
         return ""
     listed = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
-    verb = "is" if len(labels) == 1 else "are"
-    return f", though its {listed} {verb} as good as the reference's: only its time is not"
+    verb, bound = ("is", "bound") if len(labels) == 1 else ("are", "bounds")
+    return f", though its {listed} {verb} within the stage's {bound} of the reference's: only its time is not"
 
 
 # what a kernel does more of than the reference, as the slow verdict says it (counter -> words, and
