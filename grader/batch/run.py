@@ -253,10 +253,12 @@ class Batch:
     def kept_of_other_grader(self, entries: list[Entry]) -> list[str]:
         """`student (grader version)` of each student of `entries` whose stored grade, of this course,
         another version of the grader made: what --keep-other-grader-grades keeps."""
+        from .export import other_graders
+
         ids = {e.student_id for e in entries}
-        return [f"{row.key.student_id} ({row.key.grader_version})" for row in self.store.latest(self.assignment)
-                if row.key.student_id in ids and row.status == "graded"
-                and row.key.course_version == self.course_version and row.key.grader_version != self.grader_version]
+        return other_graders((row for row in self.store.latest(self.assignment)
+                              if row.key.student_id in ids and row.key.course_version == self.course_version),
+                             self.grader_version)
 
     def record(self, outcome: Outcome) -> None:
         """Store one job's outcome (one transaction), then its feedback pages."""

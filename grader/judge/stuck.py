@@ -76,7 +76,8 @@ def kernel_at(device_output: str, call: int) -> str:
 def timeout_message(function: str, reason: str, dump: str, student_files: set[str], kernel: str = "") -> str:
     """The timed-out call's first line: which function, the limit, where it was (`kernel`: where
     the device said the kernel it waited for was, `kernel_at`)."""
-    where, waiting = stuck_at(dump, student_files)
+    chain, waiting = _student_frames(dump, student_files)
+    where = chain[0] if chain else ""
     text = f"{function}() {reason}"
     if not where:
         return text + " (a loop that never ends, in its host code or in a kernel?)"
@@ -84,7 +85,6 @@ def timeout_message(function: str, reason: str, dump: str, student_files: set[st
     kernel, launched = (after["where"], int(after["launched"])) if after else (kernel, 0)
     if waiting and (idle or launched >= MANY_LAUNCHES):
         # the kernels it launched end: the host keeps launching them (a while loop whose step is never taken)
-        chain, _ = _student_frames(dump, student_files)
         called = f" (called from {', from '.join(chain[1:4])})" if len(chain) > 1 else ""
         state = (f"launching a kernel or copying, but no kernel was running then ({int(idle[1]):,} launched in this "
                  f"call, each of which ended)" if idle else

@@ -334,6 +334,8 @@ class StreamOrder:
         s = self._streams.get(op.stream)
         waited = s.waited if s else []
         other = self._streams.get(prior.stream)
+        what = "kernel" if prior.kind == "kernel" else prior.name  # the other operation, as messages name it
+        mine, theirs = self.stream_label(op.stream), self.stream_label(prior.stream)
         if other is not None and other.recorded is not None and other.recorded[0] >= prior.tick \
                 and (not waited or prior.stream in waited):
             site = f" ({other.recorded[1]})" if other.recorded[1] else ""
@@ -341,21 +343,18 @@ class StreamOrder:
                           if getattr(event, "recorded_on", None) == prior.stream
                           and getattr(event, "records", 0) > records), None)
             if early is not None:  # the wait came first: it waited for the record before (or none)
-                waiter = self.stream_label(op.stream)
-                return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({early}) before the event was "
-                        f"recorded on {self.stream_label(prior.stream)} after the "
-                        f"{'kernel' if prior.kind == 'kernel' else prior.name}{site}: a wait orders after the record "
-                        f"already issued (an earlier one, or none), so record the event first, then wait for it")
-            what = "kernel" if prior.kind == "kernel" else prior.name
-            recorded = (f". An event was recorded on {self.stream_label(prior.stream)} after the {what}"
+                return (f". {mine[0].upper()}{mine[1:]} waited for an event ({early}) before the event was "
+                        f"recorded on {theirs} after the {what}{site}: a wait orders after the record already "
+                        f"issued (an earlier one, or none), so record the event first, then wait for it")
+            recorded = (f". An event was recorded on {theirs} after the {what}"
                         f"{site.replace(' (at ', ' (recorded at ')}")
             elsewhere = self._waiter_of(prior.stream, op.stream)
             if elsewhere is not None:  # (the audit: `e.wait(sends[q])`, rank q's copy stream, for q's adds)
                 waiter, where = elsewhere
                 return (f"{recorded}, and {self.stream_label(waiter)} waited for it ({where}), but not "
-                        f"{self.stream_label(op.stream)}, on which this runs: a wait orders only its own stream's "
+                        f"{mine}, on which this runs: a wait orders only its own stream's "
                         f"later work, so wait on the stream of the work it is to order")
-            return (f"{recorded}, but {self.stream_label(op.stream)} had not waited for it when this was issued: "
+            return (f"{recorded}, but {mine} had not waited for it when this was issued: "
                     f"a wait orders only the work issued after it, so call e.wait(stream) before the launch or copy "
                     f"it is to order")
         before = next(((where, at) for event, _, where, at in reversed(s.waits if s else [])
@@ -363,17 +362,14 @@ class StreamOrder:
                        and at is not None and at[0] < prior.tick), None)
         if before is not None:  # (the audit: `arrived.record(sends)` issued above the copy it was to follow)
             where, (_, recorded) = before
-            waiter = self.stream_label(op.stream)
-            return (f". {waiter[0].upper()}{waiter[1:]} waited for an event ({where}) recorded on "
-                    f"{self.stream_label(prior.stream)}{f' (recorded {recorded})' if recorded else ''}"
-                    f" before the {'kernel' if prior.kind == 'kernel' else prior.name} was issued there, and no event "
-                    f"was recorded after it: an event marks the work issued before its record, so record it after "
-                    f"the {'kernel' if prior.kind == 'kernel' else prior.name}, then wait for it")
+            return (f". {mine[0].upper()}{mine[1:]} waited for an event ({where}) recorded on {theirs}"
+                    f"{f' (recorded {recorded})' if recorded else ''} before the {what} was issued there, and no "
+                    f"event was recorded after it: an event marks the work issued before its record, so record it "
+                    f"after the {what}, then wait for it")
         if not waited or prior.stream in waited:
             return ""
         where = ", ".join(self.stream_label(w) for w in dict.fromkeys(waited))
-        return (f". Its stream did wait for events, recorded on {where}, but none on "
-                f"{self.stream_label(prior.stream)}, where the {'kernel' if prior.kind == 'kernel' else prior.name} "
+        return (f". Its stream did wait for events, recorded on {where}, but none on {theirs}, where the {what} "
                 f"runs: record the event on that stream, after it")
 
     def _waiter_of(self, recorded_on: int, not_by: int) -> tuple[int, str] | None:
